@@ -1,0 +1,63 @@
+"""RoundRobinLoadBalancer: each dispatch starts one worker further along."""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from . import LoadBalancerContextView, snapshot_ascending
+
+
+class RoundRobinLoadBalancer:
+    """Spread dispatches evenly: each one starts at the next worker in turn.
+
+    The pool's default. Over time every worker gets an equal share, which
+    keeps all of them warm (the opposite of `PriorityLoadBalancer`). One
+    dispatch offers each worker at most once, starting at this context's
+    cursor, and ends after a full turn without a success.
+
+    The cursor is kept per context in a ``WeakKeyDictionary``, so one
+    balancer can serve several pools and a closed pool's cursor goes with
+    it. Pickling drops the cursors: a copy starts afresh.
+    """
+
+    def __init__(self) -> None:
+        self._cursors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (type(self), ())
+
+    async def delegate(
+        self, task: Any, *, context: LoadBalancerContextView
+    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
+        """Yield each worker once, starting at this context's cursor.
+
+        Args:
+            task: The task being routed; ignored.
+            context: Read-only view of the pool.
+
+        Yields:
+            Worker uids until one accepts or all were offered.
+        """
+        workers = context.workers
+        order = snapshot_ascending(context)
+        if not order:
+            return
+        start = self._cursors.get(context, 0) % len(order)
+        # Advance before yielding, so concurrent dispatches start apart.
+        self._cursors[context] = start + 1
+        for offset in range(len(order)):
+            uid = order[(start + offset) % len(order)]
+            if uid not in workers:
+                continue
+            try:
+                accepted = yield uid
+            except Exception:
+                continue
+            if accepted is not None:
+                return
+
+    def __repr__(self) -> str:
+        return "RoundRobinLoadBalancer()"

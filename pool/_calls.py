@@ -1,0 +1,279 @@
+"""The caller's side of a routine call, whoever dispatches it.
+
+A call is described by a `Task`. A *target* turns a task into an accepted
+`OutgoingCall` on some stream: the `WorkerPool` (through its balancer,
+admission queue and limits) or, inside a worker, the stream back to the
+dispatcher (nested dispatch). This module then runs the call to its end:
+
+    Routine(...)  ->  Task  ->  target.start(task)  ->  OutgoingCall
+                                                     -> call_routine: one outcome
+                                                     -> RemoteGenerator: a stream
+
+and maps outcomes back to values and exceptions, so that a remote call
+behaves like a local one: same return value, same exception type (with the
+worker's traceback as its cause), cancellation crossing to the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Protocol
+
+import grpc
+
+from . import _wire
+from ._errors import WorkerBroken, WorkerRejected
+from ._proto import leakypool_pb2 as pb
+from ._session import OutgoingCall, Session
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Task:
+    """One routine call on its way to a worker.
+
+    Balancers (``delegate(task, ...)``) and backpressure hooks
+    (``ctx.task``) receive this. The public attributes are ``name``,
+    ``generator``, ``timeout``, ``queue``, ``key`` and ``workflow``; the
+    rest is the wire form of the routine and its arguments.
+    """
+
+    name: str
+    generator: bool
+    digest: bytes
+    blob: bytes
+    args: bytes
+    timeout: float | None = None
+    queue: str = ""
+    key: str = ""
+    workflow: str = ""
+    parent: int = 0
+
+    def message(self, session: Session) -> pb.Call:
+        """The Call message for ``session``; the routine's blob crosses once per stream."""
+        routine = pb.Routine(digest=self.digest, name=self.name, generator=self.generator)
+        if self.digest not in session.sent_digests:
+            session.sent_digests.add(self.digest)
+            routine.blob = self.blob
+        call = pb.Call(routine=routine, args=self.args, parent=self.parent, timeout=self.timeout or 0.0)
+        if self.queue or self.key or self.workflow:
+            call.limits.queue, call.limits.key, call.limits.workflow = self.queue, self.key, self.workflow
+        return call
+
+    @classmethod
+    def from_message(cls, call: pb.Call, blob: bytes) -> Task:
+        """The task a received Call message describes (``blob``: the routine, resolved)."""
+        return cls(
+            name=call.routine.name,
+            generator=call.routine.generator,
+            digest=call.routine.digest,
+            blob=blob,
+            args=call.args,
+            timeout=call.timeout or None,
+            queue=call.limits.queue,
+            key=call.limits.key,
+            workflow=call.limits.workflow,
+        )
+
+
+class Target(Protocol):
+    """Where calls go: turns a task into an accepted call, or raises why not."""
+
+    async def start(self, task: Task) -> OutgoingCall:
+        """Dispatch ``task``; return once a callee accepted it."""
+        ...
+
+
+class Dispatcher(Protocol):
+    """What `pool.routine` calls into: the innermost pool, or a worker's upstream."""
+
+    def call(self, task: Task) -> Coroutine[Any, Any, Any]:
+        """Run a coroutine routine's task; the coroutine returns its result."""
+        ...
+
+    def generator(self, task: Task) -> AsyncIterator[Any]:
+        """Run an async-generator routine's task; iterate for its values."""
+        ...
+
+
+async def open_call(session: Session, message: pb.Call) -> OutgoingCall:
+    """Open a call on ``session`` and wait for the callee's verdict.
+
+    Raises:
+        WorkerRejected: the callee declined it (busy or draining).
+        WorkerBroken: the callee refused it for good (a protocol error).
+        BaseException: what ended the stream, if it ended first.
+    """
+    call = session.open(message)
+    try:
+        frame = await call.receive()
+    except BaseException:
+        call.cancel()
+        raise
+    if frame.HasField("reject"):
+        raise rejection(frame.reject, session.label, message.routine.name)
+    return call
+
+
+def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | WorkerBroken:
+    """The error a Reject frame stands for: transient or not, by its gRPC code."""
+    code = _status_name(reject.code)
+    text = f"{label} rejected {name}(): {code}: {reject.message}"
+    if code in TRANSIENT_CODES:
+        return WorkerRejected(text, code)
+    return WorkerBroken(text, code)
+
+
+TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
+"""gRPC codes after which a worker is kept (rotate past it); all others evict."""
+
+
+def _status_name(code: int) -> str:
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return status.name
+    return f"CODE_{code}"
+
+
+async def call_routine(target: Target, task: Task) -> Any:
+    """Run a coroutine routine's task on ``target`` and return its result.
+
+    The task's timeout bounds the whole call, waiting included; on expiry
+    the remote task is cancelled and `TimeoutError` raised. Cancelling the
+    caller cancels the remote task.
+    """
+    async with asyncio.timeout(task.timeout):
+        call = await target.start(task)
+        try:
+            frame = await call.receive()
+        except BaseException:
+            call.cancel()
+            raise
+    return outcome_value(frame.outcome, task.name)
+
+
+def outcome_value(outcome: pb.Outcome, name: str) -> Any:
+    """The value a final outcome stands for; raises the exception it carries."""
+    kind = outcome.kind
+    if kind == pb.Outcome.RETURN:
+        return _wire.loads(outcome.value, what=f"the result of {name}()")
+    if kind == pb.Outcome.RAISE:
+        raise _wire.unpack_exception(outcome, name)
+    if kind == pb.Outcome.CANCELLED:
+        raise WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
+    raise WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
+
+
+class RemoteGenerator:
+    """An async-generator routine running on a worker, driven from here.
+
+    Behaves like a local async generator: ``async for``, ``asend``,
+    ``athrow``, ``aclose``. Nothing is dispatched until the first step.
+    Each step waits at most the task's timeout.
+    """
+
+    def __init__(self, target: Target, task: Task) -> None:
+        self._target = target
+        self._task = task
+        self._call: OutgoingCall | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done = False
+
+    def __aiter__(self) -> RemoteGenerator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._step(pb.Step.NEXT)
+
+    async def asend(self, value: Any) -> Any:
+        """Send ``value`` in; return the next value yielded."""
+        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()"))
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise an exception at the generator's ``yield``; return what it yields next."""
+        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
+        return await self._step(pb.Step.THROW, _wire.dumps(exc, what=f"the exception thrown into {self._task.name}()"))
+
+    async def aclose(self) -> None:
+        """Close the generator (its ``finally`` blocks run on the worker)."""
+        if self._done:
+            return
+        if self._call is None:
+            self._done = True
+            return
+        try:
+            await self._step(pb.Step.CLOSE)
+        except StopAsyncIteration:
+            pass
+
+    async def _step(self, kind: int, value: bytes = b"") -> Any:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            async with asyncio.timeout(self._task.timeout):
+                if self._call is None:
+                    self._loop = asyncio.get_running_loop()
+                    self._call = await self._target.start(self._task)
+                self._call.step(kind, value)
+                frame = await self._call.receive()
+        except BaseException:
+            self._abandon()
+            raise
+        outcome = frame.outcome
+        if outcome.kind == pb.Outcome.YIELD:
+            return _wire.loads(outcome.value, what=f"a value yielded by {self._task.name}()")
+        self._done = True
+        if outcome.kind == pb.Outcome.STOP:
+            raise StopAsyncIteration
+        return outcome_value(outcome, self._task.name)
+
+    def _abandon(self) -> None:
+        self._done = True
+        if self._call is not None:
+            self._call.cancel()
+
+    def __del__(self) -> None:
+        # Dropped mid-stream without aclose(): cancel it on the worker.
+        call, loop = self._call, self._loop
+        if call is None or call.finished or loop is None or loop.is_closed() or sys.is_finalizing():
+            return
+        try:
+            loop.call_soon_threadsafe(call.cancel)
+        except RuntimeError:
+            pass  # the loop closed meanwhile; the stream's end cancels the call
+
+
+async def bridge(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on ``loop`` (another thread's) and await it here.
+
+    Cancelling the awaiting task cancels ``coro`` too.
+    """
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
+class BridgedGenerator:
+    """A `RemoteGenerator` living on another thread's loop, driven from this one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, inner: RemoteGenerator) -> None:
+        self._loop = loop
+        self._inner = inner
+
+    def __aiter__(self) -> BridgedGenerator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await bridge(self._loop, self._inner.__anext__())
+
+    async def asend(self, value: Any) -> Any:
+        """See `RemoteGenerator.asend`."""
+        return await bridge(self._loop, self._inner.asend(value))
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """See `RemoteGenerator.athrow`."""
+        return await bridge(self._loop, self._inner.athrow(typ, val, tb))
+
+    async def aclose(self) -> None:
+        """See `RemoteGenerator.aclose`."""
+        await bridge(self._loop, self._inner.aclose())

@@ -1,0 +1,362 @@
+"""Settings from flags and ``LEAKYPOOL_*`` variables: the only reader of ``os.environ``.
+
+Each setting is declared once, in a `Setting` table, and from that table
+come the command-line flags, the environment variables, the validation
+and the README's table. An explicit argument beats the environment, which
+beats the default. A bad value raises `ConfigError` naming the flag or
+variable, what was expected and what was given; ``worker_main`` turns that
+into exit status 2 and one line.
+
+A pool passes settings to the workers it spawns through ``env=``
+(`WorkerConfig.to_env`), and the worker parses them with this same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NoReturn
+
+from ._errors import ConfigError
+
+PREFIX: Final[str] = "LEAKYPOOL_"
+"""Every variable leakypool reads starts with this."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its attribute, flag, variable, parser and help text."""
+
+    name: str
+    parse: Callable[[str], Any]
+    expect: str
+    default: Any
+    help: str
+    repeat: bool = False
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag, e.g. ``--max-concurrent-tasks``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The environment variable, e.g. ``LEAKYPOOL_MAX_CONCURRENT_TASKS``."""
+        return PREFIX + self.name.upper()
+
+    def convert(self, raw: str, source: str) -> Any:
+        """Parse ``raw``; on failure raise `ConfigError` naming ``source``."""
+        try:
+            return self.parse(raw.strip())
+        except (ValueError, TypeError):
+            raise ConfigError(f"{source}: expected {self.expect}, got {raw!r}") from None
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A parser for an int within ``[low, high]``."""
+
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if value < low or (high is not None and value > high):
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def seconds(raw: str) -> float:
+    """Parse a duration in float seconds, >= 0 (0 usually means "never")."""
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(raw)
+    return value
+
+
+def positive_seconds(raw: str) -> float:
+    """Parse a duration in float seconds, > 0."""
+    value = seconds(raw)
+    if value == 0:
+        raise ValueError(raw)
+    return value
+
+
+def boolean(raw: str) -> bool:
+    """Parse 1/0, true/false, yes/no, on/off."""
+    lowered = raw.lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(raw)
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    """A parser accepting one of ``options``."""
+
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+def text(raw: str) -> str:
+    """Any string, as given."""
+    return raw
+
+
+def path_or_empty(raw: str) -> str:
+    """A file path that must exist, or empty for "not set"."""
+    if raw and not os.path.isfile(raw):
+        raise ValueError(raw)
+    return raw
+
+
+def tag_list(raw: str) -> tuple[str, ...]:
+    """Comma-separated tags; each non-empty, without spaces."""
+    tags = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if any(" " in t for t in tags):
+        raise ValueError(raw)
+    return tags
+
+
+def uid_or_empty(raw: str) -> str:
+    """A UUID in canonical form, or empty for "generate one"."""
+    return str(uuid.UUID(raw)) if raw else ""
+
+
+def resolve(
+    settings: Sequence[Setting],
+    explicit: Mapping[str, Any],
+    environ: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """Values for ``settings``: explicit beats environment beats default.
+
+    Args:
+        settings: The table to resolve.
+        explicit: Values given in code or on the command line (None = unset).
+        environ: The environment to read, or None to ignore it.
+    """
+    values: dict[str, Any] = {}
+    for setting in settings:
+        value = explicit.get(setting.name)
+        if value is None and environ is not None and setting.env in environ:
+            value = setting.convert(environ[setting.env], setting.env)
+        values[setting.name] = setting.default if value is None else value
+    return values
+
+
+def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``LEAKYPOOL_*`` variables that reproduce ``values``."""
+    env = {}
+    for setting in settings:
+        value = values[setting.name]
+        if isinstance(value, bool):
+            env[setting.env] = "1" if value else "0"
+        elif isinstance(value, tuple):
+            env[setting.env] = ",".join(value)
+        else:
+            env[setting.env] = str(value)
+    return env
+
+
+WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
+    Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
+    Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
+    Setting(
+        "max_concurrent_tasks",
+        integer(0),
+        "an integer >= 0",
+        1,
+        "tasks run at once before new ones are rejected (RESOURCE_EXHAUSTED); 0 = no limit",
+    ),
+    Setting("idle_timeout", seconds, "seconds >= 0", 0.0, "exit after this long with nothing in flight; 0 = never"),
+    Setting("max_lifetime", seconds, "seconds >= 0", 0.0, "stop accepting after this age, finish, exit; 0 = never"),
+    Setting("shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"),
+    Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
+    Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
+    Setting("interfaces", tag_list, "comma-separated addresses", (), "interfaces for LAN discovery (default: all)"),
+    Setting("local_registry", text, "a directory path", "", "directory for --discovery local (default: per-user temp dir)"),
+    Setting("tls_cert", path_or_empty, "an existing file", "", "PEM certificate chain this worker presents"),
+    Setting("tls_key", path_or_empty, "an existing file", "", "PEM private key of --tls-cert"),
+    Setting("tls_client_ca", path_or_empty, "an existing file", "", "PEM CA that client certificates must chain to"),
+    Setting("insecure", boolean, "a boolean (1/0, true/false)", False, "allow a non-loopback bind without TLS (dangerous)"),
+    Setting(
+        "log_level",
+        choice("DEBUG", "INFO", "WARNING", "ERROR"),
+        "one of DEBUG, INFO, WARNING, ERROR",
+        "INFO",
+        "logging threshold",
+    ),
+    Setting("uid", uid_or_empty, "a UUID", "", "this worker's uid (default: a new time-ordered one)"),
+)
+"""Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
+
+WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
+    Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
+    Setting("lifeline_fd", integer(-1), "a file descriptor", -1, "internal: exit when this pipe closes"),
+    Setting("backpressure", text, "a pickled hook", "", "internal: the hook a pool ships (base64 cloudpickle)"),
+)
+"""Settings a spawning pool passes; hidden from ``--help``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """One worker's settings (see `WORKER_SETTINGS` for each field's meaning)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    tags: tuple[str, ...] = ()
+    max_concurrent_tasks: int = 1
+    idle_timeout: float = 0.0
+    max_lifetime: float = 0.0
+    shutdown_grace: float = 30.0
+    discovery: str = "none"
+    advertise: str = ""
+    interfaces: tuple[str, ...] = ()
+    local_registry: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    insecure: bool = False
+    log_level: str = "INFO"
+    uid: str = ""
+    ready_fd: int = -1
+    lifeline_fd: int = -1
+    backpressure: str = ""
+
+    @property
+    def tls(self) -> bool:
+        """Whether the worker serves TLS."""
+        return bool(self.tls_cert)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **explicit: Any) -> WorkerConfig:
+        """Settings from ``explicit`` values, then ``environ``, then defaults.
+
+        Raises:
+            ConfigError: a value is invalid, or settings contradict each other.
+        """
+        values = resolve(WORKER_SETTINGS + WORKER_INTERNAL, explicit, environ)
+        return cls(**values).validated()
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> WorkerConfig:
+        """Settings from command-line flags, then ``environ``, then defaults.
+
+        Raises:
+            ConfigError: a flag or variable is invalid (the message names it).
+        """
+        namespace = worker_parser().parse_args(list(argv))
+        explicit = {}
+        for setting in WORKER_SETTINGS + WORKER_INTERNAL:
+            raw = getattr(namespace, setting.name)
+            if raw is None:
+                continue
+            if setting.repeat:
+                explicit[setting.name] = tuple(t for item in raw for t in setting.convert(item, setting.flag))
+            else:
+                explicit[setting.name] = setting.convert(raw, setting.flag)
+        return cls.from_env(environ, **explicit)
+
+    def to_env(self) -> dict[str, str]:
+        """``LEAKYPOOL_*`` variables that `from_env` turns back into this config."""
+        return to_env(WORKER_SETTINGS + WORKER_INTERNAL, dataclasses.asdict(self))
+
+    def validated(self) -> WorkerConfig:
+        """Check settings that depend on each other; return self.
+
+        Raises:
+            ConfigError: TLS files incomplete.
+        """
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key: expected both or neither, got only one")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
+        return self
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    """The ``leakypool-worker`` command line (flags only; values parsed later)."""
+    parser = _OneLineParser(
+        prog="leakypool-worker",
+        description=(
+            "Start one leakypool worker: a gRPC server that runs routines shipped to it. "
+            "Every flag also reads LEAKYPOOL_<FLAG> (e.g. --max-concurrent-tasks reads "
+            "LEAKYPOOL_MAX_CONCURRENT_TASKS); a flag beats the variable. Reaching a worker's "
+            "port means running code on it: off loopback, use TLS with client certificates."
+        ),
+    )
+    for setting in WORKER_SETTINGS:
+        default = ",".join(setting.default) if isinstance(setting.default, tuple) else setting.default
+        help_text = f"{setting.help} [env {setting.env}; default {default!r}]"
+        if setting.parse is boolean:
+            parser.add_argument(setting.flag, dest=setting.name, action="store_const", const="1", help=help_text)
+        elif setting.repeat:
+            parser.add_argument(setting.flag, dest=setting.name, action="append", metavar="VALUE", help=help_text)
+        else:
+            parser.add_argument(setting.flag, dest=setting.name, metavar="VALUE", help=help_text)
+    for setting in WORKER_INTERNAL:
+        parser.add_argument(setting.flag, dest=setting.name, help=argparse.SUPPRESS)
+    return parser
+
+
+def fail(message: str) -> NoReturn:
+    """Print one error line for a start-up failure and exit with status 2."""
+    print(f"leakypool-worker: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+POOL_SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
+    Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
+    Setting("shutdown_grace", seconds, "seconds >= 0", 10.0, "on pool exit, time in-flight calls get before workers are killed"),
+)
+"""What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """A pool's settings (see `POOL_SETTINGS` for each field's meaning)."""
+
+    spawn: int | None = None
+    startup_timeout: float = 30.0
+    shutdown_grace: float = 10.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:
+        """Settings from ``explicit`` arguments, then ``environ`` (None: ignore it), then defaults.
+
+        Raises:
+            ConfigError: a variable or argument is invalid (the message names it).
+        """
+        for setting in POOL_SETTINGS:
+            value = explicit.get(setting.name)
+            if value is not None and not isinstance(value, str):
+                _check_explicit(setting, value)
+        return cls(**resolve(POOL_SETTINGS, explicit, environ))
+
+    def to_env(self) -> dict[str, str]:
+        """``LEAKYPOOL_*`` variables that `from_env` turns back into this config."""
+        values = dataclasses.asdict(self)
+        return to_env([s for s in POOL_SETTINGS if values[s.name] is not None], values)
+
+
+def _check_explicit(setting: Setting, value: Any) -> None:
+    """Validate a value given in code by the same rules as its variable."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{setting.name}: expected {setting.expect}, got {value!r}")
+    setting.convert(repr(value) if isinstance(value, float) else str(value), setting.name)

@@ -1,0 +1,176 @@
+"""The errors and warnings leakypool raises, under one root.
+
+    PoolError
+    ├── PoolClosed            no open pool to dispatch to (retry: open one)
+    ├── WorkerBroken          the worker was lost mid-call (retry may succeed)
+    ├── WorkerRejected        a worker said "not now" (the pool rotates past it)
+    ├── NoWorkersAvailable    no worker took the call (retry later may succeed)
+    │   └── CapacityTimeout   ...within the dispatch deadline, while queued
+    ├── AdmissionRejected     the pool refused to queue it; see retry_after
+    ├── Deadlock              the call waits on a limit its own caller holds
+    ├── SerializationError    a value could not cross (also a TypeError)
+    └── ConfigError           a bad setting (also a ValueError)
+
+    PoolWarning               base of every warning, to filter them as one
+
+A routine's own exception is never wrapped: it is re-raised with its own
+type, and the worker's traceback hangs from it as ``__cause__``
+(`RemoteTraceback`), as ``concurrent.futures`` does for process pools.
+
+Every error here pickles by value (a routine may catch one and return it)
+and names its public module, ``pool``.
+"""
+
+from __future__ import annotations
+
+import balancer
+
+__all__ = [
+    "AdmissionRejected",
+    "CapacityTimeout",
+    "ConfigError",
+    "Deadlock",
+    "NoWorkersAvailable",
+    "PoolClosed",
+    "PoolError",
+    "PoolWarning",
+    "RemoteTraceback",
+    "SerializationError",
+    "WorkerBroken",
+    "WorkerRejected",
+]
+
+
+class PoolError(Exception):
+    """Root of every error leakypool raises itself."""
+
+
+class PoolClosed(PoolError, RuntimeError):
+    """There is no open pool to run the call on.
+
+    Raised when a routine is called outside ``async with WorkerPool(...)``,
+    or after the pool it was dispatched through has closed. Retrying cannot
+    succeed until a pool is open.
+    """
+
+
+class WorkerBroken(PoolError):
+    """The worker running (or about to run) the call was lost.
+
+    Its process died, its connection failed, or it was stopped before the
+    call finished. The routine may have run in part. A retry can succeed on
+    another worker; whether it is safe depends on the routine.
+
+    Attributes:
+        code: The gRPC status code name that ended the stream, e.g.
+            ``"UNAVAILABLE"``; the pool evicts the worker unless it is
+            transient (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
+    """
+
+    def __init__(self, message: str, code: str = "UNAVAILABLE") -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (str(self), self.code))
+
+
+class WorkerRejected(PoolError):
+    """A worker declined a call for now: busy (backpressure) or draining.
+
+    Transient: the pool keeps the worker and offers the call to the next
+    one. Callers see it only inside a load balancer (it is what the pool
+    throws into the balancer's generator) or chained under
+    `NoWorkersAvailable`.
+
+    Attributes:
+        code: The gRPC status code name, e.g. ``"RESOURCE_EXHAUSTED"``.
+    """
+
+    def __init__(self, message: str, code: str = "RESOURCE_EXHAUSTED") -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (str(self), self.code))
+
+
+class NoWorkersAvailable(balancer.NoWorkersAvailable, PoolError):
+    """No worker accepted the call.
+
+    The pool's form of ``balancer.NoWorkersAvailable`` (it is a subclass,
+    so ``except balancer.NoWorkersAvailable`` catches it too). Raised at
+    once when the pool has no admission queue. A retry can succeed when a
+    worker frees up or joins.
+    """
+
+
+class CapacityTimeout(NoWorkersAvailable):
+    """The call waited in the admission queue past its dispatch deadline.
+
+    It never started. Retrying can succeed once the load drops; if it keeps
+    happening, the pool needs more workers or a longer deadline.
+    """
+
+
+class AdmissionRejected(PoolError):
+    """The pool refused the call: its admission ceiling or queue is full.
+
+    Nothing was queued or sent. Retrying after ``retry_after`` seconds (an
+    estimate of when a place frees up) can succeed; an HTTP service maps
+    this to 429 with a ``Retry-After`` header.
+
+    Attributes:
+        retry_after: Suggested seconds to wait before retrying.
+    """
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return (type(self), (str(self), self.retry_after))
+
+
+class Deadlock(PoolError):
+    """The call would wait forever: it needs a slot its own caller holds.
+
+    For example a routine that, inside a queue of concurrency 1, calls a
+    routine in the same queue. Retrying cannot succeed; change the limits
+    or the call graph.
+    """
+
+
+class SerializationError(PoolError, TypeError):
+    """A value could not be pickled or unpickled to cross a process boundary.
+
+    Raised at the call site for an argument (nothing is sent), or at the
+    caller for a result or exception the worker could not send back. The
+    message names the value and the reason. Retrying cannot succeed.
+    """
+
+
+class ConfigError(PoolError, ValueError):
+    """A setting has a bad value; the message names it, the expectation and the value.
+
+    Raised when the object is built (or a worker starts), never on first use.
+    """
+
+
+class RemoteTraceback(Exception):
+    """The worker-side traceback of a routine's exception, as text.
+
+    Attached as ``__cause__`` of the re-raised exception, so it prints
+    above the local traceback, as in ``concurrent.futures``.
+    """
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f"\n\n[worker traceback]\n{self.tb}"
+
+
+class PoolWarning(UserWarning):
+    """Base of every warning leakypool issues."""

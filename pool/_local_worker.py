@@ -1,0 +1,185 @@
+"""A worker subprocess this pool started: spawn, wait for READY, stop, reap.
+
+The child is ``python -m worker_main`` with its settings in ``env`` and
+two pipes besides stdio:
+
+- *ready*: the child writes one ``READY {json}`` line (uid, port, pid) once
+  it serves, then closes it. A child that dies first closes it empty.
+- *lifeline*: the child watches the read end; the parent holds the write
+  end and never writes. When the parent dies, however abruptly, the kernel
+  closes it and the child exits: no orphan outlives its pool.
+
+Stopping is SIGTERM (the worker drains within its grace), then SIGKILL
+after the grace, then waiting for the exit status: the child is always
+reaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ._config import PREFIX
+from ._connection import WorkerMetadata
+from ._errors import PoolError
+
+
+class WorkerStartError(PoolError):
+    """A worker process failed to start (or to report READY in time)."""
+
+
+class LocalWorker:
+    """One spawned worker process.
+
+    Args:
+        uid: The uid the worker will serve under.
+        env: ``LEAKYPOOL_*`` settings for it (see ``WorkerConfig.to_env``).
+    """
+
+    def __init__(self, uid: uuid.UUID, env: Mapping[str, str]) -> None:
+        self.uid = uid
+        self._env = env
+        self._process: asyncio.subprocess.Process | None = None
+        self._lifeline: int | None = None
+        self.metadata: WorkerMetadata | None = None
+        self.stopping = False
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid, once spawned."""
+        return None if self._process is None else self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status, once reaped."""
+        return None if self._process is None else self._process.returncode
+
+    async def start(self, timeout: float) -> WorkerMetadata:
+        """Spawn the child and wait (at most ``timeout`` s) until it serves.
+
+        Raises:
+            WorkerStartError: it exited, or said nothing, in time (it is
+                killed and reaped before this raises).
+        """
+        ready_r, ready_w = os.pipe()
+        life_r, life_w = os.pipe()
+        env = _child_env(self._env, ready_w, life_r)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "worker_main",
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                pass_fds=(ready_w, life_r),
+            )
+        except BaseException:
+            for fd in (ready_r, ready_w, life_r, life_w):
+                os.close(fd)
+            raise
+        finally:
+            if self._process is not None:
+                os.close(ready_w)
+                os.close(life_r)
+        self._lifeline = life_w
+        try:
+            line = await asyncio.wait_for(_read_line(ready_r), timeout)
+        except BaseException as exc:
+            await self.kill()
+            if isinstance(exc, TimeoutError):
+                raise WorkerStartError(f"worker {self.uid} did not report READY within {timeout:g}s") from None
+            raise
+        if not line.startswith("READY "):
+            code = await self.kill()
+            raise WorkerStartError(
+                f"worker {self.uid} exited with status {code} before it was ready (its stderr is above)"
+            )
+        info: dict[str, Any] = json.loads(line[len("READY ") :])
+        self.metadata = WorkerMetadata(
+            uid=self.uid,
+            address=f"127.0.0.1:{info['port']}",
+            pid=info["pid"],
+            version=info.get("version", ""),
+            tags=frozenset(info.get("tags", ())),
+            capacity=info.get("capacity", 0),
+            tls=False,
+            local=True,
+        )
+        return self.metadata
+
+    async def wait(self) -> int:
+        """Wait for the child to exit; its exit status."""
+        assert self._process is not None
+        code = await self._process.wait()
+        self._close_lifeline()
+        return code
+
+    def terminate(self) -> None:
+        """Ask the child to drain and exit (SIGTERM)."""
+        self.stopping = True
+        self._signal(signal.SIGTERM)
+
+    async def stop(self, grace: float) -> int:
+        """SIGTERM, wait ``grace`` s (plus a margin), then SIGKILL; always reaps."""
+        if self._process is None:
+            return 0
+        self.terminate()
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.wait()), grace + 2.0)
+        except TimeoutError:
+            return await self.kill()
+
+    async def kill(self) -> int:
+        """SIGKILL the child and reap it."""
+        if self._process is None:
+            return 0
+        self.stopping = True
+        self._signal(signal.SIGKILL)
+        return await self.wait()
+
+    def _signal(self, sig: int) -> None:
+        if self._process is not None and self._process.returncode is None:
+            try:
+                self._process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+
+    def __repr__(self) -> str:
+        return f"<LocalWorker {self.uid} pid={self.pid} returncode={self.returncode}>"
+
+
+def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> dict[str, str]:
+    """The child's environment: ours without LEAKYPOOL_*, plus its settings and sys.path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    env.update(settings)
+    env[PREFIX + "READY_FD"] = str(ready_fd)
+    env[PREFIX + "LIFELINE_FD"] = str(lifeline_fd)
+    # What this process can import, the worker can import: routines pickled
+    # by reference (tests.integration.routines.add) resolve there too.
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+async def _read_line(fd: int) -> str:
+    """Read one line from pipe ``fd`` (closing it); empty if the writer closed first."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    try:
+        return (await reader.readline()).decode(errors="replace").strip()
+    finally:
+        transport.close()

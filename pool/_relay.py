@@ -1,0 +1,107 @@
+"""Nested dispatch, dispatcher side: run calls that workers open through the pool.
+
+A routine running on worker A that calls another routine sends the call
+back up A's stream (an even id). The pool accepts it at once, dispatches
+it like any call of its own (balancer, admission, limits), and relays
+frames both ways: A's steps down to worker B, B's outcomes up to A. Blobs
+pass through untouched; this process never unpickles them. A dispatch
+that fails (no worker, admission refused) becomes the call's RAISE
+outcome, so A's routine sees the same error a top-level caller would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from . import _wire
+from ._calls import Target, Task
+from ._proto import leakypool_pb2 as pb
+from ._session import FINAL_OUTCOMES, OutgoingCall, Session
+
+_log = logging.getLogger("leakypool.pool")
+
+
+class _Relay:
+    __slots__ = ("session", "id", "task", "steps", "runner")
+
+    def __init__(self, session: Session, call_id: int, task: Task) -> None:
+        self.session = session
+        self.id = call_id
+        self.task = task
+        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()
+        self.runner: asyncio.Task[None] | None = None
+
+
+class NestedHost:
+    """The `CallHost` of the pool's streams: serves workers' nested calls via ``target``."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+
+    def on_call(self, session: Session, frame: pb.Frame) -> None:
+        routine = frame.call.routine
+        if routine.blob:
+            session.received[routine.digest] = routine.blob
+        blob = session.received.get(routine.digest)
+        if blob is None:
+            reject = pb.Reject(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="unknown routine digest")
+            session.send(pb.Frame(id=frame.id, reject=reject))
+            return
+        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob))
+        relay.task.parent = 0
+        session.hosted[frame.id] = relay
+        session.send(pb.Frame(id=frame.id, accept=pb.Accept()))
+        relay.runner = asyncio.ensure_future(self._run(relay))
+        relay.runner.add_done_callback(lambda runner: self._cancelled_before_start(relay, runner))
+
+    def on_step(self, session: Session, frame: pb.Frame) -> None:
+        relay = session.hosted.get(frame.id)
+        if relay is None:
+            return
+        if frame.step.kind == pb.Step.CANCEL:
+            relay.runner.cancel()
+        else:
+            relay.steps.put_nowait(frame.step)
+
+    def on_session_end(self, session: Session) -> None:
+        for relay in list(session.hosted.values()):
+            relay.runner.cancel()
+
+    @staticmethod
+    def _cancelled_before_start(relay: _Relay, runner: asyncio.Task[None]) -> None:
+        # Cancelled before its first step, `_run` never ran: answer for it.
+        if runner.cancelled():
+            relay.session.hosted.pop(relay.id, None)
+            relay.session.send(pb.Frame(id=relay.id, outcome=pb.Outcome(kind=pb.Outcome.CANCELLED)))
+
+    async def _run(self, relay: _Relay) -> None:
+        outcome: pb.Outcome
+        try:
+            downstream = await self._target.start(relay.task)
+            try:
+                outcome = await self._forward(relay, downstream)
+            except BaseException:
+                downstream.cancel()
+                raise
+        except asyncio.CancelledError:
+            outcome = pb.Outcome(kind=pb.Outcome.CANCELLED)
+        except Exception as exc:
+            outcome = _wire.pack_exception(exc, relay.task.name)
+        finally:
+            relay.session.hosted.pop(relay.id, None)
+        relay.session.send(pb.Frame(id=relay.id, outcome=outcome))
+
+    async def _forward(self, relay: _Relay, downstream: OutgoingCall) -> pb.Outcome:
+        """Pass steps down and outcomes up until the final outcome."""
+        if not relay.task.generator:
+            return (await downstream.receive()).outcome
+        while True:
+            step = await relay.steps.get()
+            downstream.step(step.kind, step.value)
+            outcome = (await downstream.receive()).outcome
+            if outcome.kind in FINAL_OUTCOMES:
+                return outcome
+            relay.session.send(pb.Frame(id=relay.id, outcome=outcome))

@@ -1,0 +1,233 @@
+"""``@pool.routine``: a function whose calls run on the pool's workers.
+
+Calling a routine pickles its arguments (so a bad argument fails right
+there, before anything is sent), finds where to send the call — the
+innermost active `WorkerPool` or, inside a worker, the dispatcher that
+sent the running task — and returns a coroutine (or, for an async
+generator function, an async iterator) that runs it remotely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import inspect
+import math
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from . import _wire
+from ._calls import Dispatcher, Task
+from ._errors import PoolClosed
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_dispatcher: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("leakypool_dispatcher", default=None)
+
+
+def current_dispatcher(name: str) -> Dispatcher:
+    """Where a call made here goes. Raises `PoolClosed` when there is nowhere."""
+    dispatcher = _dispatcher.get()
+    if dispatcher is None:
+        raise PoolClosed(
+            f"{name}() was called with no active WorkerPool; call it inside "
+            "`async with pool.WorkerPool(...):` (or from a routine running on a worker)"
+        )
+    return dispatcher
+
+
+@contextlib.contextmanager
+def dispatching_to(dispatcher: Dispatcher) -> Iterator[None]:
+    """Within this block (and tasks it starts), routine calls go to ``dispatcher``."""
+    token = _dispatcher.set(dispatcher)
+    try:
+        yield
+    finally:
+        _dispatcher.reset(token)
+
+
+def set_dispatcher(dispatcher: Dispatcher | None) -> contextvars.Token[Dispatcher | None]:
+    """Make ``dispatcher`` current in this context; returns the token to undo it."""
+    return _dispatcher.set(dispatcher)
+
+
+def reset_dispatcher(token: contextvars.Token[Dispatcher | None]) -> None:
+    """Undo `set_dispatcher`."""
+    _dispatcher.reset(token)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallOptions:
+    """Per-routine (and per-call) settings; see `Routine.options`."""
+
+    timeout: float | None = None
+    queue: str = ""
+    key: str = ""
+    workflow: str = ""
+
+    def __post_init__(self) -> None:
+        timeout = self.timeout
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
+        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
+        for name in ("queue", "key", "workflow"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name}: expected a str, got {getattr(self, name)!r}")
+
+
+class Routine(Generic[P, R]):
+    """A coroutine or async-generator function that runs on a pool's workers.
+
+    Use `routine` to make one. Calling it returns an awaitable (or an async
+    iterator) exactly as the function would, but the body runs on a worker
+    of the innermost active pool. Works on methods too (``self`` is pickled
+    and shipped with the call).
+    """
+
+    def __init__(self, fn: Callable[P, R], options: CallOptions, base: Routine[P, R] | None = None) -> None:
+        if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise TypeError(f"@routine needs an async def function (coroutine or async generator), got {fn!r}")
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._call_options = options
+        self._generator = inspect.isasyncgenfunction(fn)
+        self._base = base if base is not None else self
+        self._code: tuple[bytes, bytes] | None = None
+
+    @property
+    def generator(self) -> bool:
+        """Whether the routine is an async generator (it streams values)."""
+        return self._generator
+
+    @property
+    def call_options(self) -> CallOptions:
+        """This routine's options (timeout, queue, key, workflow)."""
+        return self._call_options
+
+    def options(self, **changes: Any) -> Routine[P, R]:
+        """A variant of this routine with some options changed, for one call or many.
+
+        ``await fetch.options(timeout=2.0)(url)`` bounds one call at 2 s.
+
+        Raises:
+            TypeError, ValueError: an unknown option or a bad value.
+        """
+        return Routine(self._fn, dataclasses.replace(self._call_options, **changes), self._base)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        dispatcher = current_dispatcher(self.__qualname__)
+        task = self.task(args, kwargs)
+        if self._generator:
+            return dispatcher.generator(task)  # type: ignore[return-value]
+        return dispatcher.call(task)  # type: ignore[return-value]
+
+    def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
+        """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
+        digest, blob = self._base.code()
+        options = self._call_options
+        return Task(
+            name=self.__qualname__,
+            generator=self._generator,
+            digest=digest,
+            blob=blob,
+            args=_wire.pack_args(self.__qualname__, args, kwargs),
+            timeout=options.timeout,
+            queue=options.queue,
+            key=options.key,
+            workflow=options.workflow,
+        )
+
+    def code(self) -> tuple[bytes, bytes]:
+        """``(digest, blob)``: this routine pickled for the wire, computed once."""
+        if self._code is None:
+            blob = _wire.dumps(self, what=f"routine {self.__qualname__}")
+            self._code = (_wire.digest(blob), blob)
+        return self._code
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Routine[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> BoundRoutine: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return BoundRoutine(self, instance)
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self._base is not self:
+            return (_variant, (self._base, self._call_options))
+        if _importable(self):
+            return self.__qualname__
+        return (Routine, (self._fn, self._call_options))
+
+    def __repr__(self) -> str:
+        return f"<routine {self.__module__}.{self.__qualname__}>"
+
+
+class BoundRoutine:
+    """A routine reached through an instance: calls pass the instance as ``self``."""
+
+    def __init__(self, routine: Routine[Any, Any], instance: object) -> None:
+        self._routine = routine
+        self._instance = instance
+        self.__qualname__ = routine.__qualname__
+        self.__name__ = routine.__name__
+        self.__doc__ = routine.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._routine(self._instance, *args, **kwargs)
+
+    def options(self, **changes: Any) -> BoundRoutine:
+        """See `Routine.options`."""
+        return BoundRoutine(self._routine.options(**changes), self._instance)
+
+    def __repr__(self) -> str:
+        return f"<bound routine {self.__qualname__} of {self._instance!r}>"
+
+
+def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]:
+    return Routine(base.__wrapped__, options, base)  # type: ignore[attr-defined]
+
+
+def _importable(routine: Routine[Any, Any]) -> bool:
+    """Whether the worker can find ``routine`` by module and name (pickle by reference)."""
+    module_name = routine.__module__
+    module = sys.modules.get(module_name)
+    if module is None or module_name == "__main__":
+        return False
+    obj: Any = module
+    for part in routine.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is routine
+
+
+@overload
+def routine(fn: Callable[P, R], /) -> Routine[P, R]: ...
+@overload
+def routine(
+    *, timeout: float | None = None, queue: str = "", key: str = "", workflow: str = ""
+) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
+def routine(fn: Any = None, /, **options: Any) -> Any:
+    """Make an async function a routine: its calls run on the pool's workers.
+
+    Use bare (``@pool.routine``) or with options
+    (``@pool.routine(timeout=5.0)``). Options: ``timeout`` (seconds for the
+    whole call, waiting included; ``TimeoutError`` after it, and the remote
+    task is cancelled), and the admission options ``queue``, ``key``,
+    ``workflow``. Any of them can be overridden per call with
+    `Routine.options`.
+
+    Raises:
+        TypeError: ``fn`` is not an ``async def`` function, or a bad option.
+    """
+    call_options = CallOptions(**options)
+    if fn is None:
+        return lambda f: Routine(f, call_options)
+    return Routine(fn, call_options)

@@ -1,0 +1,213 @@
+"""One worker process: config in, gRPC server up, READY out, drain on signal.
+
+``worker_main`` only parses the command line and calls `main`; everything
+else is here so it can be tested and reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from backpressure import BackpressureLike, TaskCountBackpressure
+
+from . import _wire
+from ._config import ConfigError, WorkerConfig, fail
+from ._connection import CHANNEL_OPTIONS
+from ._ids import new_uid
+from ._threads import new_event_loop
+from ._worker_service import WorkerService
+
+_log = logging.getLogger("leakypool.worker")
+
+SERVER_OPTIONS = CHANNEL_OPTIONS + (
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.so_reuseport", 0),
+)
+"""Server options: the channel's, plus accepting its keepalive pings."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one worker until it drains; the process exit status.
+
+    Exits with status 2 and one line on stderr for a bad flag or variable.
+    """
+    try:
+        config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
+        hook = load_backpressure(config)
+        check_security(config)
+    except ConfigError as exc:
+        fail(str(exc))
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s %(levelname)s leakypool-worker[%(process)d] %(message)s",
+    )
+    loop = new_event_loop()
+    try:
+        reason = loop.run_until_complete(serve(config, hook))
+    except ConfigError as exc:
+        fail(str(exc))
+    finally:
+        loop.close()
+    _log.info("exited: %s", reason)
+    return 0
+
+
+def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
+    """The hook a pool shipped, else ``TaskCountBackpressure(--max-concurrent-tasks)``.
+
+    Raises:
+        ConfigError: the shipped hook cannot be decoded here.
+    """
+    if config.backpressure:
+        try:
+            hook = _wire.loads(base64.b64decode(config.backpressure), what="the shipped backpressure hook")
+        except Exception as exc:
+            raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: {exc}") from None
+        if not callable(hook):
+            raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: expected a callable hook, got {hook!r}")
+        return hook
+    if config.max_concurrent_tasks:
+        return TaskCountBackpressure(config.max_concurrent_tasks)
+    return None
+
+
+def check_security(config: WorkerConfig) -> None:
+    """Refuse a non-loopback bind without TLS, unless ``--insecure``.
+
+    Raises:
+        ConfigError: the worker would serve code execution to the network in the clear.
+    """
+    if config.tls or is_loopback(config.host):
+        return
+    if not config.insecure:
+        raise ConfigError(
+            f"--host {config.host}: a worker off loopback runs code for anyone who reaches it; "
+            "give --tls-cert/--tls-key/--tls-client-ca, or --insecure to accept the risk"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _credentials(config: WorkerConfig) -> grpc.ServerCredentials | None:
+    if not config.tls:
+        return None
+    with open(config.tls_key, "rb") as f:
+        key = f.read()
+    with open(config.tls_cert, "rb") as f:
+        cert = f.read()
+    client_ca = None
+    if config.tls_client_ca:
+        with open(config.tls_client_ca, "rb") as f:
+            client_ca = f.read()
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+
+
+async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
+    """Serve until drained; returns why the worker stopped."""
+    uid = config.uid or str(new_uid())
+    capacity = hook.threshold if isinstance(hook, TaskCountBackpressure) else 0
+    service = WorkerService(
+        uid=uid,
+        backpressure=hook,
+        capacity=capacity,
+        idle_timeout=config.idle_timeout,
+        max_lifetime=config.max_lifetime,
+    )
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server.add_generic_rpc_handlers((service.handler(),))
+    address = _bind_address(config.host, config.port)
+    credentials = _credentials(config)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:
+        raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
+    await server.start()
+    service.start()
+    if not config.tls and not is_loopback(config.host):
+        _log.warning("serving WITHOUT TLS on %s (--insecure): anyone who reaches this port can run code here", address)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
+    _watch_lifeline(config.lifeline_fd, service)
+    info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": _version()}
+    _report_ready(config.ready_fd, info)
+    _log.info(
+        "ready: uid=%s address=%s capacity=%s tls=%s tags=%s",
+        uid, _bind_address(config.host, port), capacity or "unlimited", config.tls, ",".join(config.tags) or "-",
+    )
+    try:
+        await service.done.wait()
+    finally:
+        await server.stop(grace=1.0)
+        service.close()
+    return service.exit_reason
+
+
+def _on_signal(service: WorkerService, sig: int, grace: float) -> None:
+    name = signal.Signals(sig).name
+    if service.exit_reason:
+        _log.info("%s again while draining; in-flight calls are being given %.1fs", name, grace)
+        return
+    _log.info("%s: draining (grace %.1fs)", name, grace)
+    service.drain(f"{name}", grace)
+
+
+def _watch_lifeline(fd: int, service: WorkerService) -> None:
+    """Exit when the pool that spawned us dies (its end of the pipe closes)."""
+    if fd < 0:
+        return
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1024)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+            os.close(fd)
+            service.drain("the pool that spawned this worker went away", 0.0)
+
+    loop.add_reader(fd, readable)
+
+
+def _report_ready(fd: int, info: dict[str, Any]) -> None:
+    if fd < 0:
+        return
+    with os.fdopen(fd, "w") as ready:
+        ready.write("READY " + json.dumps(info) + "\n")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

@@ -1,0 +1,440 @@
+"""The worker's gRPC service: admit calls, run routines, report state, drain.
+
+    dispatcher ══ Dispatch stream ══> Session ── on_call ──> backpressure hook
+                                         │                 ├─ True:  Reject(RESOURCE_EXHAUSTED)
+                                         │                 └─ False: Accept, count it in flight
+                                         │                              │ Hop
+                                         │                              v
+                                         │                    routine loop (own thread):
+                                         │                    unpickle, run, pickle outcome
+                                         │                              │ Hop
+                                         └──── Outcome frame <──────────┘
+
+Admission (the hook, the count, Accept/Reject) happens on the gRPC loop and
+touches no user code but the hook, so a worker whose routines hog the CPU
+still answers within milliseconds. Everything user-defined (unpickling the
+routine and its arguments, running it, pickling its result) happens on the
+routine loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from backpressure import BackpressureContext, BackpressureLike
+
+from . import _wire
+from ._calls import BridgedGenerator, RemoteGenerator, Task, bridge, call_routine, open_call
+from ._errors import WorkerBroken
+from ._proto import leakypool_pb2 as pb
+from ._routine import reset_dispatcher, set_dispatcher
+from ._session import OutgoingCall, Session
+from ._threads import Hop, LoopThread
+
+_log = logging.getLogger("leakypool.worker")
+
+SERVICE = "leakypool.v1.Worker"
+"""The gRPC service name; methods are /leakypool.v1.Worker/<Method>."""
+
+_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+
+
+class _Hosted:
+    """A call a dispatcher opened on this worker, from admission to its last frame."""
+
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled")
+
+    def __init__(self, session: Session, call_id: int, task: Task, code: _Code) -> None:
+        self.session = session
+        self.id = call_id
+        self.task = task
+        self.code = code
+        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
+        self.runner: asyncio.Task[None] | None = None
+        self.cancelled = False
+
+
+class _Code:
+    """A routine as received: its blob, unpickled on first use (on the routine loop)."""
+
+    __slots__ = ("blob", "name", "fn")
+
+    def __init__(self, blob: bytes, name: str) -> None:
+        self.blob = blob
+        self.name = name
+        self.fn: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        if self.fn is None:
+            obj = _wire.loads(self.blob, what=f"routine {self.name}")
+            self.fn = getattr(obj, "__wrapped__", obj)
+        return self.fn
+
+
+class WorkerService:
+    """Runs the routines dispatchers send, within the worker's backpressure.
+
+    Args:
+        uid: This worker's uid (canonical string).
+        backpressure: The admission hook; None accepts everything.
+        capacity: Tasks it takes at once, as advertised (0 = unknown/unlimited).
+        idle_timeout: Drain and exit after this many seconds idle; 0 = never.
+        max_lifetime: Drain and exit at this age; 0 = never.
+    """
+
+    def __init__(
+        self,
+        *,
+        uid: str,
+        backpressure: BackpressureLike | None,
+        capacity: int = 0,
+        idle_timeout: float = 0.0,
+        max_lifetime: float = 0.0,
+    ) -> None:
+        self.uid = uid
+        self.capacity = capacity
+        self.accepting = True
+        self.exit_reason = ""
+        self.done = asyncio.Event()
+        self._hook = backpressure
+        self._idle_timeout = idle_timeout
+        self._max_lifetime = max_lifetime
+        self._started = time.monotonic()
+        self._idle_since = self._started
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._sessions: dict[Session, asyncio.Task[Any]] = {}
+        self._draining: asyncio.Task[None] | None = None
+        self._on_drain: list[Callable[[], None]] = []
+        self._routines = LoopThread("leakypool-routines")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._to_io: Hop | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the routine loop and the lifetime timers (call on the gRPC loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._to_io = Hop(self._loop)
+        self._routines.start()
+        self._arm_idle_timer()
+        if self._max_lifetime:
+            self._loop.call_later(self._max_lifetime, self._retire, f"reached --max-lifetime {self._max_lifetime:g}s")
+
+    def close(self) -> None:
+        """Stop the routine loop (after `drain`)."""
+        self._routines.stop()
+
+    def on_drain(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the worker stops accepting (e.g. withdraw its record)."""
+        self._on_drain.append(callback)
+
+    def drain(self, reason: str, grace: float | None) -> asyncio.Task[None]:
+        """Stop accepting, let in-flight calls finish (``grace`` s; None = no limit), then set `done`."""
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain(reason, grace))
+        return self._draining
+
+    async def _drain(self, reason: str, grace: float | None) -> None:
+        self.accepting = False
+        self.exit_reason = reason
+        self._disarm_idle_timer()
+        for callback in self._on_drain:
+            try:
+                callback()
+            except Exception:
+                _log.exception("drain callback failed")
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        except TimeoutError:
+            _log.warning("%d call(s) still running after %.1fs grace; cancelling them", self._in_flight, grace)
+            for session in self._sessions:
+                for hosted in list(session.hosted.values()):
+                    self._cancel(hosted)
+            try:
+                await asyncio.wait_for(self._idle.wait(), 5.0)
+            except TimeoutError:
+                _log.error("%d call(s) ignored cancellation; exiting anyway", self._in_flight)
+        # Flush the last outcomes, then end each stream cleanly.
+        for session in self._sessions:
+            session.finish()
+        if self._sessions:
+            await asyncio.wait(list(self._sessions.values()), timeout=5.0)
+        self.done.set()
+
+    def _retire(self, reason: str) -> None:
+        if self._draining is None:
+            _log.info("retiring: %s", reason)
+            self.drain(reason, None)
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timeout and self.accepting and self._loop is not None:
+            self._idle_timer = self._loop.call_later(
+                self._idle_timeout, self._retire, f"idle for --idle-timeout {self._idle_timeout:g}s"
+            )
+
+    def _disarm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    # -- gRPC ------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler serving `SERVICE`."""
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Dispatch": grpc.stream_stream_rpc_method_handler(
+                    self._dispatch, pb.Frames.FromString, pb.Frames.SerializeToString
+                ),
+                "Stop": grpc.unary_unary_rpc_method_handler(
+                    self._stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString
+                ),
+                "State": grpc.unary_unary_rpc_method_handler(
+                    self._state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString
+                ),
+            },
+        )
+
+    async def _dispatch(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        session = Session(odd=False, host=self, label=f"dispatcher {context.peer()}")
+        self._sessions[session] = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            await session.run(context.read, context.write, _lost_dispatcher)
+        finally:
+            del self._sessions[session]
+
+    async def _stop(self, request: pb.StopRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
+        self.drain("asked to stop by a dispatcher", request.grace)
+        return self.state()
+
+    async def _state(self, request: pb.StateRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
+        return self.state()
+
+    def state(self) -> pb.WorkerState:
+        """This worker's load and lifecycle, as the State RPC reports it."""
+        now = time.monotonic()
+        return pb.WorkerState(
+            uid=self.uid,
+            pid=os.getpid(),
+            in_flight=self._in_flight,
+            idle_seconds=(now - self._idle_since) if self._in_flight == 0 else 0.0,
+            capacity=self.capacity,
+            accepting=self.accepting,
+            uptime_seconds=now - self._started,
+            version=_version(),
+        )
+
+    # -- CallHost: calls the dispatcher opens ------------------------------------
+
+    def on_call(self, session: Session, frame: pb.Frame) -> None:
+        call = frame.call
+        routine = call.routine
+        if routine.blob:
+            session.received[routine.digest] = _Code(routine.blob, routine.name)
+        code = session.received.get(routine.digest)
+        if code is None:
+            session.send(_reject(frame.id, _FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()"))
+            return
+        if not self.accepting:
+            session.send(_reject(frame.id, _UNAVAILABLE, f"worker is draining ({self.exit_reason})"))
+            return
+        hosted = _Hosted(session, frame.id, Task.from_message(call, code.blob), code)
+        if self._hook is None:
+            self._accept(hosted)
+            return
+        try:
+            verdict = self._hook(BackpressureContext(active_task_count=self._in_flight, task=hosted.task))
+        except Exception:
+            self._hook_failed(hosted)
+            return
+        if inspect.isawaitable(verdict):
+            session.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
+            asyncio.ensure_future(self._admit_later(hosted, verdict))
+        elif verdict:
+            session.send(_reject(hosted.id, _RESOURCE_EXHAUSTED, "rejected by backpressure"))
+        else:
+            self._accept(hosted)
+
+    async def _admit_later(self, hosted: _Hosted, verdict: Any) -> None:
+        try:
+            rejected = await verdict
+        except Exception:
+            hosted.session.hosted.pop(hosted.id, None)
+            self._hook_failed(hosted)
+            return
+        if hosted.cancelled or hosted.session.failure is not None:
+            hosted.session.hosted.pop(hosted.id, None)
+        elif rejected or not self.accepting:
+            hosted.session.hosted.pop(hosted.id, None)
+            code, why = (_RESOURCE_EXHAUSTED, "rejected by backpressure") if rejected else (_UNAVAILABLE, "worker is draining")
+            hosted.session.send(_reject(hosted.id, code, why))
+        else:
+            self._accept(hosted)
+
+    def _hook_failed(self, hosted: _Hosted) -> None:
+        # Fail closed but transient: the dispatcher rotates to another worker
+        # and keeps this one; a buggy hook neither floods nor evicts it.
+        _log.exception("backpressure hook %r raised; rejecting %s() as UNAVAILABLE", self._hook, hosted.task.name)
+        hosted.session.send(_reject(hosted.id, _UNAVAILABLE, "backpressure hook failed; see the worker's log"))
+
+    def _accept(self, hosted: _Hosted) -> None:
+        session = hosted.session
+        session.hosted[hosted.id] = hosted
+        session.send(pb.Frame(id=hosted.id, accept=pb.Accept()))
+        if self._in_flight == 0:
+            self._idle.clear()
+            self._disarm_idle_timer()
+        self._in_flight += 1
+        self._routines.hop.post(self._start_routine, hosted)
+
+    def on_step(self, session: Session, frame: pb.Frame) -> None:
+        hosted = session.hosted.get(frame.id)
+        if hosted is None:
+            return  # finished, or rejected, already
+        if frame.step.kind == pb.Step.CANCEL:
+            self._cancel(hosted)
+        else:
+            self._routines.hop.post(hosted.steps.put_nowait, frame.step)
+
+    def on_session_end(self, session: Session) -> None:
+        for hosted in list(session.hosted.values()):
+            self._cancel(hosted)
+
+    def _cancel(self, hosted: _Hosted) -> None:
+        hosted.cancelled = True
+        self._routines.hop.post(_cancel_runner, hosted)
+
+    def _send(self, hosted: _Hosted, outcome: pb.Outcome) -> None:
+        hosted.session.send(pb.Frame(id=hosted.id, outcome=outcome))
+
+    def _finish(self, hosted: _Hosted, outcome: pb.Outcome) -> None:
+        hosted.session.hosted.pop(hosted.id, None)
+        self._send(hosted, outcome)
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle_since = time.monotonic()
+            self._idle.set()
+            self._arm_idle_timer()
+
+    # -- the routine loop ----------------------------------------------------------
+
+    def _start_routine(self, hosted: _Hosted) -> None:
+        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
+        hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
+        if hosted.cancelled:
+            hosted.runner.cancel()
+
+    def _cancelled_before_start(self, hosted: _Hosted, runner: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never enters `_run`'s try
+        # block; report it here, or the call would stay in flight forever.
+        if runner.cancelled():
+            assert self._to_io is not None
+            self._to_io.post(self._finish, hosted, pb.Outcome(kind=pb.Outcome.CANCELLED))
+
+    async def _run(self, hosted: _Hosted) -> None:
+        token = set_dispatcher(Upstream(self, hosted))
+        name = hosted.task.name
+        try:
+            fn = hosted.code.resolve()
+            args, kwargs = _wire.unpack_args(hosted.task.args, name)
+            if hosted.task.generator:
+                outcome = await self._drive(fn(*args, **kwargs), hosted)
+            else:
+                value = await fn(*args, **kwargs)
+                outcome = pb.Outcome(kind=pb.Outcome.RETURN, value=_wire.dumps(value, what=f"the result of {name}()"))
+        except asyncio.CancelledError:
+            outcome = pb.Outcome(kind=pb.Outcome.CANCELLED)
+        except BaseException as exc:
+            outcome = _wire.pack_exception(exc, name)
+        finally:
+            reset_dispatcher(token)
+        assert self._to_io is not None
+        self._to_io.post(self._finish, hosted, outcome)
+
+    async def _drive(self, agen: Any, hosted: _Hosted) -> pb.Outcome:
+        """Advance an async generator one step per Step frame, until it ends."""
+        assert self._to_io is not None
+        name = hosted.task.name
+        try:
+            while True:
+                step = await hosted.steps.get()
+                try:
+                    if step.kind == pb.Step.NEXT:
+                        value = await agen.__anext__()
+                    elif step.kind == pb.Step.SEND:
+                        value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
+                    elif step.kind == pb.Step.THROW:
+                        value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
+                    else:
+                        await agen.aclose()
+                        return pb.Outcome(kind=pb.Outcome.STOP)
+                except StopAsyncIteration:
+                    return pb.Outcome(kind=pb.Outcome.STOP)
+                outcome = pb.Outcome(kind=pb.Outcome.YIELD, value=_wire.dumps(value, what=f"a value yielded by {name}()"))
+                self._to_io.post(self._send, hosted, outcome)
+        finally:
+            try:
+                await agen.aclose()
+            except (Exception, asyncio.CancelledError):
+                _log.debug("closing %s() raised", name, exc_info=True)
+
+
+class Upstream:
+    """Where a routine running here sends the routines it calls: its own dispatcher.
+
+    The call travels back up the stream that brought the running task (an
+    even-numbered call), the dispatcher runs it through its pool, and the
+    outcome comes back down. The stream lives on the gRPC loop, the caller
+    on the routine loop; `bridge` carries each step across.
+    """
+
+    def __init__(self, service: WorkerService, hosted: _Hosted) -> None:
+        assert service._loop is not None
+        self._loop = service._loop
+        self._session = hosted.session
+        self._parent = hosted.id
+
+    def call(self, task: Task) -> Any:
+        task.parent = self._parent
+        return bridge(self._loop, call_routine(self, task))
+
+    def generator(self, task: Task) -> BridgedGenerator:
+        task.parent = self._parent
+        return BridgedGenerator(self._loop, RemoteGenerator(self, task))
+
+    async def start(self, task: Task) -> OutgoingCall:
+        return await open_call(self._session, task.message(self._session))
+
+
+def _cancel_runner(hosted: _Hosted) -> None:
+    if hosted.runner is not None:
+        hosted.runner.cancel()
+
+
+def _reject(call_id: int, code: int, message: str) -> pb.Frame:
+    return pb.Frame(id=call_id, reject=pb.Reject(code=code, message=message))
+
+
+def _lost_dispatcher(reason: BaseException) -> BaseException:
+    return WorkerBroken(f"the dispatcher's stream ended: {reason}")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

@@ -1,0 +1,85 @@
+"""Test harness: async tests run on uvloop; no test may leak a process.
+
+Async test functions run in a fresh event loop each (a tiny stand-in for
+pytest-asyncio, which the suite does not need: fixtures stay synchronous,
+tests open pools with ``async with``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+import uvloop
+
+
+
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run ``async def`` tests to completion on a new uvloop loop."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(pyfuncitem.obj(**kwargs))
+    finally:
+        try:
+            _cancel_leftovers(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+    return True
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=10))
+
+
+def children() -> set[int]:
+    """Pids whose parent is this process (running or zombie)."""
+    me = os.getpid()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.add(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes() -> Iterator[None]:
+    """Fail a test that leaves a child process behind; kill and reap it either way."""
+    before = children()
+    yield
+    leaked = children() - before
+    if not leaked:
+        return
+    for pid in leaked:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    pytest.fail(f"the test left child processes behind: {sorted(leaked)}")

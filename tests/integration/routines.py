@@ -1,0 +1,157 @@
+"""Routines the integration tests run on real workers.
+
+A non-test module, so workers import it by name (the pool ships routines
+by reference when it can). `notify` lets a routine tell the test what it
+is doing, over a socket, so tests wait on events rather than on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+
+import pool
+
+
+def notify(address: tuple[str, int] | None, message: str) -> None:
+    """Send one line to the test's `Signals` server (no-op without an address)."""
+    if address is None:
+        return
+    with socket.create_connection(address, timeout=5) as conn:
+        conn.sendall(message.encode() + b"\n")
+
+
+@pool.routine
+async def add(x, y):
+    return x + y
+
+
+@pool.routine
+async def noop():
+    return None
+
+
+@pool.routine
+async def echo(value):
+    return value
+
+
+@pool.routine
+async def pid():
+    return os.getpid()
+
+
+@pool.routine
+async def count(n):
+    for i in range(n):
+        yield i
+
+
+@pool.routine
+async def accumulate():
+    """Yields the running total of what is sent in; a thrown ValueError resets it."""
+    total = 0
+    while True:
+        try:
+            sent = yield total
+        except ValueError:
+            total = 0
+            continue
+        total += sent or 0
+
+
+@pool.routine
+async def guarded_stream(signals):
+    """Yields forever; tells the test when its finally block runs."""
+    try:
+        i = 0
+        while True:
+            yield i
+            i += 1
+    finally:
+        notify(signals, f"closed {os.getpid()}")
+
+
+@pool.routine
+async def fail(message):
+    raise ValueError(message)
+
+
+class Custom(Exception):
+    def __init__(self, code, detail):
+        super().__init__(code, detail)
+        self.code = code
+        self.detail = detail
+
+
+@pool.routine
+async def fail_custom():
+    raise Custom(7, "seven")
+
+
+@pool.routine
+async def sleep(seconds, signals=None, tag=""):
+    """Sleep; notify 'started <tag> <pid>', and 'cancelled <tag>' if cancelled."""
+    notify(signals, f"started {tag} {os.getpid()}")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        notify(signals, f"cancelled {tag}")
+        raise
+    return seconds
+
+
+@pool.routine
+async def spin(seconds, signals=None):
+    """Hog the CPU (no await) for ``seconds``."""
+    notify(signals, f"spinning {os.getpid()}")
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return os.getpid()
+
+
+@pool.routine
+async def unpicklable_result():
+    return threading.Lock()
+
+
+class Unpicklable(Exception):
+    def __init__(self):
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
+@pool.routine
+async def unpicklable_exception():
+    raise Unpicklable()
+
+
+@pool.routine
+async def fact(n):
+    return 1 if n <= 1 else n * await fact(n - 1)
+
+
+@pool.routine
+async def nested_count(n):
+    """A generator routine that streams from another generator routine."""
+    async for i in count(n):
+        yield i * 10
+
+
+@pool.routine
+async def call_pids(n):
+    """Nested fan-out: the pids of n nested calls."""
+    return await asyncio.gather(*(pid() for _ in range(n)))
+
+
+class Counter:
+    def __init__(self, start):
+        self.start = start
+
+    @pool.routine
+    async def plus(self, n):
+        return self.start + n

@@ -1,0 +1,153 @@
+"""A pool starts its workers, and no worker process survives its exit, however it exits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pool
+from tests.integration import routines
+from tests.integration.signals import Signals
+
+pytestmark = pytest.mark.integration
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_spawn_should_start_that_many_workers():
+    async with pool.WorkerPool(spawn=3) as p:
+        assert len(p.workers) == 3
+        assert len(set(p.pids)) == 3
+        assert all(m.local and m.address.startswith("127.0.0.1:") for m in p.workers.values())
+
+
+async def test_spawn_should_default_to_one_worker_per_cpu():
+    async with pool.WorkerPool() as p:
+        assert len(p.workers) == (os.cpu_count() or 1)
+
+
+async def test_spawn_should_read_leakypool_spawn(monkeypatch):
+    monkeypatch.setenv("LEAKYPOOL_SPAWN", "1")
+    async with pool.WorkerPool() as p:
+        assert len(p.workers) == 1
+
+
+async def test_exit_should_stop_and_reap_every_worker():
+    async with pool.WorkerPool(spawn=2) as p:
+        pids = p.pids
+        assert await routines.add(1, 1) == 2
+    assert not any(alive(pid) for pid in pids)
+
+
+async def test_exit_should_reap_workers_when_the_body_raises():
+    with pytest.raises(RuntimeError, match="body failed"):
+        async with pool.WorkerPool(spawn=2) as p:
+            pids = p.pids
+            raise RuntimeError("body failed")
+    assert not any(alive(pid) for pid in pids)
+
+
+async def test_exit_should_reap_workers_when_the_body_is_cancelled():
+    pids: list[int] = []
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with pool.WorkerPool(spawn=2) as p:
+            pids.extend(p.pids)
+            entered.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(body())
+    await asyncio.wait_for(entered.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pids and not any(alive(pid) for pid in pids)
+
+
+async def test_exit_should_let_in_flight_calls_finish_within_the_grace():
+    async with Signals() as signals:
+        async with pool.WorkerPool(spawn=1, shutdown_grace=10) as p:
+            call = asyncio.ensure_future(routines.sleep(0.5, signals.address, "draining"))
+            await signals.wait("started draining")
+        assert await call == 0.5
+
+
+async def test_exit_should_fail_calls_that_outlive_the_grace():
+    async with Signals() as signals:
+        async with pool.WorkerPool(spawn=1, shutdown_grace=0.2):
+            call = asyncio.ensure_future(routines.sleep(60, signals.address, "stuck"))
+            await signals.wait("started stuck")
+        with pytest.raises(pool.WorkerBroken):
+            await asyncio.wait_for(call, 10)
+
+
+async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
+    script = tmp_path / "victim.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, sys
+            import pool
+
+            async def main():
+                async with pool.WorkerPool(spawn=2) as p:
+                    print(" ".join(map(str, p.pids)), flush=True)
+                    await asyncio.sleep(3600)
+
+            asyncio.run(main())
+            """
+        )
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), stdout=subprocess.PIPE, cwd=os.getcwd()
+    )
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        pids = [int(x) for x in line.split()]
+        assert len(pids) == 2
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        # Orphans are re-parented to init; they notice the lifeline closing and exit.
+        async with asyncio.timeout(30):
+            while any(alive(pid) for pid in pids):
+                await asyncio.sleep(0.05)  # no event reaches us from a non-child; poll, bounded
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_pool_should_not_be_reentered():
+    p = pool.WorkerPool(spawn=1)
+    async with p:
+        pass
+    with pytest.raises(pool.PoolClosed):
+        async with p:
+            pass
+
+
+async def test_repr_should_show_live_state():
+    async with pool.WorkerPool(spawn=2) as p:
+        await routines.add(1, 2)
+        assert repr(p) == "<WorkerPool open [Workers: 2 (2 local) | Calls: 0 in flight, 1 dispatched]>"
+    assert repr(p).startswith("<WorkerPool closed [Workers: 0")
+
+
+async def test_innermost_pool_should_receive_the_calls():
+    async with pool.WorkerPool(spawn=1) as outer:
+        async with pool.WorkerPool(spawn=1) as inner:
+            assert await routines.pid() in inner.pids
+        assert await routines.pid() in outer.pids

@@ -1,0 +1,48 @@
+"""A worker whose routine hogs the CPU still answers new dispatches promptly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import pool
+from backpressure import TaskCountBackpressure
+from tests.integration import routines
+from tests.integration.signals import Signals
+
+pytestmark = pytest.mark.integration
+
+PROMPT_S = 0.5
+"""Generous bound for "promptly" (the bench measures the real figure: milliseconds)."""
+
+
+async def test_busy_worker_should_accept_a_new_dispatch_promptly_while_a_routine_spins():
+    async with Signals() as signals, pool.WorkerPool(spawn=1) as p:
+        spinning = asyncio.ensure_future(routines.spin(2.0, signals.address))
+        await signals.wait("spinning")
+        t0 = time.perf_counter()
+        call = await p.start(routines.add.task((1, 2), {}))  # returns once the worker accepted
+        accepted_after = time.perf_counter() - t0
+        call.cancel()
+        assert accepted_after < PROMPT_S
+        assert not spinning.done()
+        await spinning
+        assert await routines.add(1, 1) == 2
+        (state,) = (await p.worker_states()).values()
+        assert state.in_flight == 0  # the cancelled call, queued behind the spin, ended too
+
+
+async def test_busy_worker_should_reject_a_new_dispatch_promptly_while_a_routine_spins():
+    async with Signals() as signals, pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1)):
+        spinning = asyncio.ensure_future(routines.spin(2.0, signals.address))
+        await signals.wait("spinning")
+        t0 = time.perf_counter()
+        with pytest.raises(pool.NoWorkersAvailable) as info:
+            await routines.add(1, 2)
+        assert time.perf_counter() - t0 < PROMPT_S
+        assert isinstance(info.value.__cause__, pool.WorkerRejected)
+        assert info.value.__cause__.code == "RESOURCE_EXHAUSTED"
+        assert not spinning.done()
+        await spinning
