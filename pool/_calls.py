@@ -51,16 +51,22 @@ class Task:
     workflow: str = ""
     parent: int = 0
 
-    def message(self, session: Session) -> pb.Call:
-        """The Call message for ``session``; the routine's blob crosses once per stream."""
-        routine = pb.Routine(digest=self.digest, name=self.name, generator=self.generator)
+    def fill(self, call: pb.Call, session: Session) -> None:
+        """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""
+        routine = call.routine
+        routine.digest = self.digest
+        routine.name = self.name
+        routine.generator = self.generator
         if self.digest not in session.sent_digests:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
-        call = pb.Call(routine=routine, args=self.args, parent=self.parent, timeout=self.timeout or 0.0)
+        if self.args:
+            call.args = self.args
+        call.parent = self.parent
+        if self.timeout:
+            call.timeout = self.timeout
         if self.queue or self.key or self.workflow:
             call.limits.queue, call.limits.key, call.limits.workflow = self.queue, self.key, self.workflow
-        return call
 
     @classmethod
     def from_message(cls, call: pb.Call, blob: bytes) -> Task:
@@ -98,22 +104,23 @@ class Dispatcher(Protocol):
         ...
 
 
-async def open_call(session: Session, message: pb.Call) -> OutgoingCall:
-    """Open a call on ``session`` and wait for the callee's verdict.
+async def open_call(session: Session, task: Task) -> OutgoingCall:
+    """Open a call for ``task`` on ``session`` and wait for the callee's verdict.
 
     Raises:
         WorkerRejected: the callee declined it (busy or draining).
         WorkerBroken: the callee refused it for good (a protocol error).
         BaseException: what ended the stream, if it ended first.
     """
-    call = session.open(message)
+    call, message = session.open(task.name)
+    task.fill(message, session)
     try:
         frame = await call.receive()
     except BaseException:
         call.cancel()
         raise
     if frame.HasField("reject"):
-        raise rejection(frame.reject, session.label, message.routine.name)
+        raise rejection(frame.reject, session.label, task.name)
     return call
 
 
@@ -160,7 +167,7 @@ def outcome_value(outcome: pb.Outcome, name: str) -> Any:
     if kind == pb.Outcome.RETURN:
         return _wire.loads(outcome.value, what=f"the result of {name}()")
     if kind == pb.Outcome.RAISE:
-        raise _wire.unpack_exception(outcome, name)
+        raise _wire.unpack_exception(outcome.value, outcome.traceback, name)
     if kind == pb.Outcome.CANCELLED:
         raise WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
     raise WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")

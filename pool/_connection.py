@@ -117,7 +117,7 @@ class WorkerConnection:
             WorkerBroken: the stream failed; ``code`` says how.
         """
         session = self._live_session()
-        return await open_call(session, task.message(session))
+        return await open_call(session, task)
 
     def _live_session(self) -> Session:
         session = self._session

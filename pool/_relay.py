@@ -47,13 +47,12 @@ class NestedHost:
             session.received[routine.digest] = routine.blob
         blob = session.received.get(routine.digest)
         if blob is None:
-            reject = pb.Reject(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="unknown routine digest")
-            session.send(pb.Frame(id=frame.id, reject=reject))
+            session.reject(frame.id, grpc.StatusCode.FAILED_PRECONDITION.value[0], "unknown routine digest")
             return
         relay = _Relay(session, frame.id, Task.from_message(frame.call, blob))
         relay.task.parent = 0
         session.hosted[frame.id] = relay
-        session.send(pb.Frame(id=frame.id, accept=pb.Accept()))
+        session.accept(frame.id)
         relay.runner = asyncio.ensure_future(self._run(relay))
         relay.runner.add_done_callback(lambda runner: self._cancelled_before_start(relay, runner))
 
@@ -75,10 +74,10 @@ class NestedHost:
         # Cancelled before its first step, `_run` never ran: answer for it.
         if runner.cancelled():
             relay.session.hosted.pop(relay.id, None)
-            relay.session.send(pb.Frame(id=relay.id, outcome=pb.Outcome(kind=pb.Outcome.CANCELLED)))
+            relay.session.outcome(relay.id, pb.Outcome.CANCELLED)
 
     async def _run(self, relay: _Relay) -> None:
-        outcome: pb.Outcome
+        session, call_id = relay.session, relay.id
         try:
             downstream = await self._target.start(relay.task)
             try:
@@ -87,12 +86,13 @@ class NestedHost:
                 downstream.cancel()
                 raise
         except asyncio.CancelledError:
-            outcome = pb.Outcome(kind=pb.Outcome.CANCELLED)
+            session.outcome(call_id, pb.Outcome.CANCELLED)
         except Exception as exc:
-            outcome = _wire.pack_exception(exc, relay.task.name)
+            session.outcome(call_id, pb.Outcome.RAISE, *_wire.pack_exception(exc, relay.task.name))
+        else:
+            session.forward(call_id, outcome)
         finally:
-            relay.session.hosted.pop(relay.id, None)
-        relay.session.send(pb.Frame(id=relay.id, outcome=outcome))
+            session.hosted.pop(call_id, None)
 
     async def _forward(self, relay: _Relay, downstream: OutgoingCall) -> pb.Outcome:
         """Pass steps down and outcomes up until the final outcome."""
@@ -104,4 +104,4 @@ class NestedHost:
             outcome = (await downstream.receive()).outcome
             if outcome.kind in FINAL_OUTCOMES:
                 return outcome
-            relay.session.send(pb.Frame(id=relay.id, outcome=outcome))
+            relay.session.forward(relay.id, outcome)

@@ -28,6 +28,8 @@ FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
 )
 """Outcome kinds after which a call is over (YIELD is the only other)."""
 
+_UNIMPLEMENTED: Final[int] = grpc.StatusCode.UNIMPLEMENTED.value[0]
+
 Read = Callable[[], Awaitable["pb.Frames | object"]]
 Write = Callable[[pb.Frames], Awaitable[None]]
 
@@ -49,19 +51,25 @@ class CallHost(Protocol):
 
 
 class Outbox:
-    """Frames waiting to leave on one stream; one writer task sends them in batches."""
+    """Frames waiting to leave on one stream; one writer task sends them in batches.
 
-    __slots__ = ("_frames", "_ready", "_closing")
+    Frames are built in place inside the next batch (`frame`), so a large
+    value is copied into the message once, not once per wrapping message.
+    """
+
+    __slots__ = ("_batch", "_ready", "_closing")
 
     def __init__(self) -> None:
-        self._frames: list[pb.Frame] = []
+        self._batch = pb.Frames()
         self._ready = asyncio.Event()
         self._closing = False
 
-    def put(self, frame: pb.Frame) -> None:
-        """Queue ``frame``; it leaves with the next batch."""
-        self._frames.append(frame)
+    def frame(self, call_id: int) -> pb.Frame:
+        """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
+        frame = self._batch.frames.add()
+        frame.id = call_id
         self._ready.set()
+        return frame
 
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
@@ -69,17 +77,19 @@ class Outbox:
         self._ready.set()
 
     async def pump(self, write: Write) -> None:
-        """Send batches until closed (and flushed), cancelled, or ``write`` fails."""
+        """Send batches until closed (and flushed), cancelled, or ``write`` fails.
+
+        The wake-up runs after the callbacks that were ready when the first
+        frame arrived, so whatever they add (a burst of dispatches, several
+        routines finishing) leaves in the same message.
+        """
         while True:
             await self._ready.wait()
-            # One more loop turn lets tasks that are ready right now (a
-            # routine finishing, a burst of dispatches) join this batch.
-            await asyncio.sleep(0)
-            frames, self._frames = self._frames, []
+            batch, self._batch = self._batch, pb.Frames()
             self._ready.clear()
-            if frames:
-                await write(pb.Frames(frames=frames))
-            if self._closing and not self._frames:
+            if batch.frames:
+                await write(batch)
+            if self._closing and not self._batch.frames:
                 return
 
 
@@ -133,12 +143,12 @@ class OutgoingCall:
 
     def step(self, kind: int, value: bytes = b"") -> None:
         """Drive a generator call: NEXT, SEND(value), THROW(value), CLOSE."""
-        self.session.send(pb.Frame(id=self.id, step=pb.Step(kind=kind, value=value)))
+        self.session.step(self.id, kind, value)
 
     def cancel(self) -> None:
         """Ask the callee to cancel the call; forget it here at once."""
         if not self.finished:
-            self.session.send(pb.Frame(id=self.id, step=pb.Step(kind=pb.Step.CANCEL)))
+            self.session.step(self.id, pb.Step.CANCEL)
             self.session.forget(self.id)
             self._finish()
 
@@ -183,13 +193,13 @@ class Session:
         """Calls this end opened that have not ended."""
         return len(self._outgoing)
 
-    def send(self, frame: pb.Frame) -> None:
-        """Queue a frame for the peer (dropped once the stream has failed)."""
-        if self.failure is None:
-            self._outbox.put(frame)
+    def _frame(self, call_id: int) -> pb.Frame:
+        if self.failure is not None:
+            return pb.Frame()  # the stream is gone: build it, send nothing
+        return self._outbox.frame(call_id)
 
-    def open(self, call: pb.Call) -> OutgoingCall:
-        """Open a call: send ``call``; its replies go to the returned object.
+    def open(self, name: str) -> tuple[OutgoingCall, pb.Call]:
+        """Open a call to ``name``: returns it and its Call message, to fill in now.
 
         Raises:
             BaseException: the error that already ended this stream.
@@ -198,10 +208,41 @@ class Session:
             raise self.failure
         call_id = self._next_id
         self._next_id += 2
-        outgoing = OutgoingCall(self, call_id, call.routine.name)
+        outgoing = OutgoingCall(self, call_id, name)
         self._outgoing[call_id] = outgoing
-        self._outbox.put(pb.Frame(id=call_id, call=call))
-        return outgoing
+        return outgoing, self._outbox.frame(call_id).call
+
+    def step(self, call_id: int, kind: int, value: bytes = b"") -> None:
+        """Send a Step for a call this end opened."""
+        step = self._frame(call_id).step
+        step.kind = kind
+        if value:
+            step.value = value
+        step.SetInParent()
+
+    def accept(self, call_id: int) -> None:
+        """Accept a call the peer opened."""
+        self._frame(call_id).accept.SetInParent()
+
+    def reject(self, call_id: int, code: int, message: str) -> None:
+        """Reject a call the peer opened, with a gRPC status code."""
+        reject = self._frame(call_id).reject
+        reject.code = code
+        reject.message = message
+
+    def outcome(self, call_id: int, kind: int, value: bytes = b"", traceback: str = "") -> None:
+        """Report an outcome of a call the peer opened."""
+        outcome = self._frame(call_id).outcome
+        outcome.SetInParent()
+        outcome.kind = kind
+        if value:
+            outcome.value = value
+        if traceback:
+            outcome.traceback = traceback
+
+    def forward(self, call_id: int, outcome: pb.Outcome) -> None:
+        """Pass on an outcome received from elsewhere (nested dispatch)."""
+        self._frame(call_id).outcome.CopyFrom(outcome)
 
     def forget(self, call_id: int) -> None:
         """Stop routing replies for ``call_id`` (it was cancelled here)."""
@@ -219,7 +260,7 @@ class Session:
                 outgoing.deliver(frame)
             elif self._host is None:
                 if frame.HasField("call"):
-                    self.send(_refuse(frame.id))
+                    self.reject(frame.id, _UNIMPLEMENTED, "this end runs no calls")
             elif frame.HasField("call"):
                 self._host.on_call(self, frame)
             else:
@@ -276,8 +317,3 @@ class Session:
             self.fail(describe(reason))
 
 
-def _refuse(call_id: int) -> pb.Frame:
-    return pb.Frame(
-        id=call_id,
-        reject=pb.Reject(code=grpc.StatusCode.UNIMPLEMENTED.value[0], message="this end runs no calls"),
-    )

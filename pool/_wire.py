@@ -19,8 +19,8 @@ from typing import Any, Final
 
 import cloudpickle
 
+from . import _malloc
 from ._errors import RemoteTraceback, SerializationError
-from ._proto import leakypool_pb2 as pb
 
 DIGEST_BYTES: Final[int] = 16
 """Length of a routine's content digest (blake2b), its name on a stream."""
@@ -38,9 +38,12 @@ def dumps(value: Any, *, what: str) -> bytes:
     if value is None:
         return _EMPTY
     try:
-        return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise SerializationError(f"{what} cannot be pickled: {_describe(exc)}") from exc
+    if len(data) >= _malloc.LARGE_BYTES:
+        _malloc.tune()
+    return data
 
 
 def loads(data: bytes, *, what: str) -> Any:
@@ -52,6 +55,8 @@ def loads(data: bytes, *, what: str) -> Any:
     """
     if not data:
         return None
+    if len(data) >= _malloc.LARGE_BYTES:
+        _malloc.tune()
     try:
         return pickle.loads(data)
     except Exception as exc:
@@ -67,9 +72,13 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     if not args and not kwargs:
         return _EMPTY
     try:
-        return cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        data = cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         pass
+    else:
+        if len(data) >= _malloc.LARGE_BYTES:
+            _malloc.tune()
+        return data
     for index, arg in enumerate(args):
         dumps(arg, what=f"argument {index} of {name}() ({_short_repr(arg)})")
     for key, arg in kwargs.items():
@@ -90,8 +99,8 @@ def digest(blob: bytes) -> bytes:
     return hashlib.blake2b(blob, digest_size=DIGEST_BYTES).digest()
 
 
-def pack_exception(exc: BaseException, name: str) -> pb.Outcome:
-    """A RAISE outcome for ``exc``: the pickled exception and its traceback text.
+def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
+    """``(pickled exception, traceback text)`` for a RAISE outcome.
 
     An exception that cannot be pickled is replaced by a
     `SerializationError` that says so; the traceback text still goes along.
@@ -106,19 +115,19 @@ def pack_exception(exc: BaseException, name: str) -> pb.Outcome:
             f"it cannot be sent back to the caller: {_describe(err)}"
         )
         value = cloudpickle.dumps(stand_in, protocol=pickle.HIGHEST_PROTOCOL)
-    return pb.Outcome(kind=pb.Outcome.RAISE, value=value, traceback=tb)
+    return value, tb
 
 
-def unpack_exception(outcome: pb.Outcome, name: str) -> BaseException:
+def unpack_exception(value: bytes, tb: str, name: str) -> BaseException:
     """The exception a RAISE outcome carries, with the remote traceback as cause."""
     try:
-        exc = loads(outcome.value, what=f"the exception raised by {name}()")
+        exc = loads(value, what=f"the exception raised by {name}()")
     except SerializationError as err:
         exc = err
     if not isinstance(exc, BaseException):
         exc = SerializationError(f"{name}() raised a non-exception: {exc!r}")
-    if outcome.traceback:
-        exc.__cause__ = RemoteTraceback(outcome.traceback)
+    if tb:
+        exc.__cause__ = RemoteTraceback(tb)
     return exc
 
 

@@ -21,7 +21,7 @@ import grpc
 
 from backpressure import BackpressureLike, TaskCountBackpressure
 
-from . import _wire
+from . import _malloc, _wire
 from ._config import ConfigError, WorkerConfig, fail
 from ._connection import CHANNEL_OPTIONS
 from ._ids import new_uid
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_security(config)
     except ConfigError as exc:
         fail(str(exc))
+    _malloc.tune()
     logging.basicConfig(
         level=config.log_level,
         format="%(asctime)s %(levelname)s leakypool-worker[%(process)d] %(message)s",

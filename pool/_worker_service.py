@@ -49,6 +49,12 @@ _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
 
+Outcome = tuple[int, bytes, str]
+"""(Outcome kind, pickled value, traceback text): what the routine loop hands the gRPC loop."""
+
+_CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
+_STOP: Outcome = (pb.Outcome.STOP, b"", "")
+
 
 class _Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
@@ -248,10 +254,10 @@ class WorkerService:
             session.received[routine.digest] = _Code(routine.blob, routine.name)
         code = session.received.get(routine.digest)
         if code is None:
-            session.send(_reject(frame.id, _FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()"))
+            session.reject(frame.id, _FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()")
             return
         if not self.accepting:
-            session.send(_reject(frame.id, _UNAVAILABLE, f"worker is draining ({self.exit_reason})"))
+            session.reject(frame.id, _UNAVAILABLE, f"worker is draining ({self.exit_reason})")
             return
         hosted = _Hosted(session, frame.id, Task.from_message(call, code.blob), code)
         if self._hook is None:
@@ -266,7 +272,7 @@ class WorkerService:
             session.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
             asyncio.ensure_future(self._admit_later(hosted, verdict))
         elif verdict:
-            session.send(_reject(hosted.id, _RESOURCE_EXHAUSTED, "rejected by backpressure"))
+            session.reject(hosted.id, _RESOURCE_EXHAUSTED, "rejected by backpressure")
         else:
             self._accept(hosted)
 
@@ -282,7 +288,7 @@ class WorkerService:
         elif rejected or not self.accepting:
             hosted.session.hosted.pop(hosted.id, None)
             code, why = (_RESOURCE_EXHAUSTED, "rejected by backpressure") if rejected else (_UNAVAILABLE, "worker is draining")
-            hosted.session.send(_reject(hosted.id, code, why))
+            hosted.session.reject(hosted.id, code, why)
         else:
             self._accept(hosted)
 
@@ -290,12 +296,12 @@ class WorkerService:
         # Fail closed but transient: the dispatcher rotates to another worker
         # and keeps this one; a buggy hook neither floods nor evicts it.
         _log.exception("backpressure hook %r raised; rejecting %s() as UNAVAILABLE", self._hook, hosted.task.name)
-        hosted.session.send(_reject(hosted.id, _UNAVAILABLE, "backpressure hook failed; see the worker's log"))
+        hosted.session.reject(hosted.id, _UNAVAILABLE, "backpressure hook failed; see the worker's log")
 
     def _accept(self, hosted: _Hosted) -> None:
         session = hosted.session
         session.hosted[hosted.id] = hosted
-        session.send(pb.Frame(id=hosted.id, accept=pb.Accept()))
+        session.accept(hosted.id)
         if self._in_flight == 0:
             self._idle.clear()
             self._disarm_idle_timer()
@@ -319,12 +325,12 @@ class WorkerService:
         hosted.cancelled = True
         self._routines.hop.post(_cancel_runner, hosted)
 
-    def _send(self, hosted: _Hosted, outcome: pb.Outcome) -> None:
-        hosted.session.send(pb.Frame(id=hosted.id, outcome=outcome))
+    def _send(self, hosted: _Hosted, outcome: Outcome) -> None:
+        hosted.session.outcome(hosted.id, *outcome)
 
-    def _finish(self, hosted: _Hosted, outcome: pb.Outcome) -> None:
+    def _finish(self, hosted: _Hosted, outcome: Outcome) -> None:
         hosted.session.hosted.pop(hosted.id, None)
-        self._send(hosted, outcome)
+        hosted.session.outcome(hosted.id, *outcome)
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle_since = time.monotonic()
@@ -344,7 +350,7 @@ class WorkerService:
         # block; report it here, or the call would stay in flight forever.
         if runner.cancelled():
             assert self._to_io is not None
-            self._to_io.post(self._finish, hosted, pb.Outcome(kind=pb.Outcome.CANCELLED))
+            self._to_io.post(self._finish, hosted, _CANCELLED)
 
     async def _run(self, hosted: _Hosted) -> None:
         token = set_dispatcher(Upstream(self, hosted))
@@ -356,17 +362,17 @@ class WorkerService:
                 outcome = await self._drive(fn(*args, **kwargs), hosted)
             else:
                 value = await fn(*args, **kwargs)
-                outcome = pb.Outcome(kind=pb.Outcome.RETURN, value=_wire.dumps(value, what=f"the result of {name}()"))
+                outcome = (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
         except asyncio.CancelledError:
-            outcome = pb.Outcome(kind=pb.Outcome.CANCELLED)
+            outcome = _CANCELLED
         except BaseException as exc:
-            outcome = _wire.pack_exception(exc, name)
+            outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
         finally:
             reset_dispatcher(token)
         assert self._to_io is not None
         self._to_io.post(self._finish, hosted, outcome)
 
-    async def _drive(self, agen: Any, hosted: _Hosted) -> pb.Outcome:
+    async def _drive(self, agen: Any, hosted: _Hosted) -> Outcome:
         """Advance an async generator one step per Step frame, until it ends."""
         assert self._to_io is not None
         name = hosted.task.name
@@ -382,10 +388,10 @@ class WorkerService:
                         value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
                     else:
                         await agen.aclose()
-                        return pb.Outcome(kind=pb.Outcome.STOP)
+                        return _STOP
                 except StopAsyncIteration:
-                    return pb.Outcome(kind=pb.Outcome.STOP)
-                outcome = pb.Outcome(kind=pb.Outcome.YIELD, value=_wire.dumps(value, what=f"a value yielded by {name}()"))
+                    return _STOP
+                outcome = (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
                 self._to_io.post(self._send, hosted, outcome)
         finally:
             try:
@@ -418,16 +424,12 @@ class Upstream:
         return BridgedGenerator(self._loop, RemoteGenerator(self, task))
 
     async def start(self, task: Task) -> OutgoingCall:
-        return await open_call(self._session, task.message(self._session))
+        return await open_call(self._session, task)
 
 
 def _cancel_runner(hosted: _Hosted) -> None:
     if hosted.runner is not None:
         hosted.runner.cancel()
-
-
-def _reject(call_id: int, code: int, message: str) -> pb.Frame:
-    return pb.Frame(id=call_id, reject=pb.Reject(code=code, message=message))
 
 
 def _lost_dispatcher(reason: BaseException) -> BaseException:
