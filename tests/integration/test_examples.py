@@ -1,0 +1,39 @@
+"""Every example runs (a smoke test), and the README's commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+SMOKE = {
+    "quickstart.py": (["--workers", "2"], "fib(10) = 55"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_example_should_run_to_completion(script):
+    args, expected = SMOKE[script]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *args],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert expected in result.stdout
+
+
+def test_every_python_example_should_have_a_smoke_test():
+    scripts = {p.name for p in (ROOT / "examples").glob("*.py")}
+    assert scripts == set(SMOKE)
+
+
+def test_ci_should_run_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "# install with the test extras" in readme
+    assert "awk '/^# install with the test extras/" in (ROOT / ".ci" / "run").read_text()

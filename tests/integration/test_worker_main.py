@@ -1,0 +1,75 @@
+"""worker_main.py as an operator runs it: flags, variables, errors, start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pool._config import WORKER_SETTINGS
+
+pytestmark = pytest.mark.integration
+
+WORKER = [sys.executable, "worker_main.py"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEAKYPOOL_")}
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(WORKER + args, capture_output=True, text=True, env=clean_env(**env), timeout=60)
+
+
+def test_help_should_document_every_flag_and_its_variable():
+    result = run(["--help"])
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for setting in WORKER_SETTINGS:
+        assert setting.flag in text, setting.flag
+        assert setting.env in text, setting.env
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--port", "x"], {}, "--port: expected an integer in 0..65535, got 'x'"),
+        (["--max-concurrent-tasks", "-2"], {}, "--max-concurrent-tasks: expected an integer >= 0, got '-2'"),
+        ([], {"LEAKYPOOL_IDLE_TIMEOUT": "later"}, "LEAKYPOOL_IDLE_TIMEOUT: expected seconds >= 0, got 'later'"),
+        (["--discovery", "dns"], {}, "--discovery: expected one of none, lan, local, got 'dns'"),
+        (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
+        (["--host", "0.0.0.0"], {}, "--host 0.0.0.0: a worker off loopback runs code for anyone who reaches it"),
+    ],
+)
+def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):
+    result = run(args, **env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("leakypool-worker: error: ")
+    assert message in lines[0]
+
+
+async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_sigterm():
+    proc = await asyncio.create_subprocess_exec(
+        *WORKER, "--port", "0", "--max-concurrent-tasks", "3", "--tags", "blue",
+        stderr=subprocess.PIPE, env=clean_env(),
+    )
+    try:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+        assert re.search(r"ready: uid=[0-9a-f-]{36} address=127\.0\.0\.1:\d+ capacity=3 tls=False tags=blue", line), line
+        proc.send_signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
+        assert await proc.wait() == 0
+        assert "exited: SIGTERM" in rest
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -1,0 +1,124 @@
+"""Tests for pool._config: flags, LEAKYPOOL_* variables, validation, round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pool
+from pool._config import POOL_SETTINGS, WORKER_SETTINGS, PoolConfig, WorkerConfig
+
+
+class TestWorkerConfig:
+    def test_from_env_should_prefer_explicit_over_environment_over_default(self):
+        """Test the precedence: argument > variable > default."""
+        env = {"LEAKYPOOL_PORT": "7000", "LEAKYPOOL_MAX_CONCURRENT_TASKS": "4"}
+        config = WorkerConfig.from_env(env, port=8000)
+        assert config.port == 8000
+        assert config.max_concurrent_tasks == 4
+        assert config.host == "127.0.0.1"
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "expected"),
+        [
+            ("LEAKYPOOL_PORT", "seventy", "an integer in 0..65535"),
+            ("LEAKYPOOL_PORT", "70000", "an integer in 0..65535"),
+            ("LEAKYPOOL_MAX_CONCURRENT_TASKS", "-1", "an integer >= 0"),
+            ("LEAKYPOOL_IDLE_TIMEOUT", "soon", "seconds >= 0"),
+            ("LEAKYPOOL_IDLE_TIMEOUT", "nan", "seconds >= 0"),
+            ("LEAKYPOOL_INSECURE", "maybe", "a boolean (1/0, true/false)"),
+            ("LEAKYPOOL_DISCOVERY", "dns", "one of none, lan, local"),
+            ("LEAKYPOOL_TLS_CERT", "/no/such/file", "an existing file"),
+            ("LEAKYPOOL_UID", "not-a-uuid", "a UUID"),
+        ],
+    )
+    def test_from_env_should_name_the_variable_expectation_and_value_when_invalid(self, variable, value, expected):
+        """Test that a bad variable fails at construction with a message that says what to fix."""
+        with pytest.raises(pool.ConfigError) as info:
+            WorkerConfig.from_env({variable: value})
+        assert str(info.value) == f"{variable}: expected {expected}, got {value!r}"
+
+    def test_from_argv_should_name_the_flag_when_invalid(self):
+        """Test that flag errors name the flag, not the variable."""
+        with pytest.raises(pool.ConfigError, match=r"^--port: expected an integer in 0..65535, got 'x'$"):
+            WorkerConfig.from_argv(["--port", "x"], {})
+
+    def test_from_argv_should_beat_the_environment(self):
+        """Test that a flag wins over its variable."""
+        config = WorkerConfig.from_argv(["--max-concurrent-tasks", "3"], {"LEAKYPOOL_MAX_CONCURRENT_TASKS": "9"})
+        assert config.max_concurrent_tasks == 3
+
+    def test_from_argv_should_collect_repeated_tags(self):
+        """Test that --tags repeats and also splits commas."""
+        config = WorkerConfig.from_argv(["--tags", "gpu", "--tags", "eu,big"], {})
+        assert config.tags == ("gpu", "eu", "big")
+
+    def test_validated_should_refuse_a_certificate_without_its_key(self, tmp_path):
+        """Test that half a TLS setup is an error, not a silent downgrade."""
+        cert = tmp_path / "cert.pem"
+        cert.write_text("x")
+        with pytest.raises(pool.ConfigError, match="--tls-cert and --tls-key"):
+            WorkerConfig.from_env({"LEAKYPOOL_TLS_CERT": str(cert)})
+
+    @given(
+        st.builds(
+            WorkerConfig,
+            host=st.sampled_from(["127.0.0.1", "0.0.0.0", "::1"]),
+            port=st.integers(0, 65535),
+            tags=st.lists(st.from_regex(r"[a-z0-9_-]{1,8}", fullmatch=True), max_size=3).map(tuple),
+            max_concurrent_tasks=st.integers(0, 10_000),
+            idle_timeout=st.floats(0, 1e6),
+            max_lifetime=st.floats(0, 1e6),
+            insecure=st.booleans(),
+            discovery=st.sampled_from(["none", "lan", "local"]),
+            log_level=st.sampled_from(["DEBUG", "INFO", "WARNING", "ERROR"]),
+        )
+    )
+    def test_from_env_should_invert_to_env(self, config):
+        """Test the round trip a pool relies on to configure the workers it spawns."""
+        assert WorkerConfig.from_env(config.to_env()) == config
+
+    def test_every_setting_should_be_a_field(self):
+        """Test that the settings table and the dataclass agree."""
+        fields = {f.name for f in dataclasses.fields(WorkerConfig)}
+        assert {s.name for s in WORKER_SETTINGS} <= fields
+
+
+class TestPoolConfig:
+    @given(
+        st.builds(
+            PoolConfig,
+            spawn=st.none() | st.integers(0, 64),
+            startup_timeout=st.floats(0.001, 1e5),
+            shutdown_grace=st.floats(0, 1e5),
+        )
+    )
+    def test_from_env_should_invert_to_env(self, config):
+        """Test that a pool's settings survive the environment round trip."""
+        assert PoolConfig.from_env(config.to_env()) == config
+
+    def test_from_env_should_ignore_the_environment_when_none(self):
+        """Test the use_env=False opt-out."""
+        assert PoolConfig.from_env(None).spawn is None
+
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"spawn": -1}, "spawn: expected an integer >= 0, got '-1'"),
+            ({"spawn": 1.5}, "spawn: expected an integer >= 0, got '1.5'"),
+            ({"spawn": True}, "spawn: expected an integer >= 0, got True"),
+            ({"startup_timeout": 0}, "startup_timeout: expected seconds > 0, got '0'"),
+        ],
+    )
+    def test_from_env_should_validate_explicit_arguments(self, kwargs, message):
+        """Test that code-given values follow the same rules as variables."""
+        with pytest.raises(pool.ConfigError) as info:
+            PoolConfig.from_env({}, **kwargs)
+        assert str(info.value) == message
+
+    def test_settings_should_all_be_fields(self):
+        """Test that the settings table and the dataclass agree."""
+        assert {s.name for s in POOL_SETTINGS} == {f.name for f in dataclasses.fields(PoolConfig)}

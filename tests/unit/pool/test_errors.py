@@ -1,0 +1,63 @@
+"""Tests for pool._errors: the tree, pickling, and public module names."""
+
+from __future__ import annotations
+
+import pickle
+
+import cloudpickle
+import pytest
+
+import balancer
+import pool
+
+ERRORS = [
+    pool.PoolClosed("closed"),
+    pool.WorkerBroken("lost", "INTERNAL"),
+    pool.WorkerRejected("busy", "UNAVAILABLE"),
+    pool.NoWorkersAvailable("none"),
+    pool.CapacityTimeout("waited too long"),
+    pool.AdmissionRejected("full", retry_after=2.5),
+    pool.Deadlock("cycle"),
+    pool.SerializationError("no pickle"),
+    pool.ConfigError("LEAKYPOOL_X: expected an integer >= 0, got 'x'"),
+    pool.RemoteTraceback("Traceback ..."),
+]
+
+
+class TestErrorTree:
+    @pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+    @pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"])
+    def test_error_should_survive_a_pickle_round_trip(self, error, dumps):
+        """Test that type, message and attributes survive pickling (routines may return errors)."""
+        restored = pickle.loads(dumps(error))
+        assert type(restored) is type(error)
+        assert str(restored) == str(error)
+        assert vars(restored) == vars(error)
+
+    @pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+    def test_error_should_pickle_by_its_public_module(self, error):
+        """Test that errors live at pool.X, so pickles do not depend on private modules."""
+        assert type(error).__module__ == "pool"
+        assert b"pool._errors" not in pickle.dumps(error)
+
+    def test_errors_should_share_one_root(self):
+        """Test that ``except pool.PoolError`` catches every error leakypool raises itself."""
+        for error in ERRORS:
+            if not isinstance(error, pool.RemoteTraceback):
+                assert isinstance(error, pool.PoolError), type(error)
+
+    def test_no_workers_available_should_also_be_the_balancer_error(self):
+        """Test that code catching balancer.NoWorkersAvailable catches the pool's too."""
+        assert issubclass(pool.NoWorkersAvailable, balancer.NoWorkersAvailable)
+        assert issubclass(pool.CapacityTimeout, pool.NoWorkersAvailable)
+
+    def test_builtin_bases_should_match_the_kind_of_error(self):
+        """Test the builtin bases that let generic handlers catch our errors."""
+        assert issubclass(pool.SerializationError, TypeError)
+        assert issubclass(pool.ConfigError, ValueError)
+        assert issubclass(pool.PoolClosed, RuntimeError)
+        assert issubclass(pool.PoolWarning, UserWarning)
+
+    def test_remote_traceback_should_render_the_worker_traceback(self):
+        """Test that the cause prints the worker's traceback under a header."""
+        assert "[worker traceback]\nTraceback ..." in str(pool.RemoteTraceback("Traceback ..."))

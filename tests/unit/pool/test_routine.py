@@ -1,0 +1,106 @@
+"""Tests for pool._routine: the decorator, options, pickling, dispatch targets."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import pool
+from pool._routine import dispatching_to
+from tests.integration import routines
+
+
+class Recorder:
+    """A dispatcher that records tasks instead of sending them."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def call(self, task):
+        self.tasks.append(task)
+
+        async def result():
+            return "recorded"
+
+        return result()
+
+    def generator(self, task):
+        self.tasks.append(task)
+        return iter(())
+
+
+class TestRoutine:
+    def test_routine_should_refuse_a_plain_function(self):
+        """Test that only async functions can be routines."""
+        with pytest.raises(TypeError, match="async def"):
+            pool.routine(lambda: 1)
+
+    def test_routine_should_keep_the_function_metadata(self):
+        """Test that name, qualname and docstring are the function's."""
+        assert routines.add.__name__ == "add"
+        assert routines.Counter.plus.__qualname__ == "Counter.plus"
+        assert routines.accumulate.__doc__.startswith("Yields the running total")
+
+    def test_call_should_raise_pool_closed_when_no_pool_is_active(self):
+        """Test the error names the routine and says how to start a pool."""
+        with pytest.raises(pool.PoolClosed, match=r"^add\(\) was called with no active WorkerPool.*async with pool.WorkerPool"):
+            routines.add(1, 2)
+
+    async def test_call_should_go_to_the_innermost_dispatcher(self):
+        """Test that the current dispatcher gets a task describing the call."""
+        outer, inner = Recorder(), Recorder()
+        with dispatching_to(outer):
+            with dispatching_to(inner):
+                assert await routines.add(1, 2) == "recorded"
+            routines.count(3)
+        (task,) = inner.tasks
+        assert (task.name, task.generator, task.timeout) == ("add", False, None)
+        assert outer.tasks[0].generator is True
+
+    def test_options_should_apply_per_call_and_validate(self):
+        """Test per-call overrides and their validation."""
+        recorder = Recorder()
+        with dispatching_to(recorder):
+            routines.add.options(timeout=2.5, queue="db", key="tenant-1")(1, 2).close()
+        (task,) = recorder.tasks
+        assert (task.timeout, task.queue, task.key) == (2.5, "db", "tenant-1")
+        with pytest.raises(ValueError, match="timeout: expected seconds > 0"):
+            routines.add.options(timeout=0)
+        with pytest.raises(TypeError, match="timeout: expected seconds > 0"):
+            routines.add.options(timeout="1")
+        with pytest.raises(TypeError):
+            routines.add.options(retries=3)
+
+    def test_routine_should_pickle_by_reference_when_importable(self):
+        """Test that importable routines cross as a name, not as code."""
+        blob = pickle.dumps(routines.add)
+        assert pickle.loads(blob) is routines.add
+        assert len(blob) < 100
+
+    def test_routine_should_pickle_by_value_when_not_importable(self):
+        """Test that a routine defined in a function still crosses (by value)."""
+
+        @pool.routine
+        async def local(x):
+            return x * 2
+
+        _, blob = local.code()
+        restored = pickle.loads(blob)
+        assert restored is not local
+        assert restored.__wrapped__.__code__.co_code == local.__wrapped__.__code__.co_code
+
+    def test_variant_should_share_the_code_of_its_base(self):
+        """Test that .options() variants ship the same routine digest (one blob per stream)."""
+        variant = routines.add.options(timeout=1)
+        assert variant.task((1, 2), {}).digest == routines.add.task((1, 2), {}).digest
+
+    def test_method_routine_should_bind_its_instance(self):
+        """Test that a method routine passes the instance as its first argument."""
+        recorder = Recorder()
+        counter = routines.Counter(5)
+        with dispatching_to(recorder):
+            counter.plus(1).close()
+        (task,) = recorder.tasks
+        args, kwargs = pool._wire.unpack_args(task.args, task.name)
+        assert args[0].start == 5 and args[1:] == (1,)

@@ -1,0 +1,159 @@
+"""Tests for pool._session: routing, batching and failure of a multiplexed stream (in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+import pool
+from pool._calls import TRANSIENT_CODES, rejection
+from pool._proto import leakypool_pb2 as pb
+from pool._session import Session
+
+
+class Host:
+    """A CallHost that records calls and lets the test answer them."""
+
+    def __init__(self):
+        self.calls: list[tuple[Session, pb.Frame]] = []
+        self.steps: list[pb.Frame] = []
+        self.ended = asyncio.Event()
+        self.arrived = asyncio.Event()
+
+    def on_call(self, session, frame):
+        self.calls.append((session, frame))
+        self.arrived.set()
+
+    def on_step(self, session, frame):
+        self.steps.append(frame)
+        self.arrived.set()
+
+    def on_session_end(self, session):
+        self.ended.set()
+
+
+class Link:
+    """Two sessions joined by in-memory pipes that count the messages written."""
+
+    def __init__(self, host):
+        self.caller = Session(odd=True, host=None, label="caller")
+        self.callee = Session(odd=False, host=host, label="callee")
+        self.to_caller: asyncio.Queue = asyncio.Queue()
+        self.to_callee: asyncio.Queue = asyncio.Queue()
+        self.messages_to_callee = 0
+        self.tasks = []
+
+    async def __aenter__(self):
+        async def to_callee(message):
+            self.messages_to_callee += 1
+            self.to_callee.put_nowait(pb.Frames.FromString(message.SerializeToString()))
+
+        async def to_caller(message):
+            self.to_caller.put_nowait(pb.Frames.FromString(message.SerializeToString()))
+
+        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")  # noqa: E731
+        self.tasks = [
+            asyncio.ensure_future(self.caller.run(self.to_caller.get, to_callee, lost)),
+            asyncio.ensure_future(self.callee.run(self.to_callee.get, to_caller, lost)),
+        ]
+        return self
+
+    async def __aexit__(self, *exc):
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def open_call(session, name="f"):
+    call, message = session.open(name)
+    message.routine.name = name
+    return call
+
+
+class TestSession:
+    async def test_call_should_reach_the_host_and_its_replies_the_caller(self):
+        """Test one call's life: Call -> Accept -> Outcome, ids odd, the call then closed."""
+        host = Host()
+        async with Link(host) as link:
+            call = open_call(link.caller)
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            session, frame = host.calls[0]
+            assert frame.id % 2 == 1 and frame.call.routine.name == "f"
+            session.accept(frame.id)
+            session.outcome(frame.id, pb.Outcome.RETURN, b"v")
+            assert (await asyncio.wait_for(call.receive(), 5)).HasField("accept")
+            outcome = (await asyncio.wait_for(call.receive(), 5)).outcome
+            assert (outcome.kind, outcome.value) == (pb.Outcome.RETURN, b"v")
+            assert call.finished and link.caller.open_calls == 0
+
+    async def test_frames_made_in_one_loop_turn_should_leave_in_one_message(self):
+        """Test the batching that makes many small calls cheap."""
+        host = Host()
+        async with Link(host) as link:
+            for _ in range(50):
+                open_call(link.caller)
+            async with asyncio.timeout(5):
+                while len(host.calls) < 50:
+                    host.arrived.clear()
+                    await host.arrived.wait()
+            assert link.messages_to_callee == 1
+
+    async def test_stream_end_should_fail_every_open_call_and_tell_the_host(self):
+        """Test that nothing waits forever when the stream dies."""
+        host = Host()
+        async with Link(host) as link:
+            calls = [open_call(link.caller) for _ in range(3)]
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            link.to_caller.put_nowait(grpc.aio.EOF)
+            link.to_callee.put_nowait(grpc.aio.EOF)
+            for call in calls:
+                with pytest.raises(pool.WorkerBroken, match="lost"):
+                    await asyncio.wait_for(call.receive(), 5)
+            await asyncio.wait_for(host.ended.wait(), 5)
+            with pytest.raises(pool.WorkerBroken):
+                link.caller.open("g")
+
+    async def test_cancel_should_send_cancel_and_ignore_late_replies(self):
+        """Test that a cancelled call is forgotten at once and its late outcome dropped."""
+        host = Host()
+        async with Link(host) as link:
+            call = open_call(link.caller)
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            host.arrived.clear()
+            call.cancel()
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            assert host.steps[0].step.kind == pb.Step.CANCEL
+            session, frame = host.calls[0]
+            session.outcome(frame.id, pb.Outcome.CANCELLED)
+            assert call.finished and link.caller.open_calls == 0
+
+    async def test_finish_should_flush_queued_frames_before_ending_the_stream(self):
+        """Test that a draining worker's last outcomes are not lost."""
+        host = Host()
+        async with Link(host) as link:
+            call = open_call(link.caller)
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            session, frame = host.calls[0]
+            session.accept(frame.id)
+            session.outcome(frame.id, pb.Outcome.RETURN, b"last")
+            session.finish()
+            await asyncio.wait_for(call.receive(), 5)
+            assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"last"
+
+
+class TestRejection:
+    @pytest.mark.parametrize("code", sorted(TRANSIENT_CODES))
+    def test_rejection_should_be_transient_for_transient_codes(self, code):
+        """Test that busy/draining/timeouts keep the worker (WorkerRejected)."""
+        reject = pb.Reject(code=grpc.StatusCode[code].value[0], message="busy")
+        error = rejection(reject, "worker w", "f")
+        assert isinstance(error, pool.WorkerRejected) and error.code == code
+
+    @pytest.mark.parametrize("code", ["INTERNAL", "UNIMPLEMENTED", "FAILED_PRECONDITION", "UNAUTHENTICATED"])
+    def test_rejection_should_be_hard_for_other_codes(self, code):
+        """Test that anything else is a broken worker (the pool evicts it)."""
+        reject = pb.Reject(code=grpc.StatusCode[code].value[0], message="no")
+        error = rejection(reject, "worker w", "f")
+        assert isinstance(error, pool.WorkerBroken) and error.code == code

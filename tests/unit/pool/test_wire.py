@@ -1,0 +1,107 @@
+"""Tests for pool._wire: values, arguments and exceptions across the wire."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import pool
+from pool import _wire
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children) | st.tuples(children, children),
+    max_leaves=20,
+)
+
+
+class TestDumpsLoads:
+    @given(values)
+    def test_loads_should_return_an_equal_value_when_given_dumps_output(self, value):
+        """Test that any plain value survives the round trip."""
+        assert _wire.loads(_wire.dumps(value, what="v"), what="v") == value
+
+    def test_dumps_should_encode_none_as_empty_bytes(self):
+        """Test that the common None result costs nothing on the wire."""
+        assert _wire.dumps(None, what="v") == b""
+        assert _wire.loads(b"", what="v") is None
+
+    def test_dumps_should_pickle_lambdas_by_value(self):
+        """Test that cloudpickle handles what plain pickle cannot."""
+        fn = _wire.loads(_wire.dumps(lambda x: x + 1, what="fn"), what="fn")
+        assert fn(1) == 2
+
+    def test_dumps_should_raise_serialization_error_naming_the_value_when_unpicklable(self):
+        """Test that the error says what could not be pickled, and is a TypeError."""
+        with pytest.raises(pool.SerializationError, match=r"^the result of f\(\) cannot be pickled: TypeError"):
+            _wire.dumps(threading.Lock(), what="the result of f()")
+        assert issubclass(pool.SerializationError, TypeError)
+
+    def test_loads_should_raise_serialization_error_when_given_garbage(self):
+        """Test that undecodable bytes are a named error, not a crash."""
+        with pytest.raises(pool.SerializationError, match="cannot be unpickled"):
+            _wire.loads(b"\x80\x05garbage", what="x")
+
+
+class TestPackArgs:
+    @given(st.lists(values, max_size=4).map(tuple), st.dictionaries(st.from_regex(r"[a-z]{1,5}", fullmatch=True), values, max_size=3))
+    def test_unpack_args_should_invert_pack_args(self, args, kwargs):
+        """Test that arguments survive the round trip."""
+        assert _wire.unpack_args(_wire.pack_args("f", args, kwargs), "f") == (args, kwargs)
+
+    def test_pack_args_should_be_empty_when_there_are_no_arguments(self):
+        """Test the no-argument fast path."""
+        assert _wire.pack_args("f", (), {}) == b""
+        assert _wire.unpack_args(b"", "f") == ((), {})
+
+    def test_pack_args_should_name_the_positional_argument_that_fails(self):
+        """Test that the error points at the culprit by position."""
+        with pytest.raises(pool.SerializationError, match=r"argument 1 of f\(\) \(<unlocked _thread.lock"):
+            _wire.pack_args("f", (1, threading.Lock()), {})
+
+    def test_pack_args_should_name_the_keyword_argument_that_fails(self):
+        """Test that the error points at the culprit by name."""
+        with pytest.raises(pool.SerializationError, match=r"argument 'lock' of f\(\)"):
+            _wire.pack_args("f", (1,), {"lock": threading.Lock()})
+
+
+class Holder(Exception):
+    def __init__(self):
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
+class TwoArgs(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")  # args do not match __init__: unpickling fails
+
+
+class TestPackException:
+    def test_unpack_exception_should_keep_type_message_and_remote_traceback(self):
+        """Test that a routine's exception arrives as itself, with the worker traceback as cause."""
+        try:
+            raise KeyError("missing")
+        except KeyError as exc:
+            value, tb = _wire.pack_exception(exc, "f")
+        restored = _wire.unpack_exception(value, tb, "f")
+        assert type(restored) is KeyError and restored.args == ("missing",)
+        assert isinstance(restored.__cause__, pool.RemoteTraceback)
+        assert 'raise KeyError("missing")' in restored.__cause__.tb
+
+    @pytest.mark.parametrize("exc", [Holder(), TwoArgs(1, 2)], ids=["unpicklable", "unloadable"])
+    def test_pack_exception_should_substitute_a_serialization_error_when_the_exception_cannot_cross(self, exc):
+        """Test that an exception that cannot cross becomes a clear SerializationError."""
+        value, tb = _wire.pack_exception(exc, "f")
+        restored = _wire.unpack_exception(value, tb, "f")
+        assert isinstance(restored, pool.SerializationError)
+        assert f"f() raised {type(exc).__qualname__}" in str(restored)
+        assert "cannot be sent back to the caller" in str(restored)
+
+    def test_unpack_exception_should_report_undecodable_bytes_as_serialization_error(self):
+        """Test that a caller that cannot load the exception still gets the traceback."""
+        restored = _wire.unpack_exception(b"\x80\x05garbage", "Traceback: remote", "f")
+        assert isinstance(restored, pool.SerializationError)
+        assert restored.__cause__.tb == "Traceback: remote"

@@ -1,0 +1,48 @@
+"""The public names DESIGN.md promises, and only those under __all__."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+
+@pytest.mark.parametrize("package", ["pool", "balancer", "backpressure"])
+def test_all_should_be_sorted_and_resolvable(package):
+    """Test that __all__ is sorted and every name in it exists."""
+    module = importlib.import_module(package)
+    assert list(module.__all__) == sorted(module.__all__)
+    for name in module.__all__:
+        assert hasattr(module, name), name
+
+
+@pytest.mark.parametrize("package", ["pool", "balancer", "backpressure"])
+def test_public_classes_should_report_their_public_module(package):
+    """Test that classes say ``pool.X``, not ``pool._private.X`` (pickles and docs rely on it)."""
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj):
+            assert obj.__module__ == package, f"{package}.{name} has __module__ {obj.__module__}"
+
+
+def test_design_names_should_be_importable():
+    """Test the names DESIGN.md lists under 'Public names'."""
+    import pool
+    from backpressure import BackpressureContext, TaskCountBackpressure  # noqa: F401
+    from balancer import NoWorkersAvailable, PriorityLoadBalancer, RoundRobinLoadBalancer  # noqa: F401
+
+    for name in ("routine", "WorkerPool", "AdmissionRejected"):
+        assert hasattr(pool, name), name
+
+
+def test_leaf_packages_should_not_import_pool():
+    """Test that balancer/ and backpressure/ stay embeddable: no import of pool."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for package in ("balancer", "backpressure"):
+        for path in (root / package).glob("*.py"):
+            text = path.read_text()
+            assert "import pool" not in text and "from pool" not in text, path
