@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -84,6 +84,27 @@ class LoadBalancerLike(Protocol):
     ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yield candidate uids for ``task`` from ``context.workers``."""
         ...
+
+
+def iter_ascending(context: LoadBalancerContextView) -> Iterator[uuid.UUID]:
+    """The context's uids in ascending order, as of now, produced lazily.
+
+    Uses the pool's ``ascending_uids`` when it offers one. Otherwise it
+    snapshots the members, finds the lowest in O(n) and sorts the rest
+    only if the dispatch gets that far: a dispatch that the first worker
+    accepts never pays for the sort.
+    """
+    ordered = getattr(context, "ascending_uids", None)
+    if ordered is not None:
+        yield from ordered
+        return
+    snapshot = list(context.workers)
+    if not snapshot:
+        return
+    lowest = min(snapshot, key=_UID_INT)
+    yield lowest
+    snapshot.remove(lowest)
+    yield from sorted(snapshot, key=_UID_INT)
 
 
 def snapshot_ascending(context: LoadBalancerContextView) -> Sequence[uuid.UUID]:

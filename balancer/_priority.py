@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from . import LoadBalancerContextView, snapshot_ascending
+from . import LoadBalancerContextView, iter_ascending
 
 
 class PriorityLoadBalancer:
@@ -50,7 +50,7 @@ class PriorityLoadBalancer:
             Worker uids, lowest first, until one accepts or none are left.
         """
         workers = context.workers
-        for uid in snapshot_ascending(context):
+        for uid in iter_ascending(context):
             if uid not in workers:
                 continue
             try:

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import grpc
 
@@ -133,6 +133,9 @@ def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | Work
     return WorkerBroken(text, code)
 
 
+CANCEL_CONFIRM_S: Final[float] = 2.0
+"""How long a cancelled caller waits for the worker to confirm its task stopped."""
+
 TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 """gRPC codes after which a worker is kept (rotate past it); all others evict."""
 
@@ -156,7 +159,7 @@ async def call_routine(target: Target, task: Task) -> Any:
         try:
             frame = await call.receive()
         except BaseException:
-            call.cancel()
+            await call.abort(CANCEL_CONFIRM_S)
             raise
     return outcome_value(frame.outcome, task.name)
 
@@ -226,7 +229,7 @@ class RemoteGenerator:
                 self._call.step(kind, value)
                 frame = await self._call.receive()
         except BaseException:
-            self._abandon()
+            await self._abandon()
             raise
         outcome = frame.outcome
         if outcome.kind == pb.Outcome.YIELD:
@@ -236,10 +239,10 @@ class RemoteGenerator:
             raise StopAsyncIteration
         return outcome_value(outcome, self._task.name)
 
-    def _abandon(self) -> None:
+    async def _abandon(self) -> None:
         self._done = True
         if self._call is not None:
-            self._call.cancel()
+            await self._call.abort(CANCEL_CONFIRM_S)
 
     def __del__(self) -> None:
         # Dropped mid-stream without aclose(): cancel it on the worker.

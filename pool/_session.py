@@ -152,6 +152,29 @@ class OutgoingCall:
             self.session.forget(self.id)
             self._finish()
 
+    async def abort(self, timeout: float) -> None:
+        """Cancel the call and wait (at most ``timeout`` s) until the callee confirms it ended.
+
+        Waiting means that once a cancelled caller has finished unwinding,
+        the remote task has stopped too (and no longer counts against the
+        worker's backpressure), as with a local task. A callee that does not
+        confirm in time (its routine ignores cancellation, or hogs the CPU)
+        is forgotten; a second cancellation of the waiter stops the wait.
+        """
+        if self.finished:
+            return
+        self.session.step(self.id, pb.Step.CANCEL)
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.finished:
+                    await self.receive()
+        except (Exception, asyncio.CancelledError):
+            pass
+        finally:
+            if not self.finished:
+                self.session.forget(self.id)
+                self._finish()
+
     def _finish(self) -> None:
         if self.finished:
             return

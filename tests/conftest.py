@@ -73,6 +73,7 @@ def no_leaked_processes() -> Iterator[None]:
     leaked = children() - before
     if not leaked:
         return
+    described = _describe(leaked)
     for pid in leaked:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -82,4 +83,15 @@ def no_leaked_processes() -> Iterator[None]:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-    pytest.fail(f"the test left child processes behind: {sorted(leaked)}")
+    pytest.fail(f"the test left child processes behind: {described}")
+
+
+def _describe(pids: set[int]) -> str:
+    out = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out.append(f"{pid}: " + f.read().replace(b"\0", b" ").decode(errors="replace")[:120])
+        except OSError:
+            out.append(f"{pid}: ?")
+    return "; ".join(out)

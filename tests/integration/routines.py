@@ -155,3 +155,40 @@ class Counter:
     @pool.routine
     async def plus(self, n):
         return self.start + n
+
+
+@pool.routine
+async def short(seconds=0.01):
+    """A short task: sleep, return the worker's pid."""
+    await asyncio.sleep(seconds)
+    return os.getpid()
+
+
+class RejectNamed:
+    """A custom hook: reject calls to one routine (picklable, shipped to workers)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, ctx):
+        return ctx.task.name == self.name
+
+
+class AsyncCap:
+    """An async hook: a task-count cap that awaits before deciding."""
+
+    def __init__(self, cap):
+        self.cap = cap
+
+    async def __call__(self, ctx):
+        await asyncio.sleep(0)
+        return ctx.active_task_count >= self.cap
+
+
+class Exploding:
+    """A hook that raises for one routine (a bug in the hook)."""
+
+    def __call__(self, ctx):
+        if ctx.task.name == "fail":
+            raise RuntimeError("hook bug")
+        return False

@@ -14,11 +14,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SMOKE = {
     "quickstart.py": (["--workers", "2"], "fib(10) = 55"),
+    "embed_in_wool.py": (["--workers", "4", "--callers", "2", "--tasks", "10"], "20 tasks ran on 2 of 4 workers"),
 }
+NEEDS = {"embed_in_wool.py": "wool"}
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
 def test_example_should_run_to_completion(script):
+    if script in NEEDS:
+        pytest.importorskip(NEEDS[script], reason=f"{script} needs the {NEEDS[script]} extra")
     args, expected = SMOKE[script]
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],

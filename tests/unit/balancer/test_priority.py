@@ -1,0 +1,88 @@
+"""Tests for balancer.PriorityLoadBalancer: ascending uid order, every dispatch."""
+
+from __future__ import annotations
+
+import copy
+import asyncio
+import pickle
+import uuid
+
+import cloudpickle
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from balancer import LoadBalancerLike, PriorityLoadBalancer
+from tests.unit.balancer.drive import Context, drive
+
+uids = st.lists(st.uuids(), unique=True, max_size=12)
+outcomes = st.lists(st.sampled_from(["ok", "busy", "broken", "gone", "leave:0", "leave:3"]), max_size=30)
+
+
+class TestPriorityLoadBalancer:
+    def test_isinstance_should_satisfy_the_protocol(self):
+        """Test that it is a LoadBalancerLike (structural)."""
+        assert isinstance(PriorityLoadBalancer(), LoadBalancerLike)
+
+    @given(uids, outcomes, st.booleans())
+    def test_delegate_should_offer_ascending_once_each_and_stop_at_success(self, members, script, hint):
+        """Test the contract for any pool and any pattern of failures.
+
+        Candidates come in ascending uid order, none twice; a worker that
+        left (evicted, gone, or removed mid-rotation) is never offered again;
+        one success ends the generator; without one, every worker still in
+        the pool was offered.
+        """
+        context = Context(members, ordered_hint=hint)
+        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: script[i] if i < len(script) else "busy"))
+        offered = [uid for uid, _ in log]
+        assert offered == sorted(offered, key=lambda u: u.int)
+        assert len(set(offered)) == len(offered)
+        removed: set[uuid.UUID] = set()
+        for uid, outcome in log:
+            assert uid not in removed
+            if outcome in ("broken", "gone"):
+                removed.add(uid)
+        successes = [o for _, o in log if o == "ok"]
+        assert len(successes) <= 1
+        if successes:
+            assert log[-1][1] == "ok"
+        else:
+            assert set(context.workers) <= set(offered)
+
+    async def test_delegate_should_start_from_the_lowest_uid_on_every_dispatch(self):
+        """Test the leaky-bucket invariant: no rotation between dispatches (unlike round robin)."""
+        members = [uuid.UUID(int=n) for n in (30, 10, 20)]
+        context = Context(members, ordered_hint=False)
+        for _ in range(5):
+            log = await drive(PriorityLoadBalancer(), context, lambda uid, i: "ok")
+            assert log == [(uuid.UUID(int=10), "ok")]
+
+    async def test_delegate_should_spill_over_in_order_when_the_lowest_are_busy(self):
+        """Test that a busy worker is skipped without being dropped."""
+        members = [uuid.UUID(int=n) for n in (1, 2, 3)]
+        context = Context(members, ordered_hint=True)
+        log = await drive(PriorityLoadBalancer(), context, lambda uid, i: "busy" if uid.int < 3 else "ok")
+        assert [u.int for u, _ in log] == [1, 2, 3]
+        assert len(context.workers) == 3
+
+    async def test_delegate_should_end_at_once_when_the_pool_is_empty(self):
+        """Test that an empty pool yields nothing (the pool then raises NoWorkersAvailable)."""
+        assert await drive(PriorityLoadBalancer(), Context([], ordered_hint=False), lambda uid, i: "ok") == []
+
+    def test_order_should_match_the_canonical_string_order(self):
+        """Test the documented equivalence: uid.int order == str(uid) order."""
+        members = [uuid.uuid4() for _ in range(200)]
+        assert sorted(members, key=lambda u: u.int) == sorted(members, key=str)
+
+    def test_instance_should_be_stateless_and_interchangeable(self):
+        """Test no attributes at all, equality, hashing, and pickling by reference."""
+        balancer = PriorityLoadBalancer()
+        with pytest.raises(AttributeError):
+            balancer.index = 1
+        assert not hasattr(balancer, "__dict__")
+        assert balancer == PriorityLoadBalancer() and hash(balancer) == hash(PriorityLoadBalancer())
+        for dumps in (pickle.dumps, cloudpickle.dumps):
+            assert pickle.loads(dumps(balancer)) == balancer
+        assert copy.deepcopy(balancer) == balancer
+        assert b"balancer\nPriorityLoadBalancer" in pickle.dumps(balancer, protocol=0)
