@@ -12,30 +12,27 @@
 
 from __future__ import annotations
 
-import os as _os
-
-# The pool forks (then execs) its workers. grpc's fork handlers exist for
-# children that keep using grpc without exec; ours never do, and the
-# handlers would log noise on every spawn. Set before grpc is imported.
-_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-from ._calls import Task as Task  # noqa: E402
-from ._connection import WorkerMetadata as WorkerMetadata  # noqa: E402
-from ._errors import AdmissionRejected as AdmissionRejected  # noqa: E402
-from ._errors import CapacityTimeout as CapacityTimeout  # noqa: E402
-from ._errors import ConfigError as ConfigError  # noqa: E402
-from ._errors import Deadlock as Deadlock  # noqa: E402
-from ._errors import NoWorkersAvailable as NoWorkersAvailable  # noqa: E402
-from ._errors import PoolClosed as PoolClosed  # noqa: E402
-from ._errors import PoolError as PoolError  # noqa: E402
-from ._errors import PoolWarning as PoolWarning  # noqa: E402
-from ._errors import RemoteTraceback as RemoteTraceback  # noqa: E402
-from ._errors import SerializationError as SerializationError  # noqa: E402
-from ._errors import WorkerBroken as WorkerBroken  # noqa: E402
-from ._errors import WorkerRejected as WorkerRejected  # noqa: E402
-from ._pool import WorkerPool as WorkerPool  # noqa: E402
-from ._routine import Routine as Routine  # noqa: E402
-from ._routine import routine as routine  # noqa: E402
+from ._calls import Task as Task
+from ._connection import WorkerMetadata as WorkerMetadata
+from ._errors import AdmissionRejected as AdmissionRejected
+from ._errors import CapacityTimeout as CapacityTimeout
+from ._errors import ConfigError as ConfigError
+from ._errors import Deadlock as Deadlock
+from ._errors import NoWorkersAvailable as NoWorkersAvailable
+from ._errors import PoolClosed as PoolClosed
+from ._errors import PoolError as PoolError
+from ._errors import PoolWarning as PoolWarning
+from ._errors import RemoteTraceback as RemoteTraceback
+from ._errors import SerializationError as SerializationError
+from ._errors import WorkerBroken as WorkerBroken
+from ._errors import WorkerRejected as WorkerRejected
+from ._errors import WorkflowHalted as WorkflowHalted
+from ._limits import GateStats as GateStats
+from ._limits import Queue as Queue
+from ._pool import PoolStats as PoolStats
+from ._pool import WorkerPool as WorkerPool
+from ._routine import Routine as Routine
+from ._routine import routine as routine
 
 __version__ = "0.1.0"
 
@@ -57,6 +54,10 @@ __all__ = sorted(
         "WorkerMetadata",
         "WorkerPool",
         "WorkerRejected",
+        "WorkflowHalted",
+        "GateStats",
+        "PoolStats",
+        "Queue",
         "routine",
     ]
 )

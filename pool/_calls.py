@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol
 
 import grpc
@@ -36,8 +36,9 @@ class Task:
 
     Balancers (``delegate(task, ...)``) and backpressure hooks
     (``ctx.task``) receive this. The public attributes are ``name``,
-    ``generator``, ``timeout``, ``queue``, ``key`` and ``workflow``; the
-    rest is the wire form of the routine and its arguments.
+    ``generator``, ``timeout`` and the limits (``queue`` name,
+    ``concurrency``, ``total``, ``key``, ``workflow``, ``halt_on_error``);
+    the rest is the wire form of the routine and its arguments.
     """
 
     name: str
@@ -47,8 +48,11 @@ class Task:
     args: bytes
     timeout: float | None = None
     queue: str = ""
+    concurrency: int = 0
+    total: int = 0
     key: str = ""
     workflow: str = ""
+    halt_on_error: bool = False
     parent: int = 0
 
     def fill(self, call: pb.Call, session: Session) -> None:
@@ -65,12 +69,15 @@ class Task:
         call.parent = self.parent
         if self.timeout:
             call.timeout = self.timeout
-        if self.queue or self.key or self.workflow:
-            call.limits.queue, call.limits.key, call.limits.workflow = self.queue, self.key, self.workflow
+        if self.queue or self.workflow:
+            limits = call.limits
+            limits.queue, limits.key, limits.workflow = self.queue, self.key, self.workflow
+            limits.concurrency, limits.total, limits.halt_on_error = self.concurrency, self.total, self.halt_on_error
 
     @classmethod
     def from_message(cls, call: pb.Call, blob: bytes) -> Task:
         """The task a received Call message describes (``blob``: the routine, resolved)."""
+        limits = call.limits
         return cls(
             name=call.routine.name,
             generator=call.routine.generator,
@@ -78,9 +85,12 @@ class Task:
             blob=blob,
             args=call.args,
             timeout=call.timeout or None,
-            queue=call.limits.queue,
-            key=call.limits.key,
-            workflow=call.limits.workflow,
+            queue=limits.queue,
+            concurrency=limits.concurrency,
+            total=limits.total,
+            key=limits.key,
+            workflow=limits.workflow,
+            halt_on_error=limits.halt_on_error,
         )
 
 
@@ -264,26 +274,39 @@ async def bridge(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
 
 
 class BridgedGenerator:
-    """A `RemoteGenerator` living on another thread's loop, driven from this one."""
+    """A `RemoteGenerator` living on another thread's loop, driven from this one.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, inner: RemoteGenerator) -> None:
+    ``around`` wraps each step's awaitable (on the other loop), e.g. to
+    mark the calling task as waiting while the step runs.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inner: RemoteGenerator,
+        around: Callable[[Awaitable[Any]], Coroutine[Any, Any, Any]] | None = None,
+    ) -> None:
         self._loop = loop
         self._inner = inner
+        self._around = around
 
     def __aiter__(self) -> BridgedGenerator:
         return self
 
+    async def _run(self, step: Coroutine[Any, Any, Any]) -> Any:
+        return await bridge(self._loop, self._around(step) if self._around else step)
+
     async def __anext__(self) -> Any:
-        return await bridge(self._loop, self._inner.__anext__())
+        return await self._run(self._inner.__anext__())
 
     async def asend(self, value: Any) -> Any:
         """See `RemoteGenerator.asend`."""
-        return await bridge(self._loop, self._inner.asend(value))
+        return await self._run(self._inner.asend(value))
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """See `RemoteGenerator.athrow`."""
-        return await bridge(self._loop, self._inner.athrow(typ, val, tb))
+        return await self._run(self._inner.athrow(typ, val, tb))
 
     async def aclose(self) -> None:
         """See `RemoteGenerator.aclose`."""
-        await bridge(self._loop, self._inner.aclose())
+        await self._run(self._inner.aclose())

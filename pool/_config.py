@@ -195,6 +195,13 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
         "logging threshold",
     ),
     Setting("uid", uid_or_empty, "a UUID", "", "this worker's uid (default: a new time-ordered one)"),
+    Setting(
+        "hold_slot_while_waiting",
+        boolean,
+        "a boolean (1/0, true/false)",
+        False,
+        "count a task that awaits a nested routine call against --max-concurrent-tasks",
+    ),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
@@ -227,6 +234,7 @@ class WorkerConfig:
     insecure: bool = False
     log_level: str = "INFO"
     uid: str = ""
+    hold_slot_while_waiting: bool = False
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
@@ -324,6 +332,19 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
     Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
     Setting("shutdown_grace", seconds, "seconds >= 0", 10.0, "on pool exit, time in-flight calls get before workers are killed"),
+    Setting("queue_depth", integer(0), "an integer >= 0", 0, "calls that may wait for a worker; 0 = fail at once"),
+    Setting("admission_timeout", seconds, "seconds >= 0", 0.3, "how long a call waits for a place in a full queue"),
+    Setting("dispatch_deadline", positive_seconds, "seconds > 0", 300.0, "how long a call may wait (limits, queue) before it starts"),
+    Setting("max_pending", integer(1), "an integer >= 1", None, "calls admitted at once, running + waiting (default: no ceiling)"),
+    Setting("max_workers", integer(0), "an integer >= 0", None, "local workers a pool may grow to under load (default: spawn)"),
+    Setting("idle_timeout", seconds, "seconds >= 0", 30.0, "a worker grown under load exits after this long idle"),
+    Setting(
+        "hold_slot_while_waiting",
+        boolean,
+        "a boolean (1/0, true/false)",
+        False,
+        "spawned workers count a task awaiting a nested call against backpressure",
+    ),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -335,6 +356,13 @@ class PoolConfig:
     spawn: int | None = None
     startup_timeout: float = 30.0
     shutdown_grace: float = 10.0
+    queue_depth: int = 0
+    admission_timeout: float = 0.3
+    dispatch_deadline: float = 300.0
+    max_pending: int | None = None
+    max_workers: int | None = None
+    idle_timeout: float = 30.0
+    hold_slot_while_waiting: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:
@@ -347,7 +375,10 @@ class PoolConfig:
             value = explicit.get(setting.name)
             if value is not None and not isinstance(value, str):
                 _check_explicit(setting, value)
-        return cls(**resolve(POOL_SETTINGS, explicit, environ))
+        config = cls(**resolve(POOL_SETTINGS, explicit, environ))
+        if config.max_workers is not None and config.spawn is not None and config.max_workers < config.spawn:
+            raise ConfigError(f"max_workers: expected at least spawn ({config.spawn}), got {config.max_workers}")
+        return config
 
     def to_env(self) -> dict[str, str]:
         """``LEAKYPOOL_*`` variables that `from_env` turns back into this config."""
@@ -357,6 +388,10 @@ class PoolConfig:
 
 def _check_explicit(setting: Setting, value: Any) -> None:
     """Validate a value given in code by the same rules as its variable."""
+    if setting.parse is boolean:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{setting.name}: expected a bool, got {value!r}")
+        return
     if isinstance(value, bool):
         raise ConfigError(f"{setting.name}: expected {setting.expect}, got {value!r}")
     setting.convert(repr(value) if isinstance(value, float) else str(value), setting.name)

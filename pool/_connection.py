@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Final
 
 import grpc
@@ -70,6 +71,7 @@ class WorkerConnection:
         metadata: The worker.
         host: Serves calls the worker opens back (nested dispatch).
         credentials: TLS credentials for a worker that serves TLS.
+        on_room: Called when the worker says it has room again.
     """
 
     def __init__(
@@ -77,9 +79,11 @@ class WorkerConnection:
         metadata: WorkerMetadata,
         host: CallHost | None,
         credentials: grpc.ChannelCredentials | None = None,
+        on_room: Callable[[pb.Room], None] | None = None,
     ) -> None:
         self.metadata = metadata
         self._host = host
+        self._on_room = on_room
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(metadata.address, credentials, options=CHANNEL_OPTIONS)
         else:
@@ -122,7 +126,7 @@ class WorkerConnection:
     def _live_session(self) -> Session:
         session = self._session
         if session is None or session.failure is not None:
-            session = self._session = Session(odd=True, host=self._host, label=self._label)
+            session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._on_room)
             stream = self._open_stream()
             runner = asyncio.ensure_future(session.run(stream.read, stream.write, self._describe))
             runner.add_done_callback(self._streams.discard)

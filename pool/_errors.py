@@ -8,6 +8,7 @@
     │   └── CapacityTimeout   ...within the dispatch deadline, while queued
     ├── AdmissionRejected     the pool refused to queue it; see retry_after
     ├── Deadlock              the call waits on a limit its own caller holds
+    ├── WorkflowHalted        an earlier call of its workflow failed (halt_on_error)
     ├── SerializationError    a value could not cross (also a TypeError)
     └── ConfigError           a bad setting (also a ValueError)
 
@@ -38,6 +39,7 @@ __all__ = [
     "SerializationError",
     "WorkerBroken",
     "WorkerRejected",
+    "WorkflowHalted",
 ]
 
 
@@ -138,6 +140,15 @@ class Deadlock(PoolError):
     For example a routine that, inside a queue of concurrency 1, calls a
     routine in the same queue. Retrying cannot succeed; change the limits
     or the call graph.
+    """
+
+
+class WorkflowHalted(PoolError):
+    """The call never ran: an earlier call of its workflow failed, and asked to halt it.
+
+    Raised for calls waiting behind a call made with ``halt_on_error=True``
+    when that call fails; its error is the ``__cause__``. Calls made after
+    the workflow's queue emptied run normally, so resubmitting can succeed.
     """
 
 

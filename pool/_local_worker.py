@@ -12,6 +12,12 @@ two pipes besides stdio:
 Stopping is SIGTERM (the worker drains within its grace), then SIGKILL
 after the grace, then waiting for the exit status: the child is always
 reaped.
+
+The child is started with `subprocess.Popen` (vfork + exec in C) rather
+than the event loop's subprocess support: a loop that forks (uvloop does)
+runs Python's after-fork handlers in the child, which can hang forever in
+a process with threads. Its exit is watched with a pidfd on the loop, so
+no thread waits for it either.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Mapping
@@ -40,12 +47,15 @@ class LocalWorker:
     Args:
         uid: The uid the worker will serve under.
         env: ``LEAKYPOOL_*`` settings for it (see ``WorkerConfig.to_env``).
+        elastic: Started to absorb load (it idles out by itself).
     """
 
-    def __init__(self, uid: uuid.UUID, env: Mapping[str, str]) -> None:
+    def __init__(self, uid: uuid.UUID, env: Mapping[str, str], *, elastic: bool = False) -> None:
         self.uid = uid
+        self.elastic = elastic
         self._env = env
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._exited: asyncio.Future[int] | None = None
         self._lifeline: int | None = None
         self.metadata: WorkerMetadata | None = None
         self.stopping = False
@@ -71,12 +81,10 @@ class LocalWorker:
         life_r, life_w = os.pipe()
         env = _child_env(self._env, ready_w, life_r)
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "worker_main",
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "worker_main"],
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
                 pass_fds=(ready_w, life_r),
             )
         except BaseException:
@@ -88,6 +96,7 @@ class LocalWorker:
                 os.close(ready_w)
                 os.close(life_r)
         self._lifeline = life_w
+        self._exited = _watch_exit(self._process)
         try:
             line = await asyncio.wait_for(_read_line(ready_r), timeout)
         except BaseException as exc:
@@ -114,9 +123,9 @@ class LocalWorker:
         return self.metadata
 
     async def wait(self) -> int:
-        """Wait for the child to exit; its exit status."""
-        assert self._process is not None
-        code = await self._process.wait()
+        """Wait for the child to exit; its exit status (it is reaped)."""
+        assert self._exited is not None
+        code = await asyncio.shield(self._exited)
         self._close_lifeline()
         return code
 
@@ -131,7 +140,7 @@ class LocalWorker:
             return 0
         self.terminate()
         try:
-            return await asyncio.wait_for(asyncio.shield(self.wait()), grace + 2.0)
+            return await asyncio.wait_for(self.wait(), grace + 2.0)
         except TimeoutError:
             return await self.kill()
 
@@ -157,6 +166,30 @@ class LocalWorker:
 
     def __repr__(self) -> str:
         return f"<LocalWorker {self.uid} pid={self.pid} returncode={self.returncode}>"
+
+
+def _watch_exit(process: subprocess.Popen[bytes]) -> asyncio.Future[int]:
+    """A future for ``process``'s exit status; it is reaped as soon as it exits."""
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[int] = loop.create_future()
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): a thread waits instead
+        task = asyncio.ensure_future(asyncio.to_thread(process.wait))
+        task.add_done_callback(lambda t: exited.done() or exited.set_result(t.result()))
+        return exited
+
+    def readable() -> None:
+        code = process.poll()
+        if code is None:
+            return
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        if not exited.done():
+            exited.set_result(code)
+
+    loop.add_reader(pidfd, readable)
+    return exited
 
 
 def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> dict[str, str]:

@@ -1,34 +1,36 @@
-"""WorkerPool: the workers a process dispatches routines to, and the dispatch loop.
+"""WorkerPool: the workers a process dispatches routines to, and the dispatch path.
 
     routine call ──> Task ──> WorkerPool.start(task)
-                                 │
-                                 │  balancer.delegate(task, context=members)
+                                 │ Admission.admit        ceiling (max_pending) ── AdmissionRejected
+                                 │ Limits.acquire         workflow, queue key, queue total (FIFO; Deadlock)
+                                 │ Admission.dispatch     FIFO queue for a worker (queue_depth, deadline)
+                                 │   └ _dispatch_once:
+                                 │       balancer.delegate(task, context=members)
                                  v
                      ┌── candidate uid ──> connection.start(task) ──> Accept ──> OutgoingCall
-                     │                          │
                      │       WorkerRejected ────┤ (transient: keep the worker)
                      │       WorkerBroken ──────┘ (hard code: evict first)
-                     └──── athrow(exc) ── next candidate ... generator ends
-                                 │
-                                 v
-                       NoWorkersAvailable
+                     └──── athrow(exc) ── next candidate ... generator ends: NoWorkersAvailable
 
-Membership comes from two places: workers this pool spawns (local
-subprocesses it starts, watches, replaces when they crash and reaps), and
-workers a discovery backend reports. Both land in `Members`, the read-only
-view the balancer sees.
+A call keeps its ticket (admission place, limit slots) until it ends;
+then the slots go to the next waiters and the queue's pump tries again.
+
+Membership comes from the workers this pool spawns (`LocalFleet`) and
+from a discovery backend; both land in `Members`, the read-only view the
+balancer sees.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import functools
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import grpc
 
@@ -36,35 +38,60 @@ from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike, TaskCountBackpressure
 
 from . import _wire
+from ._admission import Admission
 from ._calls import TRANSIENT_CODES, RemoteGenerator, Task, call_routine
 from ._config import PoolConfig, WorkerConfig
 from ._connection import WorkerConnection, WorkerMetadata
-from ._errors import NoWorkersAvailable, PoolClosed, WorkerBroken, WorkerRejected
-from ._ids import new_uid
-from ._local_worker import LocalWorker
+from ._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, RemoteTraceback, WorkerBroken, WorkerRejected
+from ._fleet import LocalFleet
+from ._limits import GateStats, Limits, Ticket
 from ._members import Members
+from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
 from ._routine import reset_dispatcher, set_dispatcher
 from ._session import OutgoingCall
 
 _log = logging.getLogger("leakypool.pool")
 
-RESPAWN_BACKOFF_S: Final[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-"""Delay before replacing a crashed worker, by how many crashed in a row.
 
-A worker that dies within `CRASH_WINDOW_S` of its start counts towards a
-crash loop; one that lived longer resets the count.
-"""
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a pool's load, from `WorkerPool.stats`.
 
-CRASH_WINDOW_S: Final[float] = 10.0
-"""A worker that exits sooner than this after starting counts as a crash loop."""
+    Attributes:
+        workers: Workers in the pool now (local ones included).
+        local_workers: Worker processes this pool runs.
+        admitted: Calls admitted and not ended (running + waiting).
+        running: Calls a worker accepted and is running.
+        waiting_for_worker: Calls queued (or waiting for a queue place) for a worker.
+        waiting_for_limits: Calls waiting for a queue, key or workflow slot.
+        dispatched: Calls a worker accepted since the pool opened.
+        rejected: Calls refused by admission (ceiling or full queue).
+        capacity_timeouts: Calls that waited past the dispatch deadline.
+        grown: Workers started under load (they idle out again).
+        limits: Running and waiting calls per live queue, key and workflow.
+    """
+
+    workers: int
+    local_workers: int
+    admitted: int
+    running: int
+    waiting_for_worker: int
+    waiting_for_limits: int
+    dispatched: int
+    rejected: int
+    capacity_timeouts: int
+    grown: int
+    limits: Mapping[str, GateStats]
 
 
 class WorkerPool:
     """Worker processes to run routines on, for the duration of an ``async with``.
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
-    this pool's workers (the innermost pool wins when pools nest).
+    this pool's workers (the innermost pool wins when pools nest). Every
+    argument left as None is read from ``LEAKYPOOL_*`` (see the README), then
+    defaults.
 
     Args:
         spawn: Local worker subprocesses to start and keep. Default: one
@@ -73,8 +100,20 @@ class WorkerPool:
             `StaticDiscovery`); its workers join the pool.
         backpressure: Hook shipped to the workers this pool spawns (each
             runs it on every incoming task); None accepts everything.
-        loadbalancer: Orders workers per dispatch; default
-            ``RoundRobinLoadBalancer()``.
+        loadbalancer: Orders workers per dispatch; default ``RoundRobinLoadBalancer()``.
+        queue_depth: Calls that may wait in FIFO order for a worker when
+            none has room; 0 (default) fails them at once with NoWorkersAvailable.
+        admission_timeout: Seconds a call waits for a place in a full queue
+            before AdmissionRejected (default 0.3).
+        dispatch_deadline: Seconds a call may wait (for limits or a worker)
+            before it fails with CapacityTimeout (default 300).
+        max_pending: Calls admitted at once, running + waiting; beyond it,
+            AdmissionRejected at once (default: no ceiling).
+        max_workers: Local workers the pool may grow to while calls wait for
+            a worker (default: ``spawn``, no growth).
+        idle_timeout: Seconds a worker grown under load idles before it exits.
+        hold_slot_while_waiting: Spawned workers count a task that awaits a
+            nested routine call against backpressure (default False).
         startup_timeout: Seconds a spawned worker gets to report READY.
         shutdown_grace: On exit, seconds in-flight calls get to finish
             before workers are killed.
@@ -91,33 +130,60 @@ class WorkerPool:
         discovery: Any = None,
         backpressure: BackpressureLike | None = None,
         loadbalancer: LoadBalancerLike | None = None,
+        queue_depth: int | None = None,
+        admission_timeout: float | None = None,
+        dispatch_deadline: float | None = None,
+        max_pending: int | None = None,
+        max_workers: int | None = None,
+        idle_timeout: float | None = None,
+        hold_slot_while_waiting: bool | None = None,
         startup_timeout: float | None = None,
         shutdown_grace: float | None = None,
         use_env: bool = True,
     ) -> None:
-        self._config = PoolConfig.from_env(
+        config = PoolConfig.from_env(
             os.environ if use_env else None,
             spawn=spawn,
+            queue_depth=queue_depth,
+            admission_timeout=admission_timeout,
+            dispatch_deadline=dispatch_deadline,
+            max_pending=max_pending,
+            max_workers=max_workers,
+            idle_timeout=idle_timeout,
+            hold_slot_while_waiting=hold_slot_while_waiting,
             startup_timeout=startup_timeout,
             shutdown_grace=shutdown_grace,
         )
-        if self._config.spawn is not None:
-            self._spawn = self._config.spawn
-        else:
-            self._spawn = 0 if discovery is not None else (os.cpu_count() or 1)
+        self._config = config
+        minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
         self._discovery = discovery
-        self._backpressure = backpressure
-        self._worker_env = _worker_env(backpressure, self._config.shutdown_grace)
         self._balancer: LoadBalancerLike = loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer()
         self._members = Members()
         self._host = NestedHost(self)
-        self._local: dict[uuid.UUID, LocalWorker] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
-        self._crashes = 0
+        self._fleet = LocalFleet(
+            env=_worker_env(backpressure, config),
+            minimum=minimum,
+            maximum=max(minimum, config.max_workers or 0),
+            idle_timeout=config.idle_timeout,
+            startup_timeout=config.startup_timeout,
+            shutdown_grace=config.shutdown_grace,
+            on_ready=self._admit,
+            on_exit=self._evict,
+        )
+        self._admission = Admission(
+            self._dispatch_once,
+            self._fleet.grow,
+            queue_depth=config.queue_depth,
+            admission_timeout=config.admission_timeout,
+            max_pending=config.max_pending,
+        )
+        self._limits = Limits()
         self._membership = asyncio.Condition()
         self._token: Any = None
         self._state = "new"
         self._dispatched = 0
+        self._running = 0
+        self._capacity_timeouts = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -126,12 +192,7 @@ class WorkerPool:
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
         self._state = "starting"
         try:
-            results = await asyncio.gather(
-                *(self._spawn_worker() for _ in range(self._spawn)), return_exceptions=True
-            )
-            failures = [r for r in results if isinstance(r, BaseException)]
-            if failures:
-                raise failures[0]
+            await self._fleet.start()
         except BaseException:
             await self._shutdown()
             raise
@@ -149,62 +210,21 @@ class WorkerPool:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
-        """Stop every worker we spawned (reaping them even if cancelled), close connections."""
+        """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
-        work = asyncio.ensure_future(self._stop_everything())
         try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError:
-            # Cancelled mid-shutdown: still never leave a child behind.
-            for worker in list(self._local.values()):
-                await worker.kill()
-            raise
+            await self._fleet.stop()
+        finally:
+            for uid in list(self._members.ascending_uids):
+                connection = self._members.remove(uid)
+                if connection is not None:
+                    await connection.close()
 
-    async def _stop_everything(self) -> None:
-        for watcher in list(self._watchers):
-            watcher.cancel()
-        grace = self._config.shutdown_grace
-        await asyncio.gather(*(w.stop(grace) for w in self._local.values()), return_exceptions=True)
-        self._local.clear()
-        for uid in list(self._members.ascending_uids):
-            connection = self._members.remove(uid)
-            if connection is not None:
-                await connection.close()
-
-    async def _spawn_worker(self) -> LocalWorker:
-        uid = new_uid()
-        worker = LocalWorker(uid, self._worker_env | {"LEAKYPOOL_UID": str(uid)})
-        self._local[uid] = worker
-        try:
-            metadata = await worker.start(self._config.startup_timeout)
-        except BaseException:
-            self._local.pop(uid, None)
-            raise
-        self._admit(metadata)
-        watcher = asyncio.ensure_future(self._watch(worker))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
-        return worker
-
-    async def _watch(self, worker: LocalWorker) -> None:
-        """Drop a spawned worker when it exits; replace it if it died unasked."""
-        started = time.monotonic()
-        code = await worker.wait()
-        self._local.pop(worker.uid, None)
-        self._evict(worker.uid, f"exited with status {code}")
-        if worker.stopping or self._state != "open":
-            return
-        _log.warning("worker %s (pid %s) died with status %s; replacing it", worker.uid, worker.pid, code)
-        self._crashes = self._crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
-        await asyncio.sleep(RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)])
-        if self._state == "open":
-            try:
-                await self._spawn_worker()
-            except Exception:
-                _log.exception("could not replace worker %s", worker.uid)
+    # -- membership --------------------------------------------------------------
 
     def _admit(self, metadata: WorkerMetadata, credentials: grpc.ChannelCredentials | None = None) -> None:
-        self._members.add(WorkerConnection(metadata, self._host, credentials))
+        connection = WorkerConnection(metadata, self._host, credentials, on_room=self._on_room)
+        self._members.add(connection)
         self._membership_changed()
 
     def _evict(self, uid: uuid.UUID, why: str) -> None:
@@ -214,7 +234,12 @@ class WorkerPool:
             asyncio.ensure_future(connection.close())
             self._membership_changed()
 
+    def _on_room(self, room: pb.Room) -> None:
+        self._admission.capacity_changed()
+
     def _membership_changed(self) -> None:
+        self._admission.capacity_changed()
+
         async def notify() -> None:
             async with self._membership:
                 self._membership.notify_all()
@@ -241,12 +266,59 @@ class WorkerPool:
         """Run an async-generator routine's task; see `pool.routine`."""
         return RemoteGenerator(self, task)
 
-    async def start(self, task: Task) -> OutgoingCall:
-        """Offer ``task`` to workers in the balancer's order until one accepts.
+    async def start(self, task: Task, parent: Ticket | None = None) -> OutgoingCall:
+        """Admit ``task``, take its limit slots, and get a worker to accept it.
+
+        Args:
+            task: The call.
+            parent: The ticket of the call whose routine made this one, for
+                a nested call (deadlock detection).
 
         Raises:
             PoolClosed: the pool is not open.
-            NoWorkersAvailable: no worker accepted it.
+            AdmissionRejected: over the ceiling, or the queue stayed full.
+            NoWorkersAvailable: no worker accepted it and there is no queue.
+            CapacityTimeout: it waited past the dispatch deadline.
+            Deadlock: it needs a slot only its own callers hold.
+            WorkflowHalted: an earlier call of its workflow failed (halt_on_error).
+        """
+        if self._state != "open":
+            raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
+        ticket = self._admission.admit(task, parent)
+        deadline = asyncio.timeout(self._config.dispatch_deadline)
+        try:
+            async with deadline:
+                await self._limits.acquire(ticket)
+                call = await self._admission.dispatch(ticket)
+        except BaseException as exc:
+            self._end(ticket, exc if isinstance(exc, Exception) else None)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                self._capacity_timeouts += 1
+                raise CapacityTimeout(
+                    f"{task.name}() waited {self._config.dispatch_deadline:g}s (dispatch_deadline) without "
+                    f"starting: {self._admission.waiting} calls queued for {len(self._members)} workers"
+                ) from None
+            raise
+        call.ticket = ticket
+        self._running += 1
+        call.on_finish(functools.partial(self._call_ended, ticket))
+        return call
+
+    def _call_ended(self, ticket: Ticket, call: OutgoingCall) -> None:
+        self._running -= 1
+        self._end(ticket, _failure(call))
+
+    def _end(self, ticket: Ticket, error: BaseException | None) -> None:
+        self._limits.release(ticket, error)
+        self._admission.release(ticket)
+        self._admission.capacity_changed()
+
+    async def _dispatch_once(self, task: Task) -> OutgoingCall:
+        """Offer ``task`` to workers in the balancer's order until one accepts.
+
+        Raises:
+            NoWorkersAvailable: none did.
+            PoolClosed: the pool closed meanwhile.
         """
         if self._state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
@@ -284,6 +356,23 @@ class WorkerPool:
 
     # -- introspection -------------------------------------------------------------
 
+    def stats(self) -> PoolStats:
+        """Load now: calls running and waiting, overall and per queue, key and workflow."""
+        limits = self._limits.stats()
+        return PoolStats(
+            workers=len(self._members),
+            local_workers=len(self._fleet),
+            admitted=self._admission.admitted,
+            running=self._running,
+            waiting_for_worker=self._admission.waiting,
+            waiting_for_limits=sum(s.waiting for s in limits.values()),
+            dispatched=self._dispatched,
+            rejected=self._admission.rejected,
+            capacity_timeouts=self._capacity_timeouts,
+            grown=self._fleet.grown,
+            limits=limits,
+        )
+
     @property
     def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
         """The pool's workers now, by uid (a snapshot)."""
@@ -292,9 +381,9 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         """Pids of the worker processes this pool spawned and still runs."""
-        return [w.pid for w in self._local.values() if w.pid is not None and w.returncode is None]
+        return self._fleet.pids
 
-    async def worker_states(self, timeout: float = 5.0) -> dict[uuid.UUID, Any]:
+    async def worker_states(self, timeout: float = 5.0) -> dict[uuid.UUID, pb.WorkerState]:
         """Each worker's own report (State RPC): in flight, idle seconds, capacity...
 
         Workers that do not answer within ``timeout`` are left out.
@@ -309,17 +398,34 @@ class WorkerPool:
 
     def in_flight(self) -> int:
         """Calls dispatched through this pool that have not ended."""
-        return sum(c.in_flight for c in self._members.connections())
+        return self._running
 
     def __repr__(self) -> str:
-        local = sum(1 for w in self._members.workers.values() if w[0].local)
-        return (
-            f"<WorkerPool {self._state} [Workers: {len(self._members)} ({local} local) | "
-            f"Calls: {self.in_flight()} in flight, {self._dispatched} dispatched]>"
+        s = self.stats()
+        text = (
+            f"<WorkerPool {self._state} [Workers: {s.workers} ({s.local_workers} local) | "
+            f"Calls: {s.running} running, {s.waiting_for_worker + s.waiting_for_limits} waiting, "
+            f"{s.dispatched} dispatched"
         )
+        if s.rejected or s.capacity_timeouts:
+            text += f", {s.rejected} rejected, {s.capacity_timeouts} timed out"
+        limits = ", ".join(f"{name}: {g.running} running, {g.waiting} waiting" for name, g in s.limits.items())
+        return text + (f" | {limits}]>" if limits else "]>")
 
 
-def _worker_env(backpressure: BackpressureLike | None, shutdown_grace: float) -> dict[str, str]:
+def _failure(call: OutgoingCall) -> BaseException | None:
+    """Why a finished call failed (for halting its workflow); None if it did not."""
+    final = call.final
+    if final is None or isinstance(final, BaseException):
+        return final
+    if final.HasField("outcome") and final.outcome.kind == pb.Outcome.RAISE:
+        return RemoteTraceback(final.outcome.traceback)
+    if final.HasField("outcome") and final.outcome.kind == pb.Outcome.CANCELLED:
+        return WorkerBroken("cancelled on the worker (it was stopping)")
+    return None
+
+
+def _worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
     """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
     if isinstance(backpressure, TaskCountBackpressure):
         capacity, shipped = backpressure.threshold, ""
@@ -328,7 +434,11 @@ def _worker_env(backpressure: BackpressureLike | None, shutdown_grace: float) ->
     else:
         blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
         capacity, shipped = 0, base64.b64encode(blob).decode()
-    config = WorkerConfig(
-        max_concurrent_tasks=capacity, backpressure=shipped, shutdown_grace=shutdown_grace, log_level="WARNING"
+    worker = WorkerConfig(
+        max_concurrent_tasks=capacity,
+        backpressure=shipped,
+        shutdown_grace=config.shutdown_grace,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
+        log_level="WARNING",
     )
-    return config.to_env()
+    return worker.to_env()

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 import grpc
 
 from . import _wire
-from ._calls import Target, Task
+from ._calls import Task
+from ._limits import Ticket
 from ._proto import leakypool_pb2 as pb
 from ._session import FINAL_OUTCOMES, OutgoingCall, Session
 
@@ -25,20 +27,29 @@ _log = logging.getLogger("leakypool.pool")
 
 
 class _Relay:
-    __slots__ = ("session", "id", "task", "steps", "runner")
+    __slots__ = ("session", "id", "task", "parent", "steps", "runner")
 
-    def __init__(self, session: Session, call_id: int, task: Task) -> None:
+    def __init__(self, session: Session, call_id: int, task: Task, parent: Ticket | None) -> None:
         self.session = session
         self.id = call_id
         self.task = task
+        self.parent = parent
         self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()
         self.runner: asyncio.Task[None] | None = None
+
+
+class Dispatching(Protocol):
+    """What the relay dispatches through: the pool."""
+
+    async def start(self, task: Task, parent: Ticket | None = None) -> OutgoingCall:
+        """Admit and dispatch ``task`` (made by the call holding ``parent``)."""
+        ...
 
 
 class NestedHost:
     """The `CallHost` of the pool's streams: serves workers' nested calls via ``target``."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Dispatching) -> None:
         self._target = target
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
@@ -49,8 +60,8 @@ class NestedHost:
         if blob is None:
             session.reject(frame.id, grpc.StatusCode.FAILED_PRECONDITION.value[0], "unknown routine digest")
             return
-        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob))
-        relay.task.parent = 0
+        caller = session.outgoing(frame.call.parent)  # the call whose routine made this one
+        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob), caller.ticket if caller else None)
         session.hosted[frame.id] = relay
         session.accept(frame.id)
         relay.runner = asyncio.ensure_future(self._run(relay))
@@ -79,7 +90,7 @@ class NestedHost:
     async def _run(self, relay: _Relay) -> None:
         session, call_id = relay.session, relay.id
         try:
-            downstream = await self._target.start(relay.task)
+            downstream = await self._target.start(relay.task, relay.parent)
             try:
                 outcome = await self._forward(relay, downstream)
             except BaseException:

@@ -22,6 +22,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from . import _wire
 from ._calls import Dispatcher, Task
 from ._errors import PoolClosed
+from ._limits import Queue
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,12 +63,13 @@ def reset_dispatcher(token: contextvars.Token[Dispatcher | None]) -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallOptions:
-    """Per-routine (and per-call) settings; see `Routine.options`."""
+    """Per-routine (and per-call) settings; see `routine` and `Routine.options`."""
 
     timeout: float | None = None
-    queue: str = ""
+    queue: Queue | None = None
     key: str = ""
     workflow: str = ""
+    halt_on_error: bool = False
 
     def __post_init__(self) -> None:
         timeout = self.timeout
@@ -75,9 +77,15 @@ class CallOptions:
             raise TypeError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
         if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
-        for name in ("queue", "key", "workflow"):
+        if self.queue is not None and not isinstance(self.queue, Queue):
+            raise TypeError(f"queue: expected a pool.Queue or None, got {self.queue!r}")
+        for name in ("key", "workflow"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name}: expected a str, got {getattr(self, name)!r}")
+        if self.key and self.queue is None:
+            raise ValueError(f"key: a concurrency key needs a queue to apply to, got key={self.key!r} and no queue")
+        if not isinstance(self.halt_on_error, bool):
+            raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
 
 
 class Routine(Generic[P, R]):
@@ -130,6 +138,7 @@ class Routine(Generic[P, R]):
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
         digest, blob = self._base.code()
         options = self._call_options
+        queue = options.queue
         return Task(
             name=self.__qualname__,
             generator=self._generator,
@@ -137,9 +146,12 @@ class Routine(Generic[P, R]):
             blob=blob,
             args=_wire.pack_args(self.__qualname__, args, kwargs),
             timeout=options.timeout,
-            queue=options.queue,
+            queue=queue.name if queue else "",
+            concurrency=queue.concurrency if queue else 0,
+            total=(queue.total or 0) if queue else 0,
             key=options.key,
             workflow=options.workflow,
+            halt_on_error=options.halt_on_error,
         )
 
     def code(self) -> tuple[bytes, bytes]:
@@ -212,17 +224,29 @@ def _importable(routine: Routine[Any, Any]) -> bool:
 def routine(fn: Callable[P, R], /) -> Routine[P, R]: ...
 @overload
 def routine(
-    *, timeout: float | None = None, queue: str = "", key: str = "", workflow: str = ""
+    *,
+    timeout: float | None = None,
+    queue: Queue | None = None,
+    key: str = "",
+    workflow: str = "",
+    halt_on_error: bool = False,
 ) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make an async function a routine: its calls run on the pool's workers.
 
     Use bare (``@pool.routine``) or with options
-    (``@pool.routine(timeout=5.0)``). Options: ``timeout`` (seconds for the
-    whole call, waiting included; ``TimeoutError`` after it, and the remote
-    task is cancelled), and the admission options ``queue``, ``key``,
-    ``workflow``. Any of them can be overridden per call with
-    `Routine.options`.
+    (``@pool.routine(timeout=5.0)``). Any option can be overridden per call
+    with `Routine.options`:
+
+    - ``timeout``: seconds for the whole call, waiting included; after it
+      the remote task is cancelled and the caller gets ``TimeoutError``.
+    - ``queue``: a `pool.Queue`; at most its ``concurrency`` calls run at once.
+    - ``key``: a concurrency key (tenant, user...): each value gets its own
+      ``concurrency`` within the queue.
+    - ``workflow``: calls with the same workflow key run one at a time, in
+      the order they were made.
+    - ``halt_on_error``: if this call fails, the calls of its workflow
+      queued behind it fail with `WorkflowHalted` instead of running.
 
     Raises:
         TypeError: ``fn`` is not an ``async def`` function, or a bad option.

@@ -101,13 +101,15 @@ class OutgoingCall:
     a time; the protocol is lock-step.
     """
 
-    __slots__ = ("id", "session", "name", "finished", "_inbox", "_waiter", "_on_finish")
+    __slots__ = ("id", "session", "name", "finished", "final", "ticket", "_inbox", "_waiter", "_on_finish")
 
     def __init__(self, session: Session, call_id: int, name: str) -> None:
         self.id = call_id
         self.session = session
         self.name = name
         self.finished = False
+        self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
+        self.ticket: Any = None  # the dispatcher's admission record, if any
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -128,6 +130,8 @@ class OutgoingCall:
         else:
             self._inbox.append(item)
         if isinstance(item, BaseException) or _is_final(item):
+            if not self.finished:
+                self.final = item
             self._finish()
 
     async def receive(self) -> pb.Frame:
@@ -198,8 +202,16 @@ class Session:
         label: Names the peer in logs and errors.
     """
 
-    def __init__(self, *, odd: bool, host: CallHost | None, label: str) -> None:
+    def __init__(
+        self,
+        *,
+        odd: bool,
+        host: CallHost | None,
+        label: str,
+        on_room: Callable[[pb.Room], None] | None = None,
+    ) -> None:
         self.label = label
+        self._on_room = on_room
         self.failure: BaseException | None = None
         self.sent_digests: set[bytes] = set()
         self.received: dict[bytes, Any] = {}  # routines the peer sent, by digest
@@ -267,6 +279,17 @@ class Session:
         """Pass on an outcome received from elsewhere (nested dispatch)."""
         self._frame(call_id).outcome.CopyFrom(outcome)
 
+    def outgoing(self, call_id: int) -> OutgoingCall | None:
+        """The open call this end made with id ``call_id``, if any."""
+        return self._outgoing.get(call_id)
+
+    def room(self, in_flight: int, capacity: int) -> None:
+        """Tell the peer this end has room again (a worker that turned it away)."""
+        room = self._frame(0).room
+        room.SetInParent()
+        room.in_flight = in_flight
+        room.capacity = capacity
+
     def forget(self, call_id: int) -> None:
         """Stop routing replies for ``call_id`` (it was cancelled here)."""
         self._outgoing.pop(call_id, None)
@@ -274,7 +297,10 @@ class Session:
     def feed(self, message: pb.Frames) -> None:
         """Route every frame of one received message."""
         for frame in message.frames:
-            if frame.id & 1 == self._mine:
+            if frame.id == 0:
+                if self._on_room is not None and frame.HasField("room"):
+                    self._on_room(frame.room)
+            elif frame.id & 1 == self._mine:
                 outgoing = self._outgoing.get(frame.id)
                 if outgoing is None:
                     continue  # a reply to a call cancelled here

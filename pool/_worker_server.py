@@ -136,6 +136,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         capacity=capacity,
         idle_timeout=config.idle_timeout,
         max_lifetime=config.max_lifetime,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
     )
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((service.handler(),))

@@ -59,7 +59,7 @@ _STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class _Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled")
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested")
 
     def __init__(self, session: Session, call_id: int, task: Task, code: _Code) -> None:
         self.session = session
@@ -69,6 +69,7 @@ class _Hosted:
         self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
         self.runner: asyncio.Task[None] | None = None
         self.cancelled = False
+        self.nested = 0  # nested calls it is awaiting now
 
 
 class _Code:
@@ -97,6 +98,10 @@ class WorkerService:
         capacity: Tasks it takes at once, as advertised (0 = unknown/unlimited).
         idle_timeout: Drain and exit after this many seconds idle; 0 = never.
         max_lifetime: Drain and exit at this age; 0 = never.
+        hold_slot_while_waiting: Count a task that awaits a nested call
+            against backpressure. Off (the default), a waiting task frees
+            its slot until the nested call returns, so routines that call
+            routines cannot deadlock a pool of workers capped at 1 task.
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class WorkerService:
         capacity: int = 0,
         idle_timeout: float = 0.0,
         max_lifetime: float = 0.0,
+        hold_slot_while_waiting: bool = False,
     ) -> None:
         self.uid = uid
         self.capacity = capacity
@@ -119,6 +125,9 @@ class WorkerService:
         self._started = time.monotonic()
         self._idle_since = self._started
         self._in_flight = 0
+        self._parked = 0
+        self._hold_slots = hold_slot_while_waiting
+        self._turned_away: set[Session] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -238,6 +247,7 @@ class WorkerService:
             uid=self.uid,
             pid=os.getpid(),
             in_flight=self._in_flight,
+            waiting=self._parked,
             idle_seconds=(now - self._idle_since) if self._in_flight == 0 else 0.0,
             capacity=self.capacity,
             accepting=self.accepting,
@@ -264,7 +274,7 @@ class WorkerService:
             self._accept(hosted)
             return
         try:
-            verdict = self._hook(BackpressureContext(active_task_count=self._in_flight, task=hosted.task))
+            verdict = self._hook(BackpressureContext(active_task_count=self.active(), task=hosted.task))
         except Exception:
             self._hook_failed(hosted)
             return
@@ -272,7 +282,7 @@ class WorkerService:
             session.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
             asyncio.ensure_future(self._admit_later(hosted, verdict))
         elif verdict:
-            session.reject(hosted.id, _RESOURCE_EXHAUSTED, "rejected by backpressure")
+            self._turn_away(session, hosted.id)
         else:
             self._accept(hosted)
 
@@ -285,12 +295,44 @@ class WorkerService:
             return
         if hosted.cancelled or hosted.session.failure is not None:
             hosted.session.hosted.pop(hosted.id, None)
-        elif rejected or not self.accepting:
+        elif not self.accepting:
             hosted.session.hosted.pop(hosted.id, None)
-            code, why = (_RESOURCE_EXHAUSTED, "rejected by backpressure") if rejected else (_UNAVAILABLE, "worker is draining")
-            hosted.session.reject(hosted.id, code, why)
+            hosted.session.reject(hosted.id, _UNAVAILABLE, "worker is draining")
+        elif rejected:
+            hosted.session.hosted.pop(hosted.id, None)
+            self._turn_away(hosted.session, hosted.id)
         else:
             self._accept(hosted)
+
+    def active(self) -> int:
+        """Tasks that count against backpressure: in flight, less those parked on nested calls."""
+        return self._in_flight if self._hold_slots else max(0, self._in_flight - self._parked)
+
+    def _turn_away(self, session: Session, call_id: int) -> None:
+        session.reject(call_id, _RESOURCE_EXHAUSTED, "rejected by backpressure")
+        self._turned_away.add(session)
+
+    def _room_freed(self) -> None:
+        # Tell dispatchers we turned away that they may retry: their queued
+        # calls move at once instead of waiting for a timer.
+        if self._turned_away:
+            sessions, self._turned_away = self._turned_away, set()
+            for session in sessions:
+                session.room(self._in_flight, self.capacity)
+
+    def park(self, hosted: _Hosted) -> None:
+        """``hosted`` awaits a nested call: it stops counting against backpressure."""
+        hosted.nested += 1
+        if hosted.nested == 1:
+            self._parked += 1
+            if not self._hold_slots:
+                self._room_freed()
+
+    def unpark(self, hosted: _Hosted) -> None:
+        """``hosted``'s nested call returned: it counts again."""
+        hosted.nested -= 1
+        if hosted.nested == 0:
+            self._parked -= 1
 
     def _hook_failed(self, hosted: _Hosted) -> None:
         # Fail closed but transient: the dispatcher rotates to another worker
@@ -332,6 +374,7 @@ class WorkerService:
         hosted.session.hosted.pop(hosted.id, None)
         hosted.session.outcome(hosted.id, *outcome)
         self._in_flight -= 1
+        self._room_freed()
         if self._in_flight == 0:
             self._idle_since = time.monotonic()
             self._idle.set()
@@ -412,16 +455,26 @@ class Upstream:
     def __init__(self, service: WorkerService, hosted: _Hosted) -> None:
         assert service._loop is not None
         self._loop = service._loop
+        self._service = service
+        self._hosted = hosted
         self._session = hosted.session
         self._parent = hosted.id
 
     def call(self, task: Task) -> Any:
         task.parent = self._parent
-        return bridge(self._loop, call_routine(self, task))
+        return bridge(self._loop, self._parked(call_routine(self, task)))
 
     def generator(self, task: Task) -> BridgedGenerator:
         task.parent = self._parent
-        return BridgedGenerator(self._loop, RemoteGenerator(self, task))
+        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
+
+    async def _parked(self, waiting: Any) -> Any:
+        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
+        self._service.park(self._hosted)
+        try:
+            return await waiting
+        finally:
+            self._service.unpark(self._hosted)
 
     async def start(self, task: Task) -> OutgoingCall:
         return await open_call(self._session, task)

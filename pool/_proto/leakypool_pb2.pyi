@@ -14,20 +14,22 @@ class Frames(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("id", "call", "step", "accept", "reject", "outcome")
+    __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room")
     ID_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_FIELD_NUMBER: _ClassVar[int]
     REJECT_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ROOM_FIELD_NUMBER: _ClassVar[int]
     id: int
     call: Call
     step: Step
     accept: Accept
     reject: Reject
     outcome: Outcome
-    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ...) -> None: ...
+    room: Room
+    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., room: _Optional[_Union[Room, _Mapping]] = ...) -> None: ...
 
 class Routine(_message.Message):
     __slots__ = ("digest", "blob", "name", "generator")
@@ -56,14 +58,20 @@ class Call(_message.Message):
     def __init__(self, routine: _Optional[_Union[Routine, _Mapping]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("queue", "key", "workflow")
+    __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HALT_ON_ERROR_FIELD_NUMBER: _ClassVar[int]
     queue: str
     key: str
     workflow: str
-    def __init__(self, queue: _Optional[str] = ..., key: _Optional[str] = ..., workflow: _Optional[str] = ...) -> None: ...
+    concurrency: int
+    total: int
+    halt_on_error: bool
+    def __init__(self, queue: _Optional[str] = ..., key: _Optional[str] = ..., workflow: _Optional[str] = ..., concurrency: _Optional[int] = ..., total: _Optional[int] = ..., halt_on_error: bool = ...) -> None: ...
 
 class Step(_message.Message):
     __slots__ = ("kind", "value")
@@ -88,6 +96,14 @@ class Step(_message.Message):
 class Accept(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class Room(_message.Message):
+    __slots__ = ("in_flight", "capacity")
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    in_flight: int
+    capacity: int
+    def __init__(self, in_flight: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class Reject(_message.Message):
     __slots__ = ("code", "message")
@@ -130,7 +146,7 @@ class StateRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerState(_message.Message):
-    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version")
+    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting")
     UID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +155,7 @@ class WorkerState(_message.Message):
     ACCEPTING_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     uid: str
     pid: int
     in_flight: int
@@ -147,4 +164,5 @@ class WorkerState(_message.Message):
     accepting: bool
     uptime_seconds: float
     version: str
-    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ...) -> None: ...
+    waiting: int
+    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ...) -> None: ...

@@ -35,7 +35,7 @@ async def test_unpicklable_argument_should_raise_type_error_at_the_call_site_and
             routines.echo(lock)  # raises on the call itself, before any await
         assert isinstance(info.value, pool.SerializationError)
         assert "lock" in str(info.value)
-        assert "0 dispatched" in repr(p)
+        assert "0 dispatched" in repr(p) and p.stats().dispatched == 0
 
 
 async def test_unpicklable_keyword_argument_should_be_named():

@@ -13,17 +13,10 @@ import pytest
 
 import pool
 from tests.integration import routines
+from tests.integration.child import Child, alive
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_spawn_should_start_that_many_workers():
@@ -111,23 +104,16 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
             """
         )
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), stdout=subprocess.PIPE, cwd=os.getcwd()
-    )
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    async with Child([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=os.getcwd()) as child:
+        line = await asyncio.wait_for(child.stdout.readline(), 60)
         pids = [int(x) for x in line.split()]
         assert len(pids) == 2
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-        # Orphans are re-parented to init; they notice the lifeline closing and exit.
-        async with asyncio.timeout(30):
-            while any(alive(pid) for pid in pids):
-                await asyncio.sleep(0.05)  # no event reaches us from a non-child; poll, bounded
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        child.signal(signal.SIGKILL)
+        await child.wait(30)
+    # Orphans are re-parented to init; they notice the lifeline closing and exit.
+    async with asyncio.timeout(30):
+        while any(alive(pid) for pid in pids):
+            await asyncio.sleep(0.05)  # no event reaches us from a non-child; poll, bounded
 
 
 async def test_pool_should_not_be_reentered():
@@ -142,7 +128,7 @@ async def test_pool_should_not_be_reentered():
 async def test_repr_should_show_live_state():
     async with pool.WorkerPool(spawn=2) as p:
         await routines.add(1, 2)
-        assert repr(p) == "<WorkerPool open [Workers: 2 (2 local) | Calls: 0 in flight, 1 dispatched]>"
+        assert repr(p) == "<WorkerPool open [Workers: 2 (2 local) | Calls: 0 running, 0 waiting, 1 dispatched]>"
     assert repr(p).startswith("<WorkerPool closed [Workers: 0")
 
 

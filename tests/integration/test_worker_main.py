@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from pool._config import WORKER_SETTINGS
+from tests.integration.child import Child
 
 pytestmark = pytest.mark.integration
 
@@ -58,18 +59,11 @@ def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):
 
 
 async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_sigterm():
-    proc = await asyncio.create_subprocess_exec(
-        *WORKER, "--port", "0", "--max-concurrent-tasks", "3", "--tags", "blue",
-        stderr=subprocess.PIPE, env=clean_env(),
-    )
-    try:
-        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+    args = [*WORKER, "--port", "0", "--max-concurrent-tasks", "3", "--tags", "blue"]
+    async with Child(args, stderr=subprocess.PIPE, env=clean_env()) as child:
+        line = (await asyncio.wait_for(child.stderr.readline(), 60)).decode()
         assert re.search(r"ready: uid=[0-9a-f-]{36} address=127\.0\.0\.1:\d+ capacity=3 tls=False tags=blue", line), line
-        proc.send_signal(signal.SIGTERM)
-        rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
-        assert await proc.wait() == 0
+        child.signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(child.stderr.read(), 60)).decode()
+        assert await child.wait(60) == 0
         assert "exited: SIGTERM" in rest
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()

@@ -62,15 +62,19 @@ class TestRoutine:
         """Test per-call overrides and their validation."""
         recorder = Recorder()
         with dispatching_to(recorder):
-            routines.add.options(timeout=2.5, queue="db", key="tenant-1")(1, 2).close()
+            routines.add.options(timeout=2.5, queue=pool.Queue("db", concurrency=3, total=5), key="tenant-1")(1, 2).close()
         (task,) = recorder.tasks
-        assert (task.timeout, task.queue, task.key) == (2.5, "db", "tenant-1")
+        assert (task.timeout, task.queue, task.concurrency, task.total, task.key) == (2.5, "db", 3, 5, "tenant-1")
         with pytest.raises(ValueError, match="timeout: expected seconds > 0"):
             routines.add.options(timeout=0)
         with pytest.raises(TypeError, match="timeout: expected seconds > 0"):
             routines.add.options(timeout="1")
         with pytest.raises(TypeError):
             routines.add.options(retries=3)
+        with pytest.raises(TypeError, match="queue: expected a pool.Queue"):
+            routines.add.options(queue="db")
+        with pytest.raises(ValueError, match="a concurrency key needs a queue"):
+            routines.add.options(key="tenant-1")
 
     def test_routine_should_pickle_by_reference_when_importable(self):
         """Test that importable routines cross as a name, not as code."""

@@ -1,0 +1,237 @@
+"""Admission: a fast gate for real overload, a patient FIFO queue for bursts.
+
+    new call ──> ceiling: admitted (running + waiting) < max_pending? ── no ──> AdmissionRejected now
+                   │ yes
+                   v
+              limits (queues, keys, workflows; see _limits)
+                   │
+                   v
+              anyone queued for a worker? ── no ──> try the balancer once ── accepted ──> running
+                   │ yes                                  │ NoWorkersAvailable
+                   v                                      v
+              a place in the queue (queue_depth)? ── none: wait up to admission_timeout
+                   │                                       for one, else AdmissionRejected
+                   v
+              FIFO queue: the pump offers the head to the balancer whenever
+              capacity may have freed (a call of this pool ended, a worker
+              joined, a worker said it has room), until dispatch_deadline.
+
+The pump is one task per pool; it serves waiters strictly in order, so a
+burst starts in arrival order and a newcomer never jumps the queue. A
+waiter that is cancelled (or times out) leaves at once and frees its
+place. With queue_depth 0 there is no queue: a call the balancer cannot
+place fails with NoWorkersAvailable at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from ._calls import Task
+from ._errors import AdmissionRejected, NoWorkersAvailable
+from ._limits import Ticket
+from ._session import OutgoingCall
+
+_log = logging.getLogger("leakypool.pool")
+
+BACKSTOP_S: Final[float] = 1.0
+"""While calls wait, the pump retries at least this often even without a capacity event.
+
+Capacity events cover task-count backpressure completely; the backstop is
+for hooks whose verdict changes with nothing finishing (memory, time)."""
+
+DURATION_HALF_LIFE: Final[float] = 0.1
+"""Weight of the newest call in the running mean duration (for retry_after)."""
+
+
+class _Waiter:
+    __slots__ = ("ticket", "placed", "served")
+
+    def __init__(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
+        self.ticket = ticket
+        self.placed: asyncio.Future[None] = loop.create_future()
+        self.served: asyncio.Future[OutgoingCall] = loop.create_future()
+
+
+class Admission:
+    """The admission ceiling and the FIFO queue for a worker.
+
+    Args:
+        dispatch_once: Offers a task to the workers once (the balancer loop);
+            raises NoWorkersAvailable when none accepts.
+        starved: Called when queued calls found no worker (grow the pool).
+        queue_depth: Calls that may wait for a worker; 0: none (fail fast).
+        admission_timeout: Seconds a call waits for a place in a full queue.
+        max_pending: Calls admitted at once (running + waiting); None: no ceiling.
+    """
+
+    def __init__(
+        self,
+        dispatch_once: Callable[[Task], Awaitable[OutgoingCall]],
+        starved: Callable[[], None],
+        *,
+        queue_depth: int,
+        admission_timeout: float,
+        max_pending: int | None,
+    ) -> None:
+        self._dispatch_once = dispatch_once
+        self._starved = starved
+        self.queue_depth = queue_depth
+        self.admission_timeout = admission_timeout
+        self.max_pending = max_pending
+        self.admitted = 0
+        self.rejected = 0
+        self.mean_duration = 1.0
+        self._queue: collections.deque[_Waiter] = collections.deque()
+        self._lobby: collections.deque[_Waiter] = collections.deque()
+        self._capacity = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self._completions = 0
+
+    @property
+    def waiting(self) -> int:
+        """Calls queued (or waiting for a place in the queue) for a worker."""
+        return len(self._queue) + len(self._lobby)
+
+    def admit(self, task: Task, parent: Ticket | None) -> Ticket:
+        """Count a new call in, or refuse it at once if the ceiling is reached.
+
+        Raises:
+            AdmissionRejected: ``max_pending`` calls are already admitted.
+        """
+        if self.max_pending is not None and self.admitted >= self.max_pending:
+            self.rejected += 1
+            raise AdmissionRejected(
+                f"{task.name}() refused: {self.admitted} calls already admitted "
+                f"(max_pending={self.max_pending}); retry after ~{self.retry_after():.2f}s",
+                retry_after=self.retry_after(),
+            )
+        self.admitted += 1
+        return Ticket(task, parent, time.monotonic())
+
+    def release(self, ticket: Ticket) -> None:
+        """The call ended (or never started): count it out, learn its duration."""
+        self.admitted -= 1
+        self._completions += 1
+        duration = time.monotonic() - ticket.admitted_at
+        self.mean_duration += DURATION_HALF_LIFE * (duration - self.mean_duration)
+
+    def retry_after(self) -> float:
+        """Seconds until a place is likely to free: one mean call duration spread over the running calls."""
+        running = max(1, self.admitted - self.waiting)
+        return round(min(60.0, max(0.05, self.mean_duration / running)), 3)
+
+    def capacity_changed(self) -> None:
+        """Capacity may have freed: let the pump try the head of the queue."""
+        self._capacity.set()
+
+    async def dispatch(self, ticket: Ticket) -> OutgoingCall:
+        """Get ``ticket``'s task accepted by a worker, queueing if need be.
+
+        Raises:
+            NoWorkersAvailable: no worker accepted it and there is no queue.
+            AdmissionRejected: the queue stayed full for ``admission_timeout``.
+        """
+        if not self._queue and not self._lobby:
+            try:
+                return await self._dispatch_once(ticket.task)
+            except NoWorkersAvailable:
+                if not self.queue_depth:
+                    raise
+                self._starved()
+        waiter = _Waiter(ticket, asyncio.get_running_loop())
+        await self._take_place(waiter)
+        try:
+            return await waiter.served
+        except BaseException:
+            self._leave(waiter)
+            if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
+                waiter.served.result().cancel()  # accepted as we gave up
+            raise
+
+    async def _take_place(self, waiter: _Waiter) -> None:
+        if len(self._queue) < self.queue_depth and not self._lobby:
+            self._enqueue(waiter)
+            return
+        name = waiter.ticket.task.name
+        if not self.admission_timeout:
+            self.rejected += 1
+            raise AdmissionRejected(
+                f"{name}() refused: the queue is full ({len(self._queue)} waiting)", retry_after=self.retry_after()
+            )
+        self._lobby.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.placed), self.admission_timeout)
+        except TimeoutError:
+            if not waiter.placed.done():
+                self._lobby.remove(waiter)
+                self.rejected += 1
+                raise AdmissionRejected(
+                    f"{name}() refused: the queue stayed full ({len(self._queue)} waiting) for "
+                    f"{self.admission_timeout:g}s",
+                    retry_after=self.retry_after(),
+                ) from None
+        except BaseException:
+            self._leave(waiter)
+            raise
+
+    def _enqueue(self, waiter: _Waiter) -> None:
+        self._queue.append(waiter)
+        waiter.placed.set_result(None)
+        if self._pump is None:
+            self._pump = asyncio.ensure_future(self._run_pump())
+        self._capacity.set()
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue or lobby; give its place to the next in the lobby."""
+        try:
+            self._queue.remove(waiter)
+        except ValueError:
+            try:
+                self._lobby.remove(waiter)
+            except ValueError:
+                pass
+            return
+        while self._lobby and len(self._queue) < self.queue_depth:
+            self._enqueue(self._lobby.popleft())
+
+    async def _run_pump(self) -> None:
+        try:
+            while self._queue:
+                self._capacity.clear()
+                if not await self._serve():
+                    self._starved()
+                    try:
+                        await asyncio.wait_for(self._capacity.wait(), BACKSTOP_S)
+                    except TimeoutError:
+                        pass
+        finally:
+            self._pump = None
+
+    async def _serve(self) -> bool:
+        """Dispatch queued calls in order until one finds no worker; False if one did."""
+        while self._queue:
+            waiter = self._queue[0]
+            if waiter.served.done():
+                self._leave(waiter)
+                continue
+            try:
+                call = await self._dispatch_once(waiter.ticket.task)
+            except NoWorkersAvailable:
+                return False
+            except Exception as exc:
+                self._leave(waiter)
+                if not waiter.served.done():
+                    waiter.served.set_exception(exc)
+                continue
+            self._leave(waiter)
+            if waiter.served.done():
+                call.cancel()  # its caller gave up while we dispatched it
+            else:
+                waiter.served.set_result(call)
+        return True

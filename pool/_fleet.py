@@ -1,0 +1,169 @@
+"""The worker processes a pool starts itself: spawn, watch, replace, grow, stop.
+
+A fleet keeps at least ``minimum`` workers: one that dies is replaced
+(with growing back-off if they keep dying young). Under load the pool asks
+it to `grow`, one worker at a time, up to ``maximum``; those extra workers
+run with an idle timeout and exit by themselves once the load is gone,
+back down to ``minimum``. They are never replaced: load brings them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from ._connection import WorkerMetadata
+from ._ids import new_uid
+from ._local_worker import LocalWorker
+
+_log = logging.getLogger("leakypool.pool")
+
+RESPAWN_BACKOFF_S: Final[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Delay before replacing a crashed worker, by how many crashed young in a row."""
+
+CRASH_WINDOW_S: Final[float] = 10.0
+"""A worker that exits sooner than this after starting counts towards a crash loop."""
+
+GROW_BACKOFF_S: Final[float] = 5.0
+"""After a failed attempt to grow, wait this long before trying again."""
+
+
+class LocalFleet:
+    """Spawned workers of one pool.
+
+    Args:
+        env: ``LEAKYPOOL_*`` settings for every worker.
+        minimum: Workers kept (replaced when they die).
+        maximum: Workers at most, counting those grown under load.
+        idle_timeout: Seconds a grown worker may idle before it exits.
+        startup_timeout: Seconds a worker gets to report READY.
+        shutdown_grace: Seconds in-flight calls get when the fleet stops.
+        on_ready: Called with each worker's metadata once it serves.
+        on_exit: Called with a worker's uid and why, once it exited.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        minimum: int,
+        maximum: int,
+        idle_timeout: float,
+        startup_timeout: float,
+        shutdown_grace: float,
+        on_ready: Callable[[WorkerMetadata], None],
+        on_exit: Callable[[uuid.UUID, str], None],
+    ) -> None:
+        self._env = dict(env)
+        self.minimum = minimum
+        self.maximum = maximum
+        self._idle_timeout = idle_timeout
+        self._startup_timeout = startup_timeout
+        self._shutdown_grace = shutdown_grace
+        self._on_ready = on_ready
+        self._on_exit = on_exit
+        self._workers: dict[uuid.UUID, LocalWorker] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._crashes = 0
+        self._growing = False
+        self._grow_after = 0.0
+        self._open = False
+        self.grown = 0
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the worker processes running now."""
+        return [w.pid for w in self._workers.values() if w.pid is not None and w.returncode is None]
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    async def start(self) -> None:
+        """Start ``minimum`` workers concurrently; all must come up.
+
+        Raises:
+            WorkerStartError: one did not (the others are stopped again by `stop`).
+        """
+        self._open = True
+        results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+
+    def grow(self) -> bool:
+        """Start one more worker if below ``maximum`` and none is starting; True if it does."""
+        if not self._open or self._growing or len(self._workers) >= self.maximum or time.monotonic() < self._grow_after:
+            return False
+        self._growing = True
+        asyncio.ensure_future(self._grow())
+        return True
+
+    async def _grow(self) -> None:
+        try:
+            await self._spawn(elastic=True)
+            self.grown += 1
+        except Exception:
+            _log.exception("could not grow the pool by one worker")
+            self._grow_after = time.monotonic() + GROW_BACKOFF_S
+        finally:
+            self._growing = False
+
+    async def stop(self) -> None:
+        """Stop every worker (SIGTERM, grace, SIGKILL) and reap it, even if cancelled."""
+        self._open = False
+        for watcher in list(self._watchers):
+            watcher.cancel()
+        workers = list(self._workers.values())
+        work = asyncio.ensure_future(
+            asyncio.gather(*(w.stop(self._shutdown_grace) for w in workers), return_exceptions=True)
+        )
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            for worker in workers:
+                await worker.kill()
+            raise
+        finally:
+            self._workers.clear()
+
+    async def _spawn(self, *, elastic: bool) -> LocalWorker:
+        uid = new_uid()
+        env = self._env | {"LEAKYPOOL_UID": str(uid)}
+        if elastic:
+            env["LEAKYPOOL_IDLE_TIMEOUT"] = repr(self._idle_timeout)
+        worker = LocalWorker(uid, env, elastic=elastic)
+        self._workers[uid] = worker
+        try:
+            metadata = await worker.start(self._startup_timeout)
+        except BaseException:
+            self._workers.pop(uid, None)
+            raise
+        watcher = asyncio.ensure_future(self._watch(worker))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        self._on_ready(metadata)
+        return worker
+
+    async def _watch(self, worker: LocalWorker) -> None:
+        """Report a worker's exit; replace it if it was one of the minimum and died unasked."""
+        started = time.monotonic()
+        code = await worker.wait()
+        self._workers.pop(worker.uid, None)
+        if worker.elastic and code == 0:
+            self._on_exit(worker.uid, "left after idling (grown under load)")
+            return
+        self._on_exit(worker.uid, f"exited with status {code}")
+        if worker.stopping or not self._open or worker.elastic:
+            return
+        _log.warning("worker %s (pid %s) died with status %s; replacing it", worker.uid, worker.pid, code)
+        self._crashes = self._crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
+        await asyncio.sleep(RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)])
+        if self._open:
+            try:
+                await self._spawn(elastic=False)
+            except Exception:
+                _log.exception("could not replace worker %s", worker.uid)
