@@ -27,6 +27,7 @@ from ._errors import SerializationError as SerializationError
 from ._errors import WorkerBroken as WorkerBroken
 from ._errors import WorkerRejected as WorkerRejected
 from ._errors import WorkflowHalted as WorkflowHalted
+from ._fanout import map as map
 from ._limits import GateStats as GateStats
 from ._limits import Queue as Queue
 from ._pool import PoolStats as PoolStats
@@ -58,6 +59,7 @@ __all__ = sorted(
         "GateStats",
         "PoolStats",
         "Queue",
+        "map",
         "routine",
     ]
 )

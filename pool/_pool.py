@@ -48,7 +48,7 @@ from ._limits import GateStats, Limits, Ticket
 from ._members import Members
 from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
-from ._routine import reset_dispatcher, set_dispatcher
+from ._routine import closed, opened, reset_dispatcher, set_dispatcher
 from ._session import OutgoingCall
 
 _log = logging.getLogger("leakypool.pool")
@@ -198,9 +198,11 @@ class WorkerPool:
             raise
         self._state = "open"
         self._token = set_dispatcher(self)
+        opened(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        closed(self)
         if self._token is not None:
             try:
                 reset_dispatcher(self._token)

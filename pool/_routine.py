@@ -9,6 +9,7 @@ generator function, an async iterator) that runs it remotely.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import dataclasses
@@ -29,16 +30,47 @@ R = TypeVar("R")
 
 _dispatcher: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("leakypool_dispatcher", default=None)
 
+_open: dict[int, list[Dispatcher]] = {}
+"""Pools open on each event loop (by id), innermost last: the fallback for tasks
+that did not inherit the context of an ``async with`` (a web framework's request
+handlers run in tasks started before the app's pool opened)."""
+
 
 def current_dispatcher(name: str) -> Dispatcher:
-    """Where a call made here goes. Raises `PoolClosed` when there is nowhere."""
+    """Where a call made here goes. Raises `PoolClosed` when there is nowhere.
+
+    The dispatcher of this context (the innermost ``async with WorkerPool``
+    around the call, or a worker's upstream), else the pool most recently
+    opened on this event loop that is still open.
+    """
     dispatcher = _dispatcher.get()
     if dispatcher is None:
-        raise PoolClosed(
-            f"{name}() was called with no active WorkerPool; call it inside "
-            "`async with pool.WorkerPool(...):` (or from a routine running on a worker)"
-        )
+        try:
+            opened = _open.get(id(asyncio.get_running_loop()))
+        except RuntimeError:
+            opened = None
+        if not opened:
+            raise PoolClosed(
+                f"{name}() was called with no active WorkerPool; call it inside "
+                "`async with pool.WorkerPool(...):` (or from a routine running on a worker)"
+            )
+        dispatcher = opened[-1]
     return dispatcher
+
+
+def opened(dispatcher: Dispatcher) -> None:
+    """Record ``dispatcher`` as open on the running loop (see `current_dispatcher`)."""
+    _open.setdefault(id(asyncio.get_running_loop()), []).append(dispatcher)
+
+
+def closed(dispatcher: Dispatcher) -> None:
+    """Undo `opened`."""
+    key = id(asyncio.get_running_loop())
+    stack = _open.get(key, [])
+    if dispatcher in stack:
+        stack.remove(dispatcher)
+    if not stack:
+        _open.pop(key, None)
 
 
 @contextlib.contextmanager

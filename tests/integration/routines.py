@@ -192,3 +192,37 @@ class Exploding:
         if ctx.task.name == "fail":
             raise RuntimeError("hook bug")
         return False
+
+
+@pool.routine
+async def span(seconds, tag=None, signals=None):
+    """Sleep; return (tag, pid, start, end) in wall-clock time, to measure overlap."""
+    start = time.time()
+    notify(signals, f"start {tag}")
+    await asyncio.sleep(seconds)
+    return tag, os.getpid(), start, time.time()
+
+
+@pool.routine
+async def failing_span(seconds, tag=None):
+    """Like span, but raises at the end."""
+    await asyncio.sleep(seconds)
+    raise RuntimeError(f"task {tag} failed")
+
+
+@pool.routine
+async def recurse(depth):
+    """Calls itself to ``depth``; each level waits on the next (nested dispatch)."""
+    if depth <= 0:
+        return [os.getpid()]
+    return [os.getpid()] + await recurse(depth - 1)
+
+
+def max_overlap(spans) -> int:
+    """Most intervals (…, start, end) open at once."""
+    events = sorted([(s[-2], 1) for s in spans] + [(s[-1], -1) for s in spans], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak

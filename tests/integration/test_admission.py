@@ -1,0 +1,145 @@
+"""Admission on real workers: a burst waits in FIFO order, true overload is refused fast."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import pytest
+
+import pool
+from backpressure import TaskCountBackpressure
+from balancer import PriorityLoadBalancer
+from tests.integration import routines
+from tests.integration.helpers import until_members
+from tests.integration.signals import Signals
+
+pytestmark = pytest.mark.integration
+
+
+def one_slot_pool(**kwargs) -> pool.WorkerPool:
+    """One worker that runs one task at a time."""
+    return pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1), **kwargs)
+
+
+async def test_queued_calls_should_start_in_fifo_order():
+    async with Signals() as signals, one_slot_pool(queue_depth=10) as p:
+        blocker = asyncio.ensure_future(routines.span(0.3, "blocker", signals.address))
+        await signals.wait("start blocker")
+        calls = []
+        for i in range(6):
+            calls.append(asyncio.ensure_future(routines.span(0.01, i, signals.address)))
+            await asyncio.sleep(0)  # make the arrival order unambiguous
+        async with asyncio.timeout(10):
+            while p.stats().waiting_for_worker < 6:
+                await asyncio.sleep(0.01)  # until all six are queued (pool state, bounded)
+        await blocker
+        results = await asyncio.gather(*calls)
+    assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(6))
+    assert [line.split()[1] for line in signals.lines if line != "start blocker"] == [str(i) for i in range(6)]
+
+
+async def test_queued_call_should_fail_with_capacity_timeout_after_the_deadline():
+    async with Signals() as signals, one_slot_pool(queue_depth=5, dispatch_deadline=0.5) as p:
+        blocker = asyncio.ensure_future(routines.span(3, "blocker", signals.address))
+        await signals.wait("start blocker")
+        t0 = time.perf_counter()
+        with pytest.raises(pool.CapacityTimeout, match=r"waited 0.5s \(dispatch_deadline\)"):
+            await routines.add(1, 2)
+        assert 0.4 < time.perf_counter() - t0 < 2.0
+        assert isinstance(pool.CapacityTimeout("x"), pool.NoWorkersAvailable)
+        assert p.stats().capacity_timeouts == 1
+        await blocker
+
+
+async def test_cancelled_waiter_should_leave_at_once_and_free_its_place():
+    async with Signals() as signals, one_slot_pool(queue_depth=1, admission_timeout=0) as p:
+        blocker = asyncio.ensure_future(routines.span(0.5, "blocker", signals.address))
+        await signals.wait("start blocker")
+        queued = asyncio.ensure_future(routines.span(0, "queued", signals.address))
+        async with asyncio.timeout(10):
+            while p.stats().waiting_for_worker < 1:
+                await asyncio.sleep(0.01)
+        with pytest.raises(pool.AdmissionRejected, match="the queue is full"):
+            await routines.add(1, 2)  # the one place is taken
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert p.stats().waiting_for_worker == 0
+        assert await routines.add(1, 2) == 3  # the freed place is usable
+        await blocker
+        assert signals.count("start queued") == 0  # the cancelled call never ran
+
+
+async def test_full_queue_should_admit_a_call_whose_place_frees_within_the_admission_timeout():
+    async with Signals() as signals, one_slot_pool(queue_depth=1, admission_timeout=5) as p:
+        blocker = asyncio.ensure_future(routines.span(0.3, "blocker", signals.address))
+        await signals.wait("start blocker")
+        first = asyncio.ensure_future(routines.span(0.01, "first"))
+        second = asyncio.ensure_future(routines.span(0.01, "second"))  # waits for first's place
+        assert [r[0] for r in await asyncio.gather(blocker, first, second)] == ["blocker", "first", "second"]
+        assert p.stats().rejected == 0
+
+
+async def test_full_queue_should_reject_after_the_admission_timeout():
+    async with Signals() as signals, one_slot_pool(queue_depth=1, admission_timeout=0.2) as p:
+        blocker = asyncio.ensure_future(routines.span(2, "blocker", signals.address))
+        await signals.wait("start blocker")
+        queued = asyncio.ensure_future(routines.span(0.01, "queued"))
+        async with asyncio.timeout(10):
+            while p.stats().waiting_for_worker < 1:
+                await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        with pytest.raises(pool.AdmissionRejected, match="stayed full") as info:
+            await routines.add(1, 2)
+        assert 0.15 < time.perf_counter() - t0 < 1.5
+        assert info.value.retry_after > 0
+        await asyncio.gather(blocker, queued)
+
+
+async def test_ceiling_should_refuse_at_once_with_a_retry_after():
+    async with Signals() as signals, pool.WorkerPool(
+        spawn=1, backpressure=TaskCountBackpressure(1), queue_depth=10, max_pending=3
+    ) as p:
+        calls = [asyncio.ensure_future(routines.span(0.5, i, signals.address)) for i in range(3)]
+        await signals.wait("start 0")
+        t0 = time.perf_counter()
+        with pytest.raises(pool.AdmissionRejected, match=r"max_pending=3") as info:
+            await routines.add(1, 2)
+        assert time.perf_counter() - t0 < 0.1
+        assert 0.05 <= info.value.retry_after <= 60
+        assert p.stats().rejected == 1
+        await asyncio.gather(*calls)
+        assert await routines.add(1, 2) == 3  # room again
+
+
+async def test_burst_should_neither_lose_nor_repeat_a_call():
+    async with Signals() as signals, pool.WorkerPool(
+        spawn=2, backpressure=TaskCountBackpressure(2), queue_depth=200
+    ) as p:
+        results = await asyncio.gather(*(routines.span(0.01, i, signals.address) for i in range(120)))
+        assert sorted(r[0] for r in results) == list(range(120))
+        starts = collections.Counter(line for line in signals.lines if line.startswith("start"))
+        assert len(starts) == 120 and set(starts.values()) == {1}
+        assert routines.max_overlap(results) <= 4
+        s = p.stats()
+        assert (s.admitted, s.running, s.waiting_for_worker, s.dispatched) == (0, 0, 0, 120)
+
+
+async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it():
+    async with pool.WorkerPool(
+        spawn=1,
+        max_workers=3,
+        idle_timeout=0.5,
+        backpressure=TaskCountBackpressure(1),
+        loadbalancer=PriorityLoadBalancer(),
+        queue_depth=50,
+    ) as p:
+        (base,) = p.workers
+        results = await asyncio.gather(*(routines.span(0.5, i) for i in range(16)))
+        assert len({r[1] for r in results}) == 3  # the burst ran on three workers
+        assert p.stats().grown == 2
+        await until_members(p, lambda p: len(p.workers) == 1, timeout=30)  # the grown ones idled out
+        assert list(p.workers) == [base]
+        assert await routines.add(1, 1) == 2
