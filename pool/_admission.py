@@ -17,7 +17,9 @@
               joined, a worker said it has room), until dispatch_deadline.
 
 The pump is one task per pool; it serves waiters strictly in order, so a
-burst starts in arrival order and a newcomer never jumps the queue. A
+burst starts in arrival order and a newcomer never jumps the queue. Calls
+that found no worker at the same moment join the queue in the order they
+were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
 place. With queue_depth 0 there is no queue: a call the balancer cannot
 place fails with NoWorkersAvailable at once.
@@ -26,7 +28,8 @@ place fails with NoWorkersAvailable at once.
 from __future__ import annotations
 
 import asyncio
-import collections
+import bisect
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -58,6 +61,14 @@ class _Waiter:
         self.served: asyncio.Future[OutgoingCall] = loop.create_future()
 
 
+def _insert(line: list[_Waiter], waiter: _Waiter) -> None:
+    """Put ``waiter`` in ``line`` by admission order (usually at the end)."""
+    if not line or line[-1].ticket.seq < waiter.ticket.seq:
+        line.append(waiter)
+    else:
+        bisect.insort(line, waiter, key=lambda w: w.ticket.seq)
+
+
 class Admission:
     """The admission ceiling and the FIFO queue for a worker.
 
@@ -87,8 +98,9 @@ class Admission:
         self.admitted = 0
         self.rejected = 0
         self.mean_duration = 1.0
-        self._queue: collections.deque[_Waiter] = collections.deque()
-        self._lobby: collections.deque[_Waiter] = collections.deque()
+        self._queue: list[_Waiter] = []  # by admission order (ticket.seq)
+        self._lobby: list[_Waiter] = []
+        self._arrivals = itertools.count()
         self._capacity = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self._completions = 0
@@ -112,7 +124,7 @@ class Admission:
                 retry_after=self.retry_after(),
             )
         self.admitted += 1
-        return Ticket(task, parent, time.monotonic())
+        return Ticket(task, parent, time.monotonic(), next(self._arrivals))
 
     def release(self, ticket: Ticket) -> None:
         """The call ended (or never started): count it out, learn its duration."""
@@ -164,7 +176,7 @@ class Admission:
             raise AdmissionRejected(
                 f"{name}() refused: the queue is full ({len(self._queue)} waiting)", retry_after=self.retry_after()
             )
-        self._lobby.append(waiter)
+        _insert(self._lobby, waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter.placed), self.admission_timeout)
         except TimeoutError:
@@ -181,7 +193,7 @@ class Admission:
             raise
 
     def _enqueue(self, waiter: _Waiter) -> None:
-        self._queue.append(waiter)
+        _insert(self._queue, waiter)
         waiter.placed.set_result(None)
         if self._pump is None:
             self._pump = asyncio.ensure_future(self._run_pump())
@@ -198,7 +210,7 @@ class Admission:
                 pass
             return
         while self._lobby and len(self._queue) < self.queue_depth:
-            self._enqueue(self._lobby.popleft())
+            self._enqueue(self._lobby.pop(0))
 
     async def _run_pump(self) -> None:
         try:

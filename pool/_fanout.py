@@ -80,10 +80,9 @@ async def _window(
             if not window:
                 return
             if ordered:
-                task = window.pop(to_yield)
+                await asyncio.wait([window[to_yield]])
+                done = [window.pop(to_yield)]
                 to_yield += 1
-                done = [task]
-                await asyncio.wait(done)
             else:
                 finished, _ = await asyncio.wait(window.values(), return_when=asyncio.FIRST_COMPLETED)
                 done = [t for t in window.values() if t in finished]

@@ -74,12 +74,13 @@ class Ticket:
     nested call), so a wait can tell slots its own callers hold.
     """
 
-    __slots__ = ("task", "parent", "admitted_at", "held")
+    __slots__ = ("task", "parent", "admitted_at", "seq", "held")
 
-    def __init__(self, task: Any, parent: Ticket | None, admitted_at: float) -> None:
+    def __init__(self, task: Any, parent: Ticket | None, admitted_at: float, seq: int = 0) -> None:
         self.task = task
         self.parent = parent
         self.admitted_at = admitted_at
+        self.seq = seq  # arrival order at admission
         self.held: list[Gate] = []
 
     def callers(self) -> Iterator[Ticket]:
@@ -183,6 +184,9 @@ class Gate:
     def _grant(self) -> None:
         while self._waiters and len(self.holders) < max(self._limits):
             for waiter in self._waiters:
+                if waiter.future.done():  # cancelled, and not yet out of line
+                    self._forget(waiter)
+                    break
                 if len(self.holders) < waiter.limit:
                     self._forget(waiter)
                     self.holders.add(waiter.ticket)

@@ -226,3 +226,29 @@ def max_overlap(spans) -> int:
         running += delta
         peak = max(peak, running)
     return peak
+
+
+SOLO = pool.Queue("solo", concurrency=1)
+
+
+@pool.routine(queue=SOLO)
+async def solo_recurse(depth):
+    """Calls itself inside a queue of one: the nested call can never run."""
+    return depth if depth <= 0 else await solo_recurse(depth - 1)
+
+
+DB = pool.Queue("db", concurrency=2)
+
+
+@pool.routine(queue=DB)
+async def db_read(seconds, tag):
+    start = time.time()
+    await asyncio.sleep(seconds)
+    return "read", tag, start, time.time()
+
+
+@pool.routine(queue=DB)
+async def db_write(seconds, tag):
+    start = time.time()
+    await asyncio.sleep(seconds)
+    return "write", tag, start, time.time()

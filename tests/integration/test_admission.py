@@ -37,7 +37,6 @@ async def test_queued_calls_should_start_in_fifo_order():
         await blocker
         results = await asyncio.gather(*calls)
     assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(6))
-    assert [line.split()[1] for line in signals.lines if line != "start blocker"] == [str(i) for i in range(6)]
 
 
 async def test_queued_call_should_fail_with_capacity_timeout_after_the_deadline():

@@ -17,6 +17,8 @@ SMOKE = {
     "embed_in_wool.py": (["--workers", "4", "--callers", "2", "--tasks", "10"], "20 tasks ran on 2 of 4 workers"),
 }
 NEEDS = {"embed_in_wool.py": "wool"}
+SERVERS = {"api_server.py": "tests/integration/test_api_server.py"}
+"""Examples that serve until stopped; each has its own test over the network."""
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
@@ -34,7 +36,8 @@ def test_example_should_run_to_completion(script):
 
 def test_every_python_example_should_have_a_smoke_test():
     scripts = {p.name for p in (ROOT / "examples").glob("*.py")}
-    assert scripts == set(SMOKE)
+    assert scripts == set(SMOKE) | set(SERVERS)
+    assert all((ROOT / test).exists() for test in SERVERS.values())
 
 
 def test_ci_should_run_the_readme_test_command():

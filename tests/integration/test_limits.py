@@ -1,0 +1,140 @@
+"""Queues, concurrency keys, workflows and fan-out, with real workers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import pytest
+
+import pool
+from backpressure import TaskCountBackpressure
+from tests.integration import routines
+from tests.integration.routines import max_overlap
+from tests.integration.signals import Signals
+
+pytestmark = pytest.mark.integration
+
+
+def roomy_pool(**kwargs) -> pool.WorkerPool:
+    """Two workers with no task cap: only the limits under test restrict concurrency."""
+    return pool.WorkerPool(spawn=2, **kwargs)
+
+
+async def test_queue_should_cap_the_calls_of_every_routine_that_shares_it():
+    async with roomy_pool():
+        calls = [routines.db_read(0.2, i) for i in range(4)] + [routines.db_write(0.2, i) for i in range(4)]
+        results = await asyncio.gather(*calls)
+    assert max_overlap(results) == 2
+    assert collections.Counter(r[0] for r in results) == {"read": 4, "write": 4}
+
+
+async def test_queue_should_let_a_call_with_a_higher_limit_start_first():
+    async with Signals() as signals, roomy_pool() as p:
+        busy = [asyncio.ensure_future(routines.db_read(1.0, i)) for i in range(2)]
+        normal = asyncio.ensure_future(routines.db_read(0.01, "normal"))
+        async with asyncio.timeout(10):
+            while p.stats().waiting_for_limits < 1:
+                await asyncio.sleep(0.01)  # until the normal call waits (pool state, bounded)
+        urgent = routines.span.options(queue=pool.Queue("db", concurrency=4))
+        t0 = time.perf_counter()
+        await urgent(0.01, "urgent", signals.address)
+        assert time.perf_counter() - t0 < 0.5 and not normal.done()
+        await asyncio.gather(*busy, normal)
+
+
+async def test_concurrency_keys_should_limit_each_key_and_the_total():
+    tenants = pool.Queue("tenants", concurrency=1, total=3)
+    async with roomy_pool():
+        calls = [
+            routines.span.options(queue=tenants, key=f"tenant-{k}")(0.15, (k, i))
+            for k in range(4)
+            for i in range(3)
+        ]
+        results = await asyncio.gather(*calls)
+    assert max_overlap(results) == 3
+    for k in range(4):
+        mine = [r for r in results if r[0][0] == k]
+        assert max_overlap(mine) == 1
+        assert [r[0][1] for r in sorted(mine, key=lambda r: r[2])] == [0, 1, 2]  # FIFO per key
+
+
+async def test_workflow_of_ten_tasks_should_run_in_call_order_one_at_a_time():
+    async with roomy_pool():
+        step = routines.span.options(workflow="order-42")
+        results = await asyncio.gather(*(step(0.02, i) for i in range(10)))
+    assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(10))
+    assert max_overlap(results) == 1
+
+
+async def test_hundred_workflows_should_run_concurrently():
+    async with roomy_pool():
+        t0 = time.perf_counter()
+        calls = [routines.span.options(workflow=f"wf-{w}")(0.1, (w, i)) for w in range(100) for i in range(3)]
+        results = await asyncio.gather(*calls)
+        elapsed = time.perf_counter() - t0
+    assert max_overlap(results) >= 50  # workflows overlap...
+    for w in range(100):
+        mine = [r for r in results if r[0][0] == w]
+        assert max_overlap(mine) == 1  # ...their own tasks do not
+        assert [r[0][1] for r in sorted(mine, key=lambda r: r[2])] == [0, 1, 2]
+    assert elapsed < 30 * 0.1  # far below the 300 x 0.1 s a sequential run takes
+
+
+async def test_failed_task_should_not_block_its_workflow_unless_asked():
+    async with roomy_pool():
+        fail = routines.failing_span.options(workflow="w1")
+        ok = routines.span.options(workflow="w1")
+        results = await asyncio.gather(fail(0.05, 0), ok(0.01, 1), return_exceptions=True)
+        assert isinstance(results[0], RuntimeError) and results[1][0] == 1
+
+        fail = routines.failing_span.options(workflow="w2", halt_on_error=True)
+        ok = routines.span.options(workflow="w2")
+        results = await asyncio.gather(fail(0.05, 0), ok(0.01, 1), ok(0.01, 2), return_exceptions=True)
+        assert isinstance(results[0], RuntimeError)
+        assert all(isinstance(r, pool.WorkflowHalted) for r in results[1:])
+        assert "failing_span() failed earlier in workflow 'w2'" in str(results[1])
+        assert (await ok(0.01, 3))[0] == 3  # the workflow starts afresh once its queue emptied
+
+
+async def test_map_should_keep_three_of_twenty_in_flight_on_workers():
+    async with roomy_pool() as p:
+        results = [r async for r in pool.map(routines.span, [0.05] * 20, concurrency=3)]
+        assert p.stats().dispatched == 20
+    assert len(results) == 20 and max_overlap(results) == 3
+
+
+async def test_nested_calls_should_not_deadlock_workers_capped_at_one_task():
+    async with pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(1)):
+        pids = await routines.recurse(5)
+    assert len(pids) == 6
+
+
+async def test_nested_calls_should_fail_when_waiting_tasks_hold_their_slots():
+    async with pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(1), hold_slot_while_waiting=True):
+        with pytest.raises(pool.NoWorkersAvailable):
+            await routines.recurse(5)
+
+
+async def test_nested_call_into_its_callers_full_queue_should_raise_deadlock():
+    async with roomy_pool():
+        with pytest.raises(pool.Deadlock, match=r"solo_recurse\(\) waits for queue 'solo'"):
+            await asyncio.wait_for(routines.solo_recurse(2), 30)
+
+
+async def test_stats_should_report_running_and_waiting_per_queue_and_key():
+    tenants = pool.Queue("tenants", concurrency=1)
+    async with Signals() as signals, roomy_pool() as p:
+        calls = [
+            asyncio.ensure_future(routines.span.options(queue=tenants, key=key)(0.5, key, signals.address))
+            for key in ("acme", "acme", "acme", "globex")
+        ]
+        await signals.wait("start acme")
+        await signals.wait("start globex")
+        stats = p.stats()
+        assert stats.limits["queue 'tenants' key 'acme'"] == pool.GateStats(running=1, waiting=2)
+        assert stats.limits["queue 'tenants' key 'globex'"] == pool.GateStats(running=1, waiting=0)
+        assert "queue 'tenants' key 'acme': 1 running, 2 waiting" in repr(p)
+        await asyncio.gather(*calls)
+        assert p.stats().limits == {}
