@@ -7,6 +7,10 @@ capacity wait in the pool's FIFO queue, and beyond ``--ceiling`` calls
 (running + waiting) the pool refuses at once: the API answers 429 with a
 ``Retry-After`` header instead of piling up work.
 
+With ``--discover lan`` (or ``local``) it spawns no workers and uses the
+ones it finds instead (see examples/lan_cluster.md), with mutual TLS if
+``--tls-ca/--tls-cert/--tls-key`` are given.
+
 Needs the web extra: ``pip install 'leakypool[web]'``. Run it::
 
     python examples/api_server.py --workers 3 --ceiling 15 --port 8000
@@ -23,6 +27,7 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -43,7 +48,7 @@ async def work(seconds: float) -> dict[str, float]:
     return {"pid": os.getpid(), "start": start, "end": time.time()}
 
 
-def make_app(workers: int, ceiling: int, deadline: float) -> Starlette:
+def make_app(workers: int, ceiling: int, deadline: float, pool_options: dict[str, Any]) -> Starlette:
     """The app: one pool for its lifetime; 429 when the pool refuses a call."""
 
     @contextlib.asynccontextmanager
@@ -55,6 +60,7 @@ def make_app(workers: int, ceiling: int, deadline: float) -> Starlette:
             max_pending=ceiling,
             queue_depth=ceiling,
             dispatch_deadline=deadline,
+            **pool_options,
         ) as workers_pool:
             app.state.pool = workers_pool
             yield
@@ -85,7 +91,22 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=3, help="worker processes, one task each (default 3)")
     parser.add_argument("--ceiling", type=int, default=15, help="calls admitted at once, running + queued (default 15)")
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds a call may wait for a worker (default 60)")
+    parser.add_argument("--discover", choices=["none", "lan", "local"], default="none",
+                        help="use workers found on the LAN / this machine instead of spawning")
+    parser.add_argument("--interfaces", action="append", default=[], help="with --discover lan: interface address")
+    parser.add_argument("--tls-ca", help="CA of the workers' certificates (mutual TLS)")
+    parser.add_argument("--tls-cert", help="this client's certificate")
+    parser.add_argument("--tls-key", help="this client's key")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    uvicorn.run(make_app(args.workers, args.ceiling, args.deadline), host=args.host, port=args.port, log_level="info")
+    options: dict[str, Any] = {}
+    if args.discover != "none":
+        options["discovery"] = (
+            pool.LanDiscovery(interfaces=args.interfaces) if args.discover == "lan" else pool.LocalDiscovery()
+        )
+        args.workers = 0
+    if args.tls_ca:
+        options["credentials"] = pool.TlsCredentials(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
+    app = make_app(args.workers, args.ceiling, args.deadline, options)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")

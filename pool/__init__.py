@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from ._calls import Task as Task
 from ._connection import WorkerMetadata as WorkerMetadata
+from ._discovery import DiscoveryEvent as DiscoveryEvent
+from ._discovery import DiscoveryLike as DiscoveryLike
+from ._discovery import LocalDiscovery as LocalDiscovery
+from ._discovery import StaticDiscovery as StaticDiscovery
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import CapacityTimeout as CapacityTimeout
 from ._errors import ConfigError as ConfigError
@@ -34,6 +38,7 @@ from ._pool import PoolStats as PoolStats
 from ._pool import WorkerPool as WorkerPool
 from ._routine import Routine as Routine
 from ._routine import routine as routine
+from ._tls import TlsCredentials as TlsCredentials
 
 __version__ = "0.1.0"
 
@@ -42,6 +47,12 @@ __all__ = sorted(
         "AdmissionRejected",
         "CapacityTimeout",
         "ConfigError",
+        "DiscoveryEvent",
+        "DiscoveryLike",
+        "LanDiscovery",
+        "LocalDiscovery",
+        "StaticDiscovery",
+        "TlsCredentials",
         "Deadlock",
         "NoWorkersAvailable",
         "PoolClosed",
@@ -65,10 +76,22 @@ __all__ = sorted(
 )
 
 
+def __getattr__(name: str) -> object:
+    # LanDiscovery loads zeroconf (~0.1 s), which workers and most pools never
+    # need; it is imported the first time someone asks for it.
+    if name == "LanDiscovery":
+        from ._zeroconf import LanDiscovery
+
+        LanDiscovery.__module__ = __name__
+        globals()["LanDiscovery"] = LanDiscovery
+        return LanDiscovery
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _fixup_module_metadata() -> None:
     """Give public classes the public module name, so they pickle as pool.X (trio does the same)."""
     for name in __all__:
-        obj = globals()[name]
+        obj = globals().get(name)
         if getattr(obj, "__module__", "").startswith("pool."):
             obj.__module__ = __name__
 

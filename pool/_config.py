@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn
@@ -125,6 +126,14 @@ def tag_list(raw: str) -> tuple[str, ...]:
     return tags
 
 
+def dns_sd_type(raw: str) -> str:
+    """A DNS-SD service type such as ``_leakypool._tcp.local.`` (RFC 6763 §7: name up to 15 chars)."""
+    parts = raw.split(".")
+    if len(parts) != 4 or parts[1:] != ["_tcp", "local", ""] or not parts[0].startswith("_") or not 2 <= len(parts[0]) <= 16:
+        raise ValueError(raw)
+    return raw
+
+
 def uid_or_empty(raw: str) -> str:
     """A UUID in canonical form, or empty for "generate one"."""
     return str(uuid.UUID(raw)) if raw else ""
@@ -183,6 +192,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
     Setting("interfaces", tag_list, "comma-separated addresses", (), "interfaces for LAN discovery (default: all)"),
     Setting("local_registry", text, "a directory path", "", "directory for --discovery local (default: per-user temp dir)"),
+    Setting("service_type", dns_sd_type, "a DNS-SD type like _name._tcp.local.", "_leakypool._tcp.local.", "DNS-SD type for --discovery lan (separate clusters)"),
     Setting("tls_cert", path_or_empty, "an existing file", "", "PEM certificate chain this worker presents"),
     Setting("tls_key", path_or_empty, "an existing file", "", "PEM private key of --tls-cert"),
     Setting("tls_client_ca", path_or_empty, "an existing file", "", "PEM CA that client certificates must chain to"),
@@ -228,6 +238,7 @@ class WorkerConfig:
     advertise: str = ""
     interfaces: tuple[str, ...] = ()
     local_registry: str = ""
+    service_type: str = "_leakypool._tcp.local."
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
@@ -320,6 +331,18 @@ def worker_parser() -> argparse.ArgumentParser:
     for setting in WORKER_INTERNAL:
         parser.add_argument(setting.flag, dest=setting.name, help=argparse.SUPPRESS)
     return parser
+
+
+def default_registry(environ: Mapping[str, str] = os.environ) -> str:
+    """The local-discovery registry when none is given.
+
+    ``LEAKYPOOL_LOCAL_REGISTRY`` if set (workers and pools read the same
+    variable), else a per-user directory under the runtime or temp dir.
+    """
+    if environ.get(PREFIX + "LOCAL_REGISTRY"):
+        return environ[PREFIX + "LOCAL_REGISTRY"]
+    base = environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return os.path.join(base, f"leakypool-{os.getuid()}")
 
 
 def fail(message: str) -> NoReturn:

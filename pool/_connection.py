@@ -22,6 +22,7 @@ from ._calls import Task, open_call
 from ._errors import WorkerBroken
 from ._proto import leakypool_pb2 as pb
 from ._session import CallHost, OutgoingCall, Session
+from ._tls import TlsCredentials
 from ._worker_service import SERVICE
 
 _log = logging.getLogger("leakypool.pool")
@@ -70,7 +71,7 @@ class WorkerConnection:
     Args:
         metadata: The worker.
         host: Serves calls the worker opens back (nested dispatch).
-        credentials: TLS credentials for a worker that serves TLS.
+        credentials: TLS client credentials, for a worker that serves TLS.
         on_room: Called when the worker says it has room again.
     """
 
@@ -78,14 +79,18 @@ class WorkerConnection:
         self,
         metadata: WorkerMetadata,
         host: CallHost | None,
-        credentials: grpc.ChannelCredentials | None = None,
+        credentials: TlsCredentials | None = None,
         on_room: Callable[[pb.Room], None] | None = None,
     ) -> None:
         self.metadata = metadata
         self._host = host
         self._on_room = on_room
         if credentials is not None:
-            self._channel = grpc.aio.secure_channel(metadata.address, credentials, options=CHANNEL_OPTIONS)
+            self._channel = grpc.aio.secure_channel(
+                metadata.address,
+                credentials.channel_credentials(),
+                options=CHANNEL_OPTIONS + credentials.channel_options(),
+            )
         else:
             self._channel = grpc.aio.insecure_channel(metadata.address, options=CHANNEL_OPTIONS)
         self._open_stream = self._channel.stream_stream(
@@ -106,6 +111,8 @@ class WorkerConnection:
         self._session: Session | None = None
         self._streams: set[asyncio.Task[None]] = set()
         self._label = f"worker {metadata.uid} at {metadata.address}"
+        self._retiring = False
+        self._closing: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -121,7 +128,22 @@ class WorkerConnection:
             WorkerBroken: the stream failed; ``code`` says how.
         """
         session = self._live_session()
-        return await open_call(session, task)
+        call = await open_call(session, task)
+        call.on_finish(self._call_done)
+        return call
+
+    def retire(self) -> None:
+        """Take no more calls; close once the calls in flight have ended.
+
+        For a worker that left gracefully (withdrawn, idle, draining): its
+        last calls still deliver their results.
+        """
+        self._retiring = True
+        self._call_done(None)
+
+    def _call_done(self, call: OutgoingCall | None) -> None:
+        if self._retiring and self.in_flight == 0 and self._closing is None:
+            self._closing = asyncio.ensure_future(self.close())
 
     def _live_session(self) -> Session:
         session = self._session
@@ -150,7 +172,7 @@ class WorkerConnection:
         return await self._stop(pb.StopRequest(grace=grace), timeout=timeout)
 
     async def close(self) -> None:
-        """Close the stream and the channel; open calls fail with `WorkerBroken`."""
+        """Close the stream and the channel now; open calls fail with `WorkerBroken`."""
         for runner in list(self._streams):
             runner.cancel()
         if self._streams:

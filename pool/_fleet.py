@@ -82,6 +82,9 @@ class LocalFleet:
     def __len__(self) -> int:
         return len(self._workers)
 
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._workers
+
     async def start(self) -> None:
         """Start ``minimum`` workers concurrently; all must come up.
 

@@ -44,6 +44,13 @@ class Members:
         if not known:
             self._reorder()
 
+    def refresh(self, metadata: WorkerMetadata) -> None:
+        """Replace a member's record (same uid, same address): its connection stays."""
+        entry = self._workers.get(metadata.uid)
+        if entry is not None:
+            entry[1].metadata = metadata
+            self._workers[metadata.uid] = (metadata, entry[1])
+
     def remove(self, uid: uuid.UUID) -> WorkerConnection | None:
         """Drop a worker; returns its connection (for the caller to close)."""
         entry = self._workers.pop(uid, None)

@@ -28,11 +28,10 @@ import dataclasses
 import functools
 import logging
 import os
+import time
 import uuid
-from collections.abc import Mapping
-from typing import Any
-
-import grpc
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike, TaskCountBackpressure
@@ -42,6 +41,7 @@ from ._admission import Admission
 from ._calls import TRANSIENT_CODES, RemoteGenerator, Task, call_routine
 from ._config import PoolConfig, WorkerConfig
 from ._connection import WorkerConnection, WorkerMetadata
+from ._discovery import DiscoveryEvent, DiscoveryLike
 from ._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, RemoteTraceback, WorkerBroken, WorkerRejected
 from ._fleet import LocalFleet
 from ._limits import GateStats, Limits, Ticket
@@ -50,8 +50,15 @@ from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
 from ._routine import closed, opened, reset_dispatcher, set_dispatcher
 from ._session import OutgoingCall
+from ._tls import TlsCredentials
 
 _log = logging.getLogger("leakypool.pool")
+
+RESUBSCRIBE_S: Final[float] = 1.0
+"""After a discovery backend fails, wait this long before subscribing again."""
+
+UNREACHABLE_EVICT_S: Final[float] = 10.0
+"""A discovered worker that cannot be reached for this long is dropped from the pool."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +104,12 @@ class WorkerPool:
         spawn: Local worker subprocesses to start and keep. Default: one
             per CPU; none when only ``discovery`` is given.
         discovery: A discovery backend (`LanDiscovery`, `LocalDiscovery`,
-            `StaticDiscovery`); its workers join the pool.
+            `StaticDiscovery`); its workers join the pool as it finds them
+            (`wait_for_workers` waits for them), are refreshed when they
+            change, and leave when they withdraw.
+        tags: Admit only discovered workers that carry all these tags.
+        credentials: `TlsCredentials` for workers that serve TLS (a worker
+            that does, found without them, is not admitted).
         backpressure: Hook shipped to the workers this pool spawns (each
             runs it on every incoming task); None accepts everything.
         loadbalancer: Orders workers per dispatch; default ``RoundRobinLoadBalancer()``.
@@ -127,7 +139,9 @@ class WorkerPool:
         self,
         spawn: int | None = None,
         *,
-        discovery: Any = None,
+        discovery: DiscoveryLike | None = None,
+        tags: Iterable[str] = (),
+        credentials: TlsCredentials | None = None,
         backpressure: BackpressureLike | None = None,
         loadbalancer: LoadBalancerLike | None = None,
         queue_depth: int | None = None,
@@ -157,6 +171,10 @@ class WorkerPool:
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
         self._discovery = discovery
+        self._follower: asyncio.Task[None] | None = None
+        self._tags = frozenset(tags)
+        self._credentials = credentials
+        self._unreachable: dict[uuid.UUID, float] = {}
         self._balancer: LoadBalancerLike = loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer()
         self._members = Members()
         self._host = NestedHost(self)
@@ -196,6 +214,8 @@ class WorkerPool:
         except BaseException:
             await self._shutdown()
             raise
+        if self._discovery is not None:
+            self._follower = asyncio.ensure_future(self._follow(self._discovery))
         self._state = "open"
         self._token = set_dispatcher(self)
         opened(self)
@@ -214,6 +234,9 @@ class WorkerPool:
     async def _shutdown(self) -> None:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
+        if self._follower is not None:
+            self._follower.cancel()
+            await asyncio.gather(self._follower, return_exceptions=True)
         try:
             await self._fleet.stop()
         finally:
@@ -224,16 +247,50 @@ class WorkerPool:
 
     # -- membership --------------------------------------------------------------
 
-    def _admit(self, metadata: WorkerMetadata, credentials: grpc.ChannelCredentials | None = None) -> None:
+    def _admit(self, metadata: WorkerMetadata) -> None:
+        credentials = self._credentials if metadata.tls else None
         connection = WorkerConnection(metadata, self._host, credentials, on_room=self._on_room)
         self._members.add(connection)
         self._membership_changed()
 
-    def _evict(self, uid: uuid.UUID, why: str) -> None:
+    async def _follow(self, discovery: DiscoveryLike) -> None:
+        """Apply a discovery backend's events to the membership, resubscribing after a failure."""
+        while True:
+            try:
+                async for event in discovery.subscribe():
+                    self._on_discovery(event)
+            except Exception:
+                _log.exception("discovery %r failed; resubscribing in %.1fs", discovery, RESUBSCRIBE_S)
+            await asyncio.sleep(RESUBSCRIBE_S)
+
+    def _on_discovery(self, event: DiscoveryEvent) -> None:
+        worker = event.worker
+        if event.kind == "dropped":
+            self._evict(worker.uid, "withdrawn from discovery")
+            return
+        if not self._tags <= worker.tags or worker.uid in self._fleet:
+            return
+        if worker.tls and self._credentials is None:
+            _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
+            return
+        current = self._members.get(worker.uid)
+        if current is not None and current.metadata.address == worker.address and current.metadata.tls == worker.tls:
+            self._members.refresh(worker)
+            return
+        if current is not None:
+            self._evict(worker.uid, f"moved to {worker.address}")
+        _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
+        self._admit(worker)
+
+    def _evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> None:
+        """Drop a worker from the pool. Graceful: its calls in flight finish first."""
         connection = self._members.remove(uid)
         if connection is not None:
             _log.info("worker %s left the pool: %s", uid, why)
-            asyncio.ensure_future(connection.close())
+            if graceful:
+                connection.retire()
+            else:
+                asyncio.ensure_future(connection.close())
             self._membership_changed()
 
     def _on_room(self, room: pb.Room) -> None:
@@ -338,9 +395,12 @@ class WorkerPool:
                 except (WorkerRejected, WorkerBroken) as exc:
                     last = exc
                     if exc.code not in TRANSIENT_CODES:
-                        self._evict(uid, str(exc))
+                        self._evict(uid, str(exc), graceful=False)
+                    elif isinstance(exc, WorkerBroken):
+                        self._note_unreachable(connection.metadata, exc)
                     uid = await delegation.athrow(exc)
                     continue
+                self._unreachable.pop(uid, None)
                 self._dispatched += 1
                 try:
                     await delegation.asend(uid)
@@ -355,6 +415,20 @@ class WorkerPool:
         if not self._members:
             raise NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty") from last
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._members)} busy or unavailable") from last
+
+    def _note_unreachable(self, worker: WorkerMetadata, exc: WorkerBroken) -> None:
+        """A discovered worker that stays unreachable is dropped (its host may be gone for good).
+
+        Spawned workers are not: the fleet sees their process exit. A dropped
+        worker that is alive rejoins when discovery announces it again.
+        """
+        if worker.local:
+            return
+        now = time.monotonic()
+        since = self._unreachable.setdefault(worker.uid, now)
+        if now - since >= UNREACHABLE_EVICT_S:
+            del self._unreachable[worker.uid]
+            self._evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc})")
 
     # -- introspection -------------------------------------------------------------
 

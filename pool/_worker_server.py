@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -22,8 +23,9 @@ import grpc
 from backpressure import BackpressureLike, TaskCountBackpressure
 
 from . import _malloc, _wire
-from ._config import ConfigError, WorkerConfig, fail
-from ._connection import CHANNEL_OPTIONS
+from ._config import ConfigError, WorkerConfig, default_registry, fail
+from ._connection import CHANNEL_OPTIONS, WorkerMetadata
+from ._discovery import LocalPublisher
 from ._ids import new_uid
 from ._threads import new_event_loop
 from ._worker_service import WorkerService
@@ -158,17 +160,63 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
     info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": _version()}
+    withdraw = _publish(config, service, info)
     _report_ready(config.ready_fd, info)
     _log.info(
-        "ready: uid=%s address=%s capacity=%s tls=%s tags=%s",
-        uid, _bind_address(config.host, port), capacity or "unlimited", config.tls, ",".join(config.tags) or "-",
+        "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
+        uid, _bind_address(config.host, port), capacity or "unlimited", config.tls,
+        ",".join(config.tags) or "-", config.discovery,
     )
     try:
         await service.done.wait()
     finally:
         await server.stop(grace=1.0)
         service.close()
+        await withdraw()
     return service.exit_reason
+
+
+def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+    """Publish this worker as ``--discovery`` says; withdraw it when it drains.
+
+    Returns what to await before exiting (the withdrawal, finished).
+    """
+    local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    worker = WorkerMetadata(
+        uid=uuid.UUID(info["uid"]),
+        address=_bind_address(config.advertise or local_host, info["port"]),
+        pid=info["pid"],
+        version=info["version"],
+        tags=frozenset(config.tags),
+        capacity=info["capacity"],
+        tls=config.tls,
+    )
+    if config.discovery == "local":
+        entry = LocalPublisher(config.local_registry or default_registry(), worker)
+        service.on_drain(entry.withdraw)
+
+        async def remove() -> None:
+            entry.withdraw()
+
+        return remove
+    if config.discovery == "lan":
+        from ._zeroconf import LanPublisher, advertised_addresses  # zeroconf: only when asked for
+
+        publisher = LanPublisher(
+            worker,
+            advertised_addresses(config.host, config.advertise),
+            info["port"],
+            interfaces=config.interfaces,
+            service_type=config.service_type,
+        )
+        publisher.start(on_published=service.restart_idle_clock)  # idle counts from discoverability
+        service.on_drain(lambda: asyncio.ensure_future(publisher.withdraw()))
+        return publisher.close
+
+    async def nothing() -> None:
+        return None
+
+    return nothing
 
 
 def _on_signal(service: WorkerService, sig: int, grace: float) -> None:

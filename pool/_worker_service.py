@@ -195,6 +195,13 @@ class WorkerService:
             _log.info("retiring: %s", reason)
             self.drain(reason, None)
 
+    def restart_idle_clock(self) -> None:
+        """Count idleness from now (e.g. once the worker is discoverable, not from its start)."""
+        if self._in_flight == 0 and self.accepting:
+            self._idle_since = time.monotonic()
+            self._disarm_idle_timer()
+            self._arm_idle_timer()
+
     def _arm_idle_timer(self) -> None:
         if self._idle_timeout and self.accepting and self._loop is not None:
             self._idle_timer = self._loop.call_later(

@@ -14,7 +14,8 @@ class Signals:
     starting with that prefix (bounded by a timeout).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.lines: list[str] = []
         self._new = asyncio.Condition()
         self._server: asyncio.Server | None = None
@@ -22,7 +23,7 @@ class Signals:
         self._taken: collections.Counter[str] = collections.Counter()
 
     async def __aenter__(self) -> Signals:
-        self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._client, self.host, 0)
         self.address = self._server.sockets[0].getsockname()[:2]
         return self
 

@@ -33,7 +33,7 @@ def test_design_names_should_be_importable():
     from backpressure import BackpressureContext, TaskCountBackpressure  # noqa: F401
     from balancer import NoWorkersAvailable, PriorityLoadBalancer, RoundRobinLoadBalancer  # noqa: F401
 
-    for name in ("routine", "WorkerPool", "AdmissionRejected"):
+    for name in ("routine", "WorkerPool", "LanDiscovery", "LocalDiscovery", "AdmissionRejected"):
         assert hasattr(pool, name), name
 
 

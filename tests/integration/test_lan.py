@@ -1,0 +1,135 @@
+"""LAN workers found by zeroconf, in private network namespaces (never the real network).
+
+Run through ``tools/private_net.sh`` (the README's test command does), or
+these tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import importlib.util
+import pathlib
+import signal
+import time
+import uuid
+
+import pytest
+
+import pool
+from balancer import PriorityLoadBalancer
+from tests.integration import routines
+from tests.integration.helpers import until_members
+from tests.integration.netns import BRIDGE_IP, Lan, require_private_net
+from tests.integration.signals import Signals
+from tests.integration.workers import worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.lan]
+
+
+def service_type() -> str:
+    """A fresh DNS-SD type per test, so no test sees another's records."""
+    return f"_lp{uuid.uuid4().hex[:8]}._tcp.local."
+
+
+def lan_flags(ip: str, kind: str, *extra: str) -> list[str]:
+    return ["--host", ip, "--discovery", "lan", "--interfaces", ip, "--service-type", kind, *extra]
+
+
+async def test_lan_worker_should_be_found_used_and_dropped_when_it_exits():
+    require_private_net()
+    kind = service_type()
+    discovery = pool.LanDiscovery(interfaces=["127.0.0.1"], service_type=kind)
+    async with pool.WorkerPool(discovery=discovery) as p:
+        async with worker(*lan_flags("127.0.0.1", kind, "--max-concurrent-tasks", "0", "--tags", "x")) as w:
+            await p.wait_for_workers(1, timeout=30)
+            (metadata,) = p.workers.values()
+            assert (str(metadata.uid), metadata.pid, metadata.tags) == (w.uid, w.pid, frozenset({"x"}))
+            assert metadata.address == f"127.0.0.1:{w.port}"
+            assert await routines.pid() == w.pid
+            w.child.signal(signal.SIGTERM)
+            await until_members(p, lambda p: not p.workers, timeout=10)
+            assert await w.child.wait(30) == 0
+
+
+async def test_leaky_bucket_across_four_hosts():
+    """Four LAN workers (1 task, --idle-timeout 2), two steady callers for ~10 s.
+
+    The two lowest-uid workers serve every task and stay; the other two idle
+    out and leave by themselves; no call fails.
+    """
+    kind = service_type()
+    uids = [f"00000000-0000-7000-8000-00000000000{i}" for i in range(1, 5)]
+    with Lan(4) as lan:
+        async with contextlib.AsyncExitStack() as stack:
+            workers = [
+                await stack.enter_async_context(
+                    worker(
+                        *lan_flags(host.ip, kind, "--insecure", "--max-concurrent-tasks", "1", "--idle-timeout", "2", "--uid", uid),
+                        wrap=host.command,
+                    )
+                )
+                for host, uid in zip(lan.hosts, uids, strict=True)
+            ]
+            discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
+            async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer()) as p:
+                await p.wait_for_workers(4, timeout=30)
+                ran_on: collections.Counter[int] = collections.Counter()
+                failures: list[BaseException] = []
+                stop = time.monotonic() + 10
+
+                async def caller() -> None:
+                    while time.monotonic() < stop:
+                        try:
+                            ran_on[await routines.short(0.05)] += 1
+                        except Exception as exc:  # recorded: the test asserts there are none
+                            failures.append(exc)
+
+                await asyncio.gather(caller(), caller())
+                assert failures == []
+                assert set(ran_on) == {workers[0].pid, workers[1].pid}
+                assert sorted(str(u) for u in p.workers) == uids[:2]  # the idle two left the pool
+            assert [await w.child.wait(30) for w in workers[2:]] == [0, 0]  # they exited by themselves
+            assert all(w.child.process.returncode is None for w in workers[:2])  # the busy two stayed
+
+
+async def test_tls_worker_should_serve_a_pool_with_a_client_certificate_and_nobody_else(tmp_path):
+    certs = load_make_certs().make_certs(tmp_path / "certs", ["10.77.0.10"])
+    kind = service_type()
+    with Lan(1) as lan:
+        (host,) = lan.hosts
+        tls = ["--tls-cert", certs["worker"], "--tls-key", certs["worker_key"], "--tls-client-ca", certs["ca"]]
+        async with Signals(BRIDGE_IP) as signals, worker(*lan_flags(host.ip, kind, *tls), wrap=host.command) as w:
+            discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
+            good = pool.TlsCredentials(ca=certs["ca"], cert=certs["client"], key=certs["client_key"])
+            async with pool.WorkerPool(discovery=discovery, credentials=good) as p:
+                await p.wait_for_workers(1, timeout=30)
+                assert next(iter(p.workers.values())).tls
+                assert await routines.sleep(0, signals.address, "trusted") == 0
+                await signals.wait("started trusted")
+
+            # Without a client certificate, or with one from another CA: refused before anything runs.
+            other = load_make_certs().make_certs(tmp_path / "other", ["10.77.0.10"])
+            for name, credentials in (
+                ("no-cert", pool.TlsCredentials(ca=certs["ca"])),
+                ("other-ca", pool.TlsCredentials(ca=certs["ca"], cert=other["client"], key=other["client_key"])),
+            ):
+                async with pool.WorkerPool(discovery=discovery, credentials=credentials) as p:
+                    await p.wait_for_workers(1, timeout=30)
+                    with pytest.raises(pool.NoWorkersAvailable):
+                        await routines.sleep(0, signals.address, name)
+            # A pool without credentials does not even admit the TLS worker.
+            async with pool.WorkerPool(discovery=discovery) as p:
+                with pytest.raises(TimeoutError):
+                    await p.wait_for_workers(1, timeout=3)
+            assert signals.count("started no-cert") == signals.count("started other-ca") == 0
+            assert w.child.process.returncode is None
+
+
+def load_make_certs():
+    path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "make_certs.py"
+    spec = importlib.util.spec_from_file_location("make_certs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
