@@ -128,9 +128,7 @@ class WorkerConnection:
             WorkerBroken: the stream failed; ``code`` says how.
         """
         session = self._live_session()
-        call = await open_call(session, task)
-        call.on_finish(self._call_done)
-        return call
+        return await open_call(session, task)
 
     def retire(self) -> None:
         """Take no more calls; close once the calls in flight have ended.
@@ -139,6 +137,10 @@ class WorkerConnection:
         last calls still deliver their results.
         """
         self._retiring = True
+        session = self._session
+        if session is not None and session.failure is None:
+            for call in session.open_calls_list():
+                call.on_finish(self._call_done)
         self._call_done(None)
 
     def _call_done(self, call: OutgoingCall | None) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import functools
 import logging
 import os
 import time
@@ -347,7 +346,8 @@ class WorkerPool:
         deadline = asyncio.timeout(self._config.dispatch_deadline)
         try:
             async with deadline:
-                await self._limits.acquire(ticket)
+                if task.queue or task.workflow:
+                    await self._limits.acquire(ticket)
                 call = await self._admission.dispatch(ticket)
         except BaseException as exc:
             self._end(ticket, exc if isinstance(exc, Exception) else None)
@@ -360,12 +360,12 @@ class WorkerPool:
             raise
         call.ticket = ticket
         self._running += 1
-        call.on_finish(functools.partial(self._call_ended, ticket))
+        call.on_finish(self._call_ended)
         return call
 
-    def _call_ended(self, ticket: Ticket, call: OutgoingCall) -> None:
+    def _call_ended(self, call: OutgoingCall) -> None:
         self._running -= 1
-        self._end(ticket, _failure(call))
+        self._end(call.ticket, _failure(call))
 
     def _end(self, ticket: Ticket, error: BaseException | None) -> None:
         self._limits.release(ticket, error)

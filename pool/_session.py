@@ -279,6 +279,10 @@ class Session:
         """Pass on an outcome received from elsewhere (nested dispatch)."""
         self._frame(call_id).outcome.CopyFrom(outcome)
 
+    def open_calls_list(self) -> list[OutgoingCall]:
+        """The calls this end opened that have not ended."""
+        return list(self._outgoing.values())
+
     def outgoing(self, call_id: int) -> OutgoingCall | None:
         """The open call this end made with id ``call_id``, if any."""
         return self._outgoing.get(call_id)

@@ -1,0 +1,72 @@
+"""The pool's dispatch loop: transient errors keep a worker, hard ones evict it, bugs propagate."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import pytest
+
+import pool
+from balancer import RoundRobinLoadBalancer
+from tests.integration import routines
+
+pytestmark = pytest.mark.integration
+
+
+class NotAWorker:
+    """A real gRPC server that serves nothing leakypool knows: every call is UNIMPLEMENTED."""
+
+    async def __aenter__(self) -> str:
+        self.server = grpc.aio.server()
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return f"127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop(None)
+
+
+class Buggy:
+    """A balancer with a bug: it raises instead of yielding a candidate."""
+
+    async def delegate(self, task, *, context):
+        raise ValueError("balancer bug")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def test_hard_error_should_evict_the_worker_and_rotate_to_the_next():
+    async with NotAWorker() as address:
+        impostor = pool.WorkerMetadata(uid=uuid.UUID(int=1), address=address)  # lowest uid: offered first
+        async with pool.WorkerPool(spawn=1, discovery=pool.StaticDiscovery(workers=[impostor])) as p:
+            await p.wait_for_workers(2, timeout=30)
+            assert await routines.add(1, 2) == 3  # RoundRobin reaches the impostor within two calls...
+            assert await routines.add(1, 2) == 3
+            assert impostor.uid not in p.workers and len(p.workers) == 1  # ...UNIMPLEMENTED evicted it
+
+
+async def test_unreachable_worker_should_be_kept_as_transient():
+    dead = pool.WorkerMetadata(uid=uuid.UUID(int=1), address="127.0.0.1:1")  # nothing listens there
+    async with pool.WorkerPool(spawn=1, discovery=pool.StaticDiscovery(workers=[dead]), loadbalancer=RoundRobinLoadBalancer()) as p:
+        await p.wait_for_workers(2, timeout=30)
+        for _ in range(4):
+            assert await routines.add(1, 2) == 3
+        assert dead.uid in p.workers  # UNAVAILABLE is transient (dropped only after 10 s unreachable)
+
+
+async def test_balancer_bug_should_propagate_and_change_no_membership():
+    async with pool.WorkerPool(spawn=2, loadbalancer=Buggy()) as p:
+        before = dict(p.workers)
+        with pytest.raises(ValueError, match="balancer bug"):
+            await routines.add(1, 2)
+        assert p.workers == before
+
+
+async def test_spawned_and_discovered_workers_should_share_one_pool():
+    async with pool.WorkerPool(spawn=1) as helper:
+        (remote,) = helper.workers.values()
+        discovered = pool.WorkerMetadata(uid=remote.uid, address=remote.address)
+        async with pool.WorkerPool(spawn=1, discovery=pool.StaticDiscovery(workers=[discovered])) as p:
+            await p.wait_for_workers(2, timeout=30)
+            pids = {await routines.pid() for _ in range(6)}
+            assert pids == {remote.pid, *p.pids}
