@@ -43,8 +43,7 @@ async def one(discovery: pool.DiscoveryLike, flags: list[str]) -> dict[str, floa
             t_first = time.perf_counter()
             proc.send_signal(signal.SIGTERM)
             t_exit = time.perf_counter()
-            async with p._membership:
-                await asyncio.wait_for(p._membership.wait_for(lambda: not p.workers), 60)
+            await p._membership.until(lambda: not p.workers, 60)
             t_gone = time.perf_counter()
         finally:
             if proc.returncode is None:

@@ -18,11 +18,11 @@ import dataclasses
 import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from ._errors import ConfigError
+from ._parse import boolean, choice, dns_sd_type, integer, path_or_empty, positive_seconds, seconds, tag_list, text, uid_or_empty
 
 PREFIX: Final[str] = "LEAKYPOOL_"
 """Every variable leakypool reads starts with this."""
@@ -55,88 +55,6 @@ class Setting:
             return self.parse(raw.strip())
         except (ValueError, TypeError):
             raise ConfigError(f"{source}: expected {self.expect}, got {raw!r}") from None
-
-
-def integer(low: int, high: int | None = None) -> Callable[[str], int]:
-    """A parser for an int within ``[low, high]``."""
-
-    def parse(raw: str) -> int:
-        value = int(raw)
-        if value < low or (high is not None and value > high):
-            raise ValueError(raw)
-        return value
-
-    return parse
-
-
-def seconds(raw: str) -> float:
-    """Parse a duration in float seconds, >= 0 (0 usually means "never")."""
-    value = float(raw)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(raw)
-    return value
-
-
-def positive_seconds(raw: str) -> float:
-    """Parse a duration in float seconds, > 0."""
-    value = seconds(raw)
-    if value == 0:
-        raise ValueError(raw)
-    return value
-
-
-def boolean(raw: str) -> bool:
-    """Parse 1/0, true/false, yes/no, on/off."""
-    lowered = raw.lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(raw)
-
-
-def choice(*options: str) -> Callable[[str], str]:
-    """A parser accepting one of ``options``."""
-
-    def parse(raw: str) -> str:
-        if raw not in options:
-            raise ValueError(raw)
-        return raw
-
-    return parse
-
-
-def text(raw: str) -> str:
-    """Any string, as given."""
-    return raw
-
-
-def path_or_empty(raw: str) -> str:
-    """A file path that must exist, or empty for "not set"."""
-    if raw and not os.path.isfile(raw):
-        raise ValueError(raw)
-    return raw
-
-
-def tag_list(raw: str) -> tuple[str, ...]:
-    """Comma-separated tags; each non-empty, without spaces."""
-    tags = tuple(t.strip() for t in raw.split(",") if t.strip())
-    if any(" " in t for t in tags):
-        raise ValueError(raw)
-    return tags
-
-
-def dns_sd_type(raw: str) -> str:
-    """A DNS-SD service type such as ``_leakypool._tcp.local.`` (RFC 6763 §7: name up to 15 chars)."""
-    parts = raw.split(".")
-    if len(parts) != 4 or parts[1:] != ["_tcp", "local", ""] or not parts[0].startswith("_") or not 2 <= len(parts[0]) <= 16:
-        raise ValueError(raw)
-    return raw
-
-
-def uid_or_empty(raw: str) -> str:
-    """A UUID in canonical form, or empty for "generate one"."""
-    return str(uuid.UUID(raw)) if raw else ""
 
 
 def resolve(

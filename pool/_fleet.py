@@ -10,12 +10,17 @@ back down to ``minimum``. They are never replaced: load brings them back.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from backpressure import BackpressureLike, TaskCountBackpressure
+
+from . import _wire
+from ._config import PoolConfig, WorkerConfig
 from ._connection import WorkerMetadata
 from ._ids import new_uid
 from ._local_worker import LocalWorker
@@ -170,3 +175,22 @@ class LocalFleet:
                 await self._spawn(elastic=False)
             except Exception:
                 _log.exception("could not replace worker %s", worker.uid)
+
+
+def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
+    if isinstance(backpressure, TaskCountBackpressure):
+        capacity, shipped = backpressure.threshold, ""
+    elif backpressure is None:
+        capacity, shipped = 0, ""
+    else:
+        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
+        capacity, shipped = 0, base64.b64encode(blob).decode()
+    worker = WorkerConfig(
+        max_concurrent_tasks=capacity,
+        backpressure=shipped,
+        shutdown_grace=config.shutdown_grace,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
+        log_level="WARNING",
+    )
+    return worker.to_env()

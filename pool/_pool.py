@@ -23,28 +23,25 @@ balancer sees.
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
-from backpressure import BackpressureLike, TaskCountBackpressure
+from backpressure import BackpressureLike
 
-from . import _wire
 from ._admission import Admission
 from ._calls import TRANSIENT_CODES, RemoteGenerator, Task, call_routine
-from ._config import PoolConfig, WorkerConfig
-from ._connection import WorkerConnection, WorkerMetadata
-from ._discovery import DiscoveryEvent, DiscoveryLike
+from ._config import PoolConfig
+from ._connection import WorkerMetadata
+from ._discovery import DiscoveryLike
 from ._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, RemoteTraceback, WorkerBroken, WorkerRejected
-from ._fleet import LocalFleet
+from ._fleet import LocalFleet, worker_env
 from ._limits import GateStats, Limits, Ticket
-from ._members import Members
+from ._membership import Membership
 from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
 from ._routine import closed, opened, reset_dispatcher, set_dispatcher
@@ -52,12 +49,6 @@ from ._session import OutgoingCall
 from ._tls import TlsCredentials
 
 _log = logging.getLogger("leakypool.pool")
-
-RESUBSCRIBE_S: Final[float] = 1.0
-"""After a discovery backend fails, wait this long before subscribing again."""
-
-UNREACHABLE_EVICT_S: Final[float] = 10.0
-"""A discovered worker that cannot be reached for this long is dropped from the pool."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,21 +162,24 @@ class WorkerPool:
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
         self._discovery = discovery
         self._follower: asyncio.Task[None] | None = None
-        self._tags = frozenset(tags)
-        self._credentials = credentials
-        self._unreachable: dict[uuid.UUID, float] = {}
         self._balancer: LoadBalancerLike = loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer()
-        self._members = Members()
-        self._host = NestedHost(self)
+        self._membership = Membership(
+            NestedHost(self),
+            credentials=credentials,
+            tags=tags,
+            changed=self._capacity_changed,
+            is_local=lambda uid: uid in self._fleet,
+        )
+        self._members = self._membership.members
         self._fleet = LocalFleet(
-            env=_worker_env(backpressure, config),
+            env=worker_env(backpressure, config),
             minimum=minimum,
             maximum=max(minimum, config.max_workers or 0),
             idle_timeout=config.idle_timeout,
             startup_timeout=config.startup_timeout,
             shutdown_grace=config.shutdown_grace,
-            on_ready=self._admit,
-            on_exit=self._evict,
+            on_ready=self._membership.admit,
+            on_exit=self._membership.evict,
         )
         self._admission = Admission(
             self._dispatch_once,
@@ -195,7 +189,6 @@ class WorkerPool:
             max_pending=config.max_pending,
         )
         self._limits = Limits()
-        self._membership = asyncio.Condition()
         self._token: Any = None
         self._state = "new"
         self._dispatched = 0
@@ -214,7 +207,7 @@ class WorkerPool:
             await self._shutdown()
             raise
         if self._discovery is not None:
-            self._follower = asyncio.ensure_future(self._follow(self._discovery))
+            self._follower = asyncio.ensure_future(self._membership.follow(self._discovery))
         self._state = "open"
         self._token = set_dispatcher(self)
         opened(self)
@@ -239,70 +232,9 @@ class WorkerPool:
         try:
             await self._fleet.stop()
         finally:
-            for uid in list(self._members.ascending_uids):
-                connection = self._members.remove(uid)
-                if connection is not None:
-                    await connection.close()
+            await self._membership.close()
 
     # -- membership --------------------------------------------------------------
-
-    def _admit(self, metadata: WorkerMetadata) -> None:
-        credentials = self._credentials if metadata.tls else None
-        connection = WorkerConnection(metadata, self._host, credentials, on_room=self._on_room)
-        self._members.add(connection)
-        self._membership_changed()
-
-    async def _follow(self, discovery: DiscoveryLike) -> None:
-        """Apply a discovery backend's events to the membership, resubscribing after a failure."""
-        while True:
-            try:
-                async for event in discovery.subscribe():
-                    self._on_discovery(event)
-            except Exception:
-                _log.exception("discovery %r failed; resubscribing in %.1fs", discovery, RESUBSCRIBE_S)
-            await asyncio.sleep(RESUBSCRIBE_S)
-
-    def _on_discovery(self, event: DiscoveryEvent) -> None:
-        worker = event.worker
-        if event.kind == "dropped":
-            self._evict(worker.uid, "withdrawn from discovery")
-            return
-        if not self._tags <= worker.tags or worker.uid in self._fleet:
-            return
-        if worker.tls and self._credentials is None:
-            _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
-            return
-        current = self._members.get(worker.uid)
-        if current is not None and current.metadata.address == worker.address and current.metadata.tls == worker.tls:
-            self._members.refresh(worker)
-            return
-        if current is not None:
-            self._evict(worker.uid, f"moved to {worker.address}")
-        _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
-        self._admit(worker)
-
-    def _evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> None:
-        """Drop a worker from the pool. Graceful: its calls in flight finish first."""
-        connection = self._members.remove(uid)
-        if connection is not None:
-            _log.info("worker %s left the pool: %s", uid, why)
-            if graceful:
-                connection.retire()
-            else:
-                asyncio.ensure_future(connection.close())
-            self._membership_changed()
-
-    def _on_room(self, room: pb.Room) -> None:
-        self._admission.capacity_changed()
-
-    def _membership_changed(self) -> None:
-        self._admission.capacity_changed()
-
-        async def notify() -> None:
-            async with self._membership:
-                self._membership.notify_all()
-
-        asyncio.ensure_future(notify())
 
     async def wait_for_workers(self, count: int = 1, timeout: float | None = None) -> None:
         """Wait until the pool has at least ``count`` workers (e.g. discovered ones).
@@ -310,9 +242,7 @@ class WorkerPool:
         Raises:
             TimeoutError: not enough workers joined within ``timeout`` seconds.
         """
-        async with asyncio.timeout(timeout):
-            async with self._membership:
-                await self._membership.wait_for(lambda: len(self._members) >= count)
+        await self._membership.until(lambda: len(self._members) >= count, timeout)
 
     # -- dispatch ----------------------------------------------------------------
 
@@ -372,6 +302,9 @@ class WorkerPool:
         self._admission.release(ticket)
         self._admission.capacity_changed()
 
+    def _capacity_changed(self) -> None:
+        self._admission.capacity_changed()
+
     async def _dispatch_once(self, task: Task) -> OutgoingCall:
         """Offer ``task`` to workers in the balancer's order until one accepts.
 
@@ -395,12 +328,12 @@ class WorkerPool:
                 except (WorkerRejected, WorkerBroken) as exc:
                     last = exc
                     if exc.code not in TRANSIENT_CODES:
-                        self._evict(uid, str(exc), graceful=False)
+                        self._membership.evict(uid, str(exc), graceful=False)
                     elif isinstance(exc, WorkerBroken):
-                        self._note_unreachable(connection.metadata, exc)
+                        self._membership.unreachable(connection.metadata, exc)
                     uid = await delegation.athrow(exc)
                     continue
-                self._unreachable.pop(uid, None)
+                self._membership.reachable(uid)
                 self._dispatched += 1
                 try:
                     await delegation.asend(uid)
@@ -415,20 +348,6 @@ class WorkerPool:
         if not self._members:
             raise NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty") from last
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._members)} busy or unavailable") from last
-
-    def _note_unreachable(self, worker: WorkerMetadata, exc: WorkerBroken) -> None:
-        """A discovered worker that stays unreachable is dropped (its host may be gone for good).
-
-        Spawned workers are not: the fleet sees their process exit. A dropped
-        worker that is alive rejoins when discovery announces it again.
-        """
-        if worker.local:
-            return
-        now = time.monotonic()
-        since = self._unreachable.setdefault(worker.uid, now)
-        if now - since >= UNREACHABLE_EVICT_S:
-            del self._unreachable[worker.uid]
-            self._evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc})")
 
     # -- introspection -------------------------------------------------------------
 
@@ -499,22 +418,3 @@ def _failure(call: OutgoingCall) -> BaseException | None:
     if final.HasField("outcome") and final.outcome.kind == pb.Outcome.CANCELLED:
         return WorkerBroken("cancelled on the worker (it was stopping)")
     return None
-
-
-def _worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
-    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
-    if isinstance(backpressure, TaskCountBackpressure):
-        capacity, shipped = backpressure.threshold, ""
-    elif backpressure is None:
-        capacity, shipped = 0, ""
-    else:
-        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
-        capacity, shipped = 0, base64.b64encode(blob).decode()
-    worker = WorkerConfig(
-        max_concurrent_tasks=capacity,
-        backpressure=shipped,
-        shutdown_grace=config.shutdown_grace,
-        hold_slot_while_waiting=config.hold_slot_while_waiting,
-        log_level="WARNING",
-    )
-    return worker.to_env()

@@ -20,7 +20,6 @@ routine loop.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import os
@@ -32,12 +31,11 @@ import grpc
 
 from backpressure import BackpressureContext, BackpressureLike
 
-from . import _wire
-from ._calls import BridgedGenerator, RemoteGenerator, Task, bridge, call_routine, open_call
+from ._calls import Task
 from ._errors import WorkerBroken
 from ._proto import leakypool_pb2 as pb
-from ._routine import reset_dispatcher, set_dispatcher
-from ._session import OutgoingCall, Session
+from ._runner import Code, Hosted, Outcome, RoutineRunner
+from ._session import Session
 from ._threads import Hop, LoopThread
 
 _log = logging.getLogger("leakypool.worker")
@@ -48,46 +46,6 @@ SERVICE = "leakypool.v1.Worker"
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 _FAILED_PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-
-Outcome = tuple[int, bytes, str]
-"""(Outcome kind, pickled value, traceback text): what the routine loop hands the gRPC loop."""
-
-_CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
-_STOP: Outcome = (pb.Outcome.STOP, b"", "")
-
-
-class _Hosted:
-    """A call a dispatcher opened on this worker, from admission to its last frame."""
-
-    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested")
-
-    def __init__(self, session: Session, call_id: int, task: Task, code: _Code) -> None:
-        self.session = session
-        self.id = call_id
-        self.task = task
-        self.code = code
-        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
-        self.runner: asyncio.Task[None] | None = None
-        self.cancelled = False
-        self.nested = 0  # nested calls it is awaiting now
-
-
-class _Code:
-    """A routine as received: its blob, unpickled on first use (on the routine loop)."""
-
-    __slots__ = ("blob", "name", "fn")
-
-    def __init__(self, blob: bytes, name: str) -> None:
-        self.blob = blob
-        self.name = name
-        self.fn: Callable[..., Any] | None = None
-
-    def resolve(self) -> Callable[..., Any]:
-        if self.fn is None:
-            obj = _wire.loads(self.blob, what=f"routine {self.name}")
-            self.fn = getattr(obj, "__wrapped__", obj)
-        return self.fn
-
 
 class WorkerService:
     """Runs the routines dispatchers send, within the worker's backpressure.
@@ -136,14 +94,14 @@ class WorkerService:
         self._on_drain: list[Callable[[], None]] = []
         self._routines = LoopThread("leakypool-routines")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._to_io: Hop | None = None
+        self._runner: RoutineRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
         """Start the routine loop and the lifetime timers (call on the gRPC loop)."""
         self._loop = asyncio.get_running_loop()
-        self._to_io = Hop(self._loop)
+        self._runner = RoutineRunner(self, self._loop, Hop(self._loop), self._routines.hop)
         self._routines.start()
         self._arm_idle_timer()
         if self._max_lifetime:
@@ -178,7 +136,7 @@ class WorkerService:
             _log.warning("%d call(s) still running after %.1fs grace; cancelling them", self._in_flight, grace)
             for session in self._sessions:
                 for hosted in list(session.hosted.values()):
-                    self._cancel(hosted)
+                    self._runner.cancel(hosted)
             try:
                 await asyncio.wait_for(self._idle.wait(), 5.0)
             except TimeoutError:
@@ -268,7 +226,7 @@ class WorkerService:
         call = frame.call
         routine = call.routine
         if routine.blob:
-            session.received[routine.digest] = _Code(routine.blob, routine.name)
+            session.received[routine.digest] = Code(routine.blob, routine.name)
         code = session.received.get(routine.digest)
         if code is None:
             session.reject(frame.id, _FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()")
@@ -276,7 +234,7 @@ class WorkerService:
         if not self.accepting:
             session.reject(frame.id, _UNAVAILABLE, f"worker is draining ({self.exit_reason})")
             return
-        hosted = _Hosted(session, frame.id, Task.from_message(call, code.blob), code)
+        hosted = Hosted(session, frame.id, Task.from_message(call, code.blob), code)
         if self._hook is None:
             self._accept(hosted)
             return
@@ -293,7 +251,7 @@ class WorkerService:
         else:
             self._accept(hosted)
 
-    async def _admit_later(self, hosted: _Hosted, verdict: Any) -> None:
+    async def _admit_later(self, hosted: Hosted, verdict: Any) -> None:
         try:
             rejected = await verdict
         except Exception:
@@ -327,7 +285,7 @@ class WorkerService:
             for session in sessions:
                 session.room(self._in_flight, self.capacity)
 
-    def park(self, hosted: _Hosted) -> None:
+    def park(self, hosted: Hosted) -> None:
         """``hosted`` awaits a nested call: it stops counting against backpressure."""
         hosted.nested += 1
         if hosted.nested == 1:
@@ -335,19 +293,19 @@ class WorkerService:
             if not self._hold_slots:
                 self._room_freed()
 
-    def unpark(self, hosted: _Hosted) -> None:
+    def unpark(self, hosted: Hosted) -> None:
         """``hosted``'s nested call returned: it counts again."""
         hosted.nested -= 1
         if hosted.nested == 0:
             self._parked -= 1
 
-    def _hook_failed(self, hosted: _Hosted) -> None:
+    def _hook_failed(self, hosted: Hosted) -> None:
         # Fail closed but transient: the dispatcher rotates to another worker
         # and keeps this one; a buggy hook neither floods nor evicts it.
         _log.exception("backpressure hook %r raised; rejecting %s() as UNAVAILABLE", self._hook, hosted.task.name)
         hosted.session.reject(hosted.id, _UNAVAILABLE, "backpressure hook failed; see the worker's log")
 
-    def _accept(self, hosted: _Hosted) -> None:
+    def _accept(self, hosted: Hosted) -> None:
         session = hosted.session
         session.hosted[hosted.id] = hosted
         session.accept(hosted.id)
@@ -355,29 +313,27 @@ class WorkerService:
             self._idle.clear()
             self._disarm_idle_timer()
         self._in_flight += 1
-        self._routines.hop.post(self._start_routine, hosted)
+        self._runner.start(hosted)
 
     def on_step(self, session: Session, frame: pb.Frame) -> None:
         hosted = session.hosted.get(frame.id)
         if hosted is None:
             return  # finished, or rejected, already
         if frame.step.kind == pb.Step.CANCEL:
-            self._cancel(hosted)
+            self._runner.cancel(hosted)
         else:
-            self._routines.hop.post(hosted.steps.put_nowait, frame.step)
+            self._runner.step(hosted, frame.step)
 
     def on_session_end(self, session: Session) -> None:
         for hosted in list(session.hosted.values()):
-            self._cancel(hosted)
+            self._runner.cancel(hosted)
 
-    def _cancel(self, hosted: _Hosted) -> None:
-        hosted.cancelled = True
-        self._routines.hop.post(_cancel_runner, hosted)
-
-    def _send(self, hosted: _Hosted, outcome: Outcome) -> None:
+    def send(self, hosted: Hosted, outcome: Outcome) -> None:
+        """A generator yielded: pass it on (gRPC loop)."""
         hosted.session.outcome(hosted.id, *outcome)
 
-    def _finish(self, hosted: _Hosted, outcome: Outcome) -> None:
+    def finish(self, hosted: Hosted, outcome: Outcome) -> None:
+        """``hosted`` ended: report it and count it out (gRPC loop)."""
         hosted.session.hosted.pop(hosted.id, None)
         hosted.session.outcome(hosted.id, *outcome)
         self._in_flight -= 1
@@ -386,111 +342,6 @@ class WorkerService:
             self._idle_since = time.monotonic()
             self._idle.set()
             self._arm_idle_timer()
-
-    # -- the routine loop ----------------------------------------------------------
-
-    def _start_routine(self, hosted: _Hosted) -> None:
-        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
-        hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
-        if hosted.cancelled:
-            hosted.runner.cancel()
-
-    def _cancelled_before_start(self, hosted: _Hosted, runner: asyncio.Task[None]) -> None:
-        # A task cancelled before its first step never enters `_run`'s try
-        # block; report it here, or the call would stay in flight forever.
-        if runner.cancelled():
-            assert self._to_io is not None
-            self._to_io.post(self._finish, hosted, _CANCELLED)
-
-    async def _run(self, hosted: _Hosted) -> None:
-        token = set_dispatcher(Upstream(self, hosted))
-        name = hosted.task.name
-        try:
-            fn = hosted.code.resolve()
-            args, kwargs = _wire.unpack_args(hosted.task.args, name)
-            if hosted.task.generator:
-                outcome = await self._drive(fn(*args, **kwargs), hosted)
-            else:
-                value = await fn(*args, **kwargs)
-                outcome = (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
-        except asyncio.CancelledError:
-            outcome = _CANCELLED
-        except BaseException as exc:
-            outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
-        finally:
-            reset_dispatcher(token)
-        assert self._to_io is not None
-        self._to_io.post(self._finish, hosted, outcome)
-
-    async def _drive(self, agen: Any, hosted: _Hosted) -> Outcome:
-        """Advance an async generator one step per Step frame, until it ends."""
-        assert self._to_io is not None
-        name = hosted.task.name
-        try:
-            while True:
-                step = await hosted.steps.get()
-                try:
-                    if step.kind == pb.Step.NEXT:
-                        value = await agen.__anext__()
-                    elif step.kind == pb.Step.SEND:
-                        value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
-                    elif step.kind == pb.Step.THROW:
-                        value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
-                    else:
-                        await agen.aclose()
-                        return _STOP
-                except StopAsyncIteration:
-                    return _STOP
-                outcome = (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
-                self._to_io.post(self._send, hosted, outcome)
-        finally:
-            try:
-                await agen.aclose()
-            except (Exception, asyncio.CancelledError):
-                _log.debug("closing %s() raised", name, exc_info=True)
-
-
-class Upstream:
-    """Where a routine running here sends the routines it calls: its own dispatcher.
-
-    The call travels back up the stream that brought the running task (an
-    even-numbered call), the dispatcher runs it through its pool, and the
-    outcome comes back down. The stream lives on the gRPC loop, the caller
-    on the routine loop; `bridge` carries each step across.
-    """
-
-    def __init__(self, service: WorkerService, hosted: _Hosted) -> None:
-        assert service._loop is not None
-        self._loop = service._loop
-        self._service = service
-        self._hosted = hosted
-        self._session = hosted.session
-        self._parent = hosted.id
-
-    def call(self, task: Task) -> Any:
-        task.parent = self._parent
-        return bridge(self._loop, self._parked(call_routine(self, task)))
-
-    def generator(self, task: Task) -> BridgedGenerator:
-        task.parent = self._parent
-        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
-
-    async def _parked(self, waiting: Any) -> Any:
-        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
-        self._service.park(self._hosted)
-        try:
-            return await waiting
-        finally:
-            self._service.unpark(self._hosted)
-
-    async def start(self, task: Task) -> OutgoingCall:
-        return await open_call(self._session, task)
-
-
-def _cancel_runner(hosted: _Hosted) -> None:
-    if hosted.runner is not None:
-        hosted.runner.cancel()
-
 
 def _lost_dispatcher(reason: BaseException) -> BaseException:
     return WorkerBroken(f"the dispatcher's stream ended: {reason}")

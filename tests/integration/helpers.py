@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import pool
@@ -10,6 +9,4 @@ import pool
 
 async def until_members(p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool], bool], timeout: float = 30.0) -> None:
     """Wait until ``predicate(p)`` holds, re-checking on each membership change."""
-    async with asyncio.timeout(timeout):
-        async with p._membership:
-            await p._membership.wait_for(lambda: predicate(p))
+    await p._membership.until(lambda: predicate(p), timeout)

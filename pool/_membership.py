@@ -1,0 +1,158 @@
+"""Keeping a pool's membership current: admit, refresh, evict, follow discovery.
+
+Workers join from the pool's own fleet (on READY) and from a discovery
+backend (as it announces them), and leave when their process exits, when
+discovery withdraws them, when a hard error shows they are broken, or when
+a discovered worker stays unreachable. A worker that leaves gracefully
+keeps its connection until its calls in flight have ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from ._connection import WorkerConnection, WorkerMetadata
+from ._discovery import DiscoveryEvent, DiscoveryLike
+from ._errors import WorkerBroken
+from ._members import Members
+from ._proto import leakypool_pb2 as pb
+from ._session import CallHost
+from ._tls import TlsCredentials
+
+_log = logging.getLogger("leakypool.pool")
+
+RESUBSCRIBE_S: Final[float] = 1.0
+"""After a discovery backend fails, wait this long before subscribing again."""
+
+UNREACHABLE_EVICT_S: Final[float] = 10.0
+"""A discovered worker that cannot be reached for this long is dropped from the pool."""
+
+
+class Membership:
+    """The pool's members and the rules for who joins and leaves.
+
+    Args:
+        host: Serves the calls workers make back (nested dispatch).
+        credentials: For workers that serve TLS.
+        tags: Discovered workers must carry all of these to join.
+        changed: Called whenever membership changes or a worker has room.
+        is_local: Whether a uid is one of the pool's own spawned workers.
+    """
+
+    def __init__(
+        self,
+        host: CallHost,
+        *,
+        credentials: TlsCredentials | None,
+        tags: Iterable[str],
+        changed: Callable[[], None],
+        is_local: Callable[[uuid.UUID], bool],
+    ) -> None:
+        self.members = Members()
+        self._host = host
+        self._credentials = credentials
+        self._tags = frozenset(tags)
+        self._changed = changed
+        self._is_local = is_local
+        self._condition = asyncio.Condition()
+        self._unreachable: dict[uuid.UUID, float] = {}
+
+    def admit(self, metadata: WorkerMetadata) -> None:
+        """Add a worker (a new connection to it)."""
+        credentials = self._credentials if metadata.tls else None
+        self.members.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room))
+        self._notify()
+
+    def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> None:
+        """Drop a worker. Graceful: its calls in flight finish first."""
+        connection = self.members.remove(uid)
+        if connection is None:
+            return
+        _log.info("worker %s left the pool: %s", uid, why)
+        if graceful:
+            connection.retire()
+        else:
+            asyncio.ensure_future(connection.close())
+        self._notify()
+
+    async def follow(self, discovery: DiscoveryLike) -> None:
+        """Apply a backend's events for as long as the pool lives, resubscribing after a failure."""
+        while True:
+            try:
+                async for event in discovery.subscribe():
+                    self.apply(event)
+            except Exception:
+                _log.exception("discovery %r failed; resubscribing in %.1fs", discovery, RESUBSCRIBE_S)
+            await asyncio.sleep(RESUBSCRIBE_S)
+
+    def apply(self, event: DiscoveryEvent) -> None:
+        """One discovery event: admit, refresh, move or drop the worker."""
+        worker = event.worker
+        if event.kind == "dropped":
+            self.evict(worker.uid, "withdrawn from discovery")
+            return
+        if not self._tags <= worker.tags or self._is_local(worker.uid):
+            return
+        if worker.tls and self._credentials is None:
+            _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
+            return
+        current = self.members.get(worker.uid)
+        if current is not None and (current.metadata.address, current.metadata.tls) == (worker.address, worker.tls):
+            self.members.refresh(worker)
+            return
+        if current is not None:
+            self.evict(worker.uid, f"moved to {worker.address}")
+        _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
+        self.admit(worker)
+
+    def reachable(self, uid: uuid.UUID) -> None:
+        """A call reached worker ``uid``."""
+        self._unreachable.pop(uid, None)
+
+    def unreachable(self, worker: WorkerMetadata, exc: WorkerBroken) -> None:
+        """A discovered worker that stays unreachable is dropped (its host may be gone for good).
+
+        Spawned workers are not: the fleet sees their process exit. A dropped
+        worker that is alive rejoins when discovery announces it again.
+        """
+        if worker.local:
+            return
+        now = time.monotonic()
+        since = self._unreachable.setdefault(worker.uid, now)
+        if now - since >= UNREACHABLE_EVICT_S:
+            del self._unreachable[worker.uid]
+            self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc})")
+
+    async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait until ``predicate()`` holds, re-checking on every membership change.
+
+        Raises:
+            TimeoutError: it did not within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            async with self._condition:
+                await self._condition.wait_for(predicate)
+
+    async def close(self) -> None:
+        """Close every connection now."""
+        for uid in list(self.members.ascending_uids):
+            connection = self.members.remove(uid)
+            if connection is not None:
+                await connection.close()
+
+    def _on_room(self, room: pb.Room) -> None:
+        self._changed()
+
+    def _notify(self) -> None:
+        self._changed()
+
+        async def notify() -> None:
+            async with self._condition:
+                self._condition.notify_all()
+
+        asyncio.ensure_future(notify())

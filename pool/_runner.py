@@ -1,0 +1,213 @@
+"""The worker's routine loop: where shipped routines run, on a thread of their own.
+
+The gRPC loop admits a call and hands it here (through a `Hop`); the
+routine loop unpickles the routine and its arguments, runs it (driving an
+async generator one Step at a time), pickles the outcome and hands that
+back. A routine that calls another routine sends that call back up its own
+stream (`Upstream`), and while it waits it is *parked*: it stops counting
+against the worker's backpressure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from . import _wire
+from ._calls import BridgedGenerator, RemoteGenerator, Task, bridge, call_routine, open_call
+from ._proto import leakypool_pb2 as pb
+from ._routine import reset_dispatcher, set_dispatcher
+from ._session import OutgoingCall, Session
+from ._threads import Hop
+
+_log = logging.getLogger("leakypool.worker")
+
+Outcome = tuple[int, bytes, str]
+"""(Outcome kind, pickled value, traceback text): what the routine loop hands the gRPC loop."""
+
+CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
+STOP: Outcome = (pb.Outcome.STOP, b"", "")
+
+
+class Hosted:
+    """A call a dispatcher opened on this worker, from admission to its last frame."""
+
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested")
+
+    def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
+        self.session = session
+        self.id = call_id
+        self.task = task
+        self.code = code
+        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
+        self.runner: asyncio.Task[None] | None = None
+        self.cancelled = False
+        self.nested = 0  # nested calls it is awaiting now
+
+
+class Code:
+    """A routine as received: its blob, unpickled on first use (on the routine loop)."""
+
+    __slots__ = ("blob", "name", "fn")
+
+    def __init__(self, blob: bytes, name: str) -> None:
+        self.blob = blob
+        self.name = name
+        self.fn: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        if self.fn is None:
+            obj = _wire.loads(self.blob, what=f"routine {self.name}")
+            self.fn = getattr(obj, "__wrapped__", obj)
+        return self.fn
+
+
+class Host(Protocol):
+    """What the runner needs of the gRPC side (the `WorkerService`)."""
+
+    def finish(self, hosted: Hosted, outcome: Outcome) -> None:
+        """The call ended with ``outcome`` (runs on the gRPC loop)."""
+        ...
+
+    def send(self, hosted: Hosted, outcome: Outcome) -> None:
+        """A generator yielded ``outcome`` (runs on the gRPC loop)."""
+        ...
+
+    def park(self, hosted: Hosted) -> None:
+        """``hosted`` awaits a nested call (runs on the gRPC loop)."""
+        ...
+
+    def unpark(self, hosted: Hosted) -> None:
+        """``hosted``'s nested call returned (runs on the gRPC loop)."""
+        ...
+
+
+class RoutineRunner:
+    """Runs hosted calls on the routine loop; reports back through ``to_io``.
+
+    Args:
+        host: The gRPC side.
+        io_loop: The gRPC loop (nested calls are made there).
+        to_io: Hop onto the gRPC loop.
+        to_routines: Hop onto the routine loop.
+    """
+
+    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, to_io: Hop, to_routines: Hop) -> None:
+        self._host = host
+        self._io_loop = io_loop
+        self._to_io = to_io
+        self._to_routines = to_routines
+
+    def start(self, hosted: Hosted) -> None:
+        """Run ``hosted`` (call from the gRPC loop)."""
+        self._to_routines.post(self._start_routine, hosted)
+
+    def step(self, hosted: Hosted, step: pb.Step) -> None:
+        """Pass a Step on to ``hosted``'s generator (call from the gRPC loop)."""
+        self._to_routines.post(hosted.steps.put_nowait, step)
+
+    def cancel(self, hosted: Hosted) -> None:
+        """Cancel ``hosted`` wherever it is (call from the gRPC loop)."""
+        hosted.cancelled = True
+        self._to_routines.post(_cancel_runner, hosted)
+
+    def _start_routine(self, hosted: Hosted) -> None:
+        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
+        hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
+        if hosted.cancelled:
+            hosted.runner.cancel()
+
+    def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never enters `_run`'s try
+        # block; report it here, or the call would stay in flight forever.
+        if runner.cancelled():
+            self._to_io.post(self._host.finish, hosted, CANCELLED)
+
+    async def _run(self, hosted: Hosted) -> None:
+        token = set_dispatcher(Upstream(self._host, self._io_loop, hosted))
+        name = hosted.task.name
+        try:
+            fn = hosted.code.resolve()
+            args, kwargs = _wire.unpack_args(hosted.task.args, name)
+            if hosted.task.generator:
+                outcome = await self._drive(fn(*args, **kwargs), hosted)
+            else:
+                value = await fn(*args, **kwargs)
+                outcome = (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
+        except asyncio.CancelledError:
+            outcome = CANCELLED
+        except BaseException as exc:
+            outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+        finally:
+            reset_dispatcher(token)
+        self._to_io.post(self._host.finish, hosted, outcome)
+
+    async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:
+        """Advance an async generator one step per Step frame, until it ends."""
+        name = hosted.task.name
+        try:
+            while True:
+                step = await hosted.steps.get()
+                try:
+                    if step.kind == pb.Step.NEXT:
+                        value = await agen.__anext__()
+                    elif step.kind == pb.Step.SEND:
+                        value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
+                    elif step.kind == pb.Step.THROW:
+                        value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
+                    else:
+                        await agen.aclose()
+                        return STOP
+                except StopAsyncIteration:
+                    return STOP
+                outcome = (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
+                self._to_io.post(self._host.send, hosted, outcome)
+        finally:
+            try:
+                await agen.aclose()
+            except (Exception, asyncio.CancelledError):
+                _log.debug("closing %s() raised", name, exc_info=True)
+
+
+class Upstream:
+    """Where a routine running here sends the routines it calls: its own dispatcher.
+
+    The call travels back up the stream that brought the running task (an
+    even-numbered call), the dispatcher runs it through its pool, and the
+    outcome comes back down. The stream lives on the gRPC loop, the caller
+    on the routine loop; `bridge` carries each step across.
+    """
+
+    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, hosted: Hosted) -> None:
+        self._loop = io_loop
+        self._host = host
+        self._hosted = hosted
+        self._session = hosted.session
+        self._parent = hosted.id
+
+    def call(self, task: Task) -> Any:
+        task.parent = self._parent
+        return bridge(self._loop, self._parked(call_routine(self, task)))
+
+    def generator(self, task: Task) -> BridgedGenerator:
+        task.parent = self._parent
+        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
+
+    async def _parked(self, waiting: Any) -> Any:
+        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
+        self._host.park(self._hosted)
+        try:
+            return await waiting
+        finally:
+            self._host.unpark(self._hosted)
+
+    async def start(self, task: Task) -> OutgoingCall:
+        return await open_call(self._session, task)
+
+
+def _cancel_runner(hosted: Hosted) -> None:
+    if hosted.runner is not None:
+        hosted.runner.cancel()
