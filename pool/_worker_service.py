@@ -118,12 +118,12 @@ class WorkerService:
     def drain(self, reason: str, grace: float | None) -> asyncio.Task[None]:
         """Stop accepting, let in-flight calls finish (``grace`` s; None = no limit), then set `done`."""
         if self._draining is None:
-            self._draining = asyncio.ensure_future(self._drain(reason, grace))
+            self.accepting = False  # at once: no call may slip in before the drain task runs
+            self.exit_reason = reason
+            self._draining = asyncio.ensure_future(self._drain(grace))
         return self._draining
 
-    async def _drain(self, reason: str, grace: float | None) -> None:
-        self.accepting = False
-        self.exit_reason = reason
+    async def _drain(self, grace: float | None) -> None:
         self._disarm_idle_timer()
         for callback in self._on_drain:
             try:

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -34,6 +35,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         try:
             _cancel_leftovers(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             asyncio.set_event_loop(None)
             loop.close()
@@ -63,6 +65,26 @@ def children() -> set[int]:
         if int(fields[1]) == me:
             found.add(int(entry))
     return found
+
+
+PROCESS_WIDE_THREADS = ("_poll_wrapper",)
+"""Threads a library starts once per process and keeps: grpc.aio's poller."""
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves a Python thread running (a pool must not need any)."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and not any(name in t.name for name in PROCESS_WIDE_THREADS)
+    ]
+    for thread in leaked:
+        thread.join(timeout=5)  # a thread on its way out gets a moment to finish
+    leaked = [t for t in leaked if t.is_alive()]
+    assert not leaked, f"the test left threads running: {leaked}"
 
 
 @pytest.fixture(autouse=True)

@@ -106,6 +106,19 @@ async def test_sigterm_should_let_in_flight_work_finish_within_the_grace(tmp_pat
             assert await w.child.wait(30) == 0
 
 
+async def test_stop_rpc_should_drain_the_worker_and_let_it_exit():
+    async with Signals() as signals, worker("--max-concurrent-tasks", "0") as w:
+        async with pool.WorkerPool(discovery=pool.StaticDiscovery([f"127.0.0.1:{w.port}"])) as p:
+            await p.wait_for_workers(1, timeout=30)
+            call = asyncio.ensure_future(routines.sleep(0.5, signals.address, "last"))
+            await signals.wait("started last")
+            (connection,) = p._members.connections()
+            state = await connection.stop(grace=10)
+            assert (state.accepting, state.in_flight) == (False, 1)
+            assert await call == 0.5  # in-flight work finishes within the grace
+            assert await w.child.wait(30) == 0
+
+
 async def test_static_discovery_double_should_drive_membership():
     metadata = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
     discovery = pool.StaticDiscovery(workers=[metadata])
