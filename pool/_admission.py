@@ -138,6 +138,19 @@ class Admission:
         running = max(1, self.admitted - self.waiting)
         return round(min(60.0, max(0.05, self.mean_duration / running)), 3)
 
+    def close(self, error: BaseException) -> None:
+        """The pool is closing: fail every waiting call with ``error`` and stop the pump."""
+        for waiter in self._queue:
+            if not waiter.served.done():
+                waiter.served.set_exception(error)
+        for waiter in self._lobby:
+            if not waiter.placed.done():
+                waiter.placed.set_exception(error)
+        self._queue.clear()
+        self._lobby.clear()
+        if self._pump is not None:
+            self._pump.cancel()
+
     def capacity_changed(self) -> None:
         """Capacity may have freed: let the pump try the head of the queue."""
         self._capacity.set()
@@ -153,9 +166,9 @@ class Admission:
             try:
                 return await self._dispatch_once(ticket.task)
             except NoWorkersAvailable:
+                self._starved()  # grow the pool if it may, queue or not
                 if not self.queue_depth:
                     raise
-                self._starved()
         waiter = _Waiter(ticket, asyncio.get_running_loop())
         await self._take_place(waiter)
         try:
@@ -178,7 +191,8 @@ class Admission:
             )
         _insert(self._lobby, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.placed), self.admission_timeout)
+            async with asyncio.timeout(self.admission_timeout):
+                await asyncio.shield(waiter.placed)
         except TimeoutError:
             if not waiter.placed.done():
                 self._lobby.remove(waiter)
@@ -219,7 +233,8 @@ class Admission:
                 if not await self._serve():
                     self._starved()
                     try:
-                        await asyncio.wait_for(self._capacity.wait(), BACKSTOP_S)
+                        async with asyncio.timeout(BACKSTOP_S):
+                            await self._capacity.wait()
                     except TimeoutError:
                         pass
         finally:

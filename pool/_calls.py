@@ -117,15 +117,26 @@ class Dispatcher(Protocol):
 async def open_call(session: Session, task: Task) -> OutgoingCall:
     """Open a call for ``task`` on ``session`` and wait for the callee's verdict.
 
+    A worker answers in milliseconds even while its routines hog the CPU;
+    one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
+    stopped process) is treated as busy, so the balancer moves on.
+
     Raises:
-        WorkerRejected: the callee declined it (busy or draining).
+        WorkerRejected: the callee declined it (busy or draining), or did not
+            answer in time (DEADLINE_EXCEEDED).
         WorkerBroken: the callee refused it for good (a protocol error).
         BaseException: what ended the stream, if it ended first.
     """
     call, message = session.open(task.name)
     task.fill(message, session)
     try:
-        frame = await call.receive()
+        async with asyncio.timeout(ACCEPT_TIMEOUT_S):
+            frame = await call.receive()
+    except TimeoutError:
+        call.cancel()
+        raise WorkerRejected(
+            f"{session.label} did not answer {task.name}() within {ACCEPT_TIMEOUT_S:g}s", "DEADLINE_EXCEEDED"
+        ) from None
     except BaseException:
         call.cancel()
         raise
@@ -142,6 +153,9 @@ def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | Work
         return WorkerRejected(text, code)
     return WorkerBroken(text, code)
 
+
+ACCEPT_TIMEOUT_S: Final[float] = 3.0
+"""How long a dispatch waits for a worker's Accept or Reject before moving on."""
 
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""

@@ -22,7 +22,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from ._errors import ConfigError
-from ._parse import boolean, choice, dns_sd_type, integer, path_or_empty, positive_seconds, seconds, tag_list, text, uid_or_empty
+from ._parse import (
+    boolean,
+    choice,
+    dns_sd_type,
+    integer,
+    ipv4_list,
+    path_or_empty,
+    positive_seconds,
+    seconds,
+    tag_list,
+    text,
+    uid_or_empty,
+)
 
 PREFIX: Final[str] = "LEAKYPOOL_"
 """Every variable leakypool reads starts with this."""
@@ -108,12 +120,12 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"),
     Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
     Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
-    Setting("interfaces", tag_list, "comma-separated addresses", (), "interfaces for LAN discovery (default: all)"),
+    Setting("interfaces", ipv4_list, "comma-separated IPv4 addresses", (), "interfaces for LAN discovery (default: all)", True),
     Setting("local_registry", text, "a directory path", "", "directory for --discovery local (default: per-user temp dir)"),
     Setting("service_type", dns_sd_type, "a DNS-SD type like _name._tcp.local.", "_leakypool._tcp.local.", "DNS-SD type for --discovery lan (separate clusters)"),
-    Setting("tls_cert", path_or_empty, "an existing file", "", "PEM certificate chain this worker presents"),
-    Setting("tls_key", path_or_empty, "an existing file", "", "PEM private key of --tls-cert"),
-    Setting("tls_client_ca", path_or_empty, "an existing file", "", "PEM CA that client certificates must chain to"),
+    Setting("tls_cert", path_or_empty, "a readable file", "", "PEM certificate chain this worker presents"),
+    Setting("tls_key", path_or_empty, "a readable file", "", "PEM private key of --tls-cert"),
+    Setting("tls_client_ca", path_or_empty, "a readable file", "", "PEM CA that client certificates must chain to"),
     Setting("insecure", boolean, "a boolean (1/0, true/false)", False, "allow a non-loopback bind without TLS (dangerous)"),
     Setting(
         "log_level",

@@ -113,6 +113,7 @@ class WorkerConnection:
         self._label = f"worker {metadata.uid} at {metadata.address}"
         self._retiring = False
         self._closing: asyncio.Task[None] | None = None
+        self.closed = False
 
     @property
     def in_flight(self) -> int:
@@ -174,7 +175,10 @@ class WorkerConnection:
         return await self._stop(pb.StopRequest(grace=grace), timeout=timeout)
 
     async def close(self) -> None:
-        """Close the stream and the channel now; open calls fail with `WorkerBroken`."""
+        """Close the stream and the channel now; open calls fail with `WorkerBroken`. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
         for runner in list(self._streams):
             runner.cancel()
         if self._streams:

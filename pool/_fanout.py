@@ -80,7 +80,10 @@ async def _window(
             if not window:
                 return
             if ordered:
-                await asyncio.wait([window[to_yield]])
+                while not window[to_yield].done():
+                    await asyncio.wait(window.values(), return_when=asyncio.FIRST_COMPLETED)
+                    if not return_exceptions:
+                        _raise_first_failure(window)  # do not wait for the head to learn of it
                 done = [window.pop(to_yield)]
                 to_yield += 1
             else:
@@ -102,6 +105,12 @@ async def _window(
             await asyncio.gather(*window.values(), return_exceptions=True)
         if hasattr(source, "aclose"):
             await source.aclose()
+
+
+def _raise_first_failure(window: dict[int, asyncio.Task[Any]]) -> None:
+    for task in window.values():
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 async def _call(routine: Callable[[T], Awaitable[R]], item: T) -> R:

@@ -102,6 +102,13 @@ class LocalFleet:
         if failures:
             raise failures[0]
 
+    def replace(self, uid: uuid.UUID) -> None:
+        """Kill worker ``uid`` (it is broken); the watcher starts a replacement, as for a crash."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            _log.warning("worker %s (pid %s) is broken; killing it to replace it", uid, worker.pid)
+            worker.abandon()
+
     def grow(self) -> bool:
         """Start one more worker if below ``maximum`` and none is starting; True if it does."""
         if not self._open or self._growing or len(self._workers) >= self.maximum or time.monotonic() < self._grow_after:

@@ -144,6 +144,10 @@ class LocalWorker:
         except TimeoutError:
             return await self.kill()
 
+    def abandon(self) -> None:
+        """SIGKILL the child without marking it as stopping: it counts as a crash (and is replaced)."""
+        self._signal(signal.SIGKILL)
+
     async def kill(self) -> int:
         """SIGKILL the child and reap it."""
         if self._process is None:

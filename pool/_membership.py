@@ -30,7 +30,10 @@ RESUBSCRIBE_S: Final[float] = 1.0
 """After a discovery backend fails, wait this long before subscribing again."""
 
 UNREACHABLE_EVICT_S: Final[float] = 10.0
-"""A discovered worker that cannot be reached for this long is dropped from the pool."""
+"""A discovered worker that cannot be reached for this long is set aside."""
+
+SET_ASIDE_S: Final[float] = 10.0
+"""How long an unreachable discovered worker sits out before it is tried again."""
 
 
 class Membership:
@@ -42,6 +45,8 @@ class Membership:
         tags: Discovered workers must carry all of these to join.
         changed: Called whenever membership changes or a worker has room.
         is_local: Whether a uid is one of the pool's own spawned workers.
+        broken_local: Called with the uid of a spawned worker that failed
+            hard, so its process is replaced rather than left running unused.
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class Membership:
         tags: Iterable[str],
         changed: Callable[[], None],
         is_local: Callable[[uuid.UUID], bool],
+        broken_local: Callable[[uuid.UUID], None],
     ) -> None:
         self.members = Members()
         self._host = host
@@ -59,8 +65,11 @@ class Membership:
         self._tags = frozenset(tags)
         self._changed = changed
         self._is_local = is_local
+        self._broken_local = broken_local
         self._condition = asyncio.Condition()
         self._unreachable: dict[uuid.UUID, float] = {}
+        self._set_aside: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        self._retiring: set[WorkerConnection] = set()
 
     def admit(self, metadata: WorkerMetadata) -> None:
         """Add a worker (a new connection to it)."""
@@ -69,15 +78,23 @@ class Membership:
         self._notify()
 
     def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> None:
-        """Drop a worker. Graceful: its calls in flight finish first."""
+        """Drop a worker. Graceful: its calls in flight finish first.
+
+        A spawned worker dropped because it failed hard is killed, so the
+        fleet replaces it instead of keeping an unused process.
+        """
         connection = self.members.remove(uid)
         if connection is None:
             return
         _log.info("worker %s left the pool: %s", uid, why)
+        self._retiring = {c for c in self._retiring if not c.closed}
+        self._retiring.add(connection)
         if graceful:
             connection.retire()
         else:
             asyncio.ensure_future(connection.close())
+            if connection.metadata.local:
+                self._broken_local(uid)
         self._notify()
 
     async def follow(self, discovery: DiscoveryLike) -> None:
@@ -93,10 +110,16 @@ class Membership:
     def apply(self, event: DiscoveryEvent) -> None:
         """One discovery event: admit, refresh, move or drop the worker."""
         worker = event.worker
+        aside = self._set_aside.pop(worker.uid, None)
+        if aside is not None:
+            aside.cancel()
         if event.kind == "dropped":
             self.evict(worker.uid, "withdrawn from discovery")
             return
-        if not self._tags <= worker.tags or self._is_local(worker.uid):
+        if not self._tags <= worker.tags:
+            self.evict(worker.uid, f"its tags {sorted(worker.tags)} no longer match")
+            return
+        if self._is_local(worker.uid):
             return
         if worker.tls and self._credentials is None:
             _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
@@ -115,18 +138,28 @@ class Membership:
         self._unreachable.pop(uid, None)
 
     def unreachable(self, worker: WorkerMetadata, exc: WorkerBroken) -> None:
-        """A discovered worker that stays unreachable is dropped (its host may be gone for good).
+        """A discovered worker that stays unreachable is set aside for a while.
 
-        Spawned workers are not: the fleet sees their process exit. A dropped
-        worker that is alive rejoins when discovery announces it again.
+        Its host may be down: trying it first on every dispatch would cost
+        each one a failed connection. It is tried again after `SET_ASIDE_S`
+        (or as soon as discovery announces it anew), and leaves for good only
+        when discovery withdraws it. Spawned workers are not set aside: the
+        fleet sees their process exit.
         """
         if worker.local:
             return
         now = time.monotonic()
         since = self._unreachable.setdefault(worker.uid, now)
-        if now - since >= UNREACHABLE_EVICT_S:
-            del self._unreachable[worker.uid]
-            self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc})")
+        if now - since < UNREACHABLE_EVICT_S:
+            return
+        del self._unreachable[worker.uid]
+        self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc}); retrying in {SET_ASIDE_S:g}s")
+        loop = asyncio.get_running_loop()
+        self._set_aside[worker.uid] = loop.call_later(SET_ASIDE_S, self._bring_back, worker)
+
+    def _bring_back(self, worker: WorkerMetadata) -> None:
+        if self._set_aside.pop(worker.uid, None) is not None and worker.uid not in self.members:
+            self.admit(worker)
 
     async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until ``predicate()`` holds, re-checking on every membership change.
@@ -139,11 +172,16 @@ class Membership:
                 await self._condition.wait_for(predicate)
 
     async def close(self) -> None:
-        """Close every connection now."""
+        """Close every connection now, those of departed workers included."""
+        for aside in self._set_aside.values():
+            aside.cancel()
+        self._set_aside.clear()
+        connections = list(self._retiring)
         for uid in list(self.members.ascending_uids):
             connection = self.members.remove(uid)
             if connection is not None:
-                await connection.close()
+                connections.append(connection)
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
 
     def _on_room(self, room: pb.Room) -> None:
         self._changed()

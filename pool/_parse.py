@@ -6,6 +6,7 @@ flag or variable, what was expected and what was given.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import uuid
 from collections.abc import Callable
@@ -66,10 +67,18 @@ def text(raw: str) -> str:
 
 
 def path_or_empty(raw: str) -> str:
-    """A file path that must exist, or empty for "not set"."""
-    if raw and not os.path.isfile(raw):
+    """A readable file's path, or empty for "not set"."""
+    if raw and not (os.path.isfile(raw) and os.access(raw, os.R_OK)):
         raise ValueError(raw)
     return raw
+
+
+def ipv4_list(raw: str) -> tuple[str, ...]:
+    """Comma-separated IPv4 addresses (of interfaces)."""
+    addresses = tuple(a.strip() for a in raw.split(",") if a.strip())
+    for address in addresses:
+        ipaddress.IPv4Address(address)
+    return addresses
 
 
 def tag_list(raw: str) -> tuple[str, ...]:

@@ -169,6 +169,7 @@ class WorkerPool:
             tags=tags,
             changed=self._capacity_changed,
             is_local=lambda uid: uid in self._fleet,
+            broken_local=lambda uid: self._fleet.replace(uid),
         )
         self._members = self._membership.members
         self._fleet = LocalFleet(
@@ -226,6 +227,7 @@ class WorkerPool:
     async def _shutdown(self) -> None:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
+        self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
         if self._follower is not None:
             self._follower.cancel()
             await asyncio.gather(self._follower, return_exceptions=True)
@@ -409,8 +411,13 @@ class WorkerPool:
 
 
 def _failure(call: OutgoingCall) -> BaseException | None:
-    """Why a finished call failed (for halting its workflow); None if it did not."""
+    """Why a finished call failed (for halting its workflow); None if it did not.
+
+    A call its caller cancelled (or timed out) did not fail: the caller chose to stop it.
+    """
     final = call.final
+    if call.cancelled_here:
+        return None
     if final is None or isinstance(final, BaseException):
         return final
     if final.HasField("outcome") and final.outcome.kind == pb.Outcome.RAISE:

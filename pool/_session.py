@@ -101,7 +101,9 @@ class OutgoingCall:
     a time; the protocol is lock-step.
     """
 
-    __slots__ = ("id", "session", "name", "finished", "final", "ticket", "_inbox", "_waiter", "_on_finish")
+    __slots__ = (
+        "id", "session", "name", "finished", "final", "cancelled_here", "ticket", "_inbox", "_waiter", "_on_finish",
+    )
 
     def __init__(self, session: Session, call_id: int, name: str) -> None:
         self.id = call_id
@@ -109,6 +111,7 @@ class OutgoingCall:
         self.name = name
         self.finished = False
         self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
+        self.cancelled_here = False  # this end asked the callee to cancel it
         self.ticket: Any = None  # the dispatcher's admission record, if any
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
@@ -152,6 +155,7 @@ class OutgoingCall:
     def cancel(self) -> None:
         """Ask the callee to cancel the call; forget it here at once."""
         if not self.finished:
+            self.cancelled_here = True
             self.session.step(self.id, pb.Step.CANCEL)
             self.session.forget(self.id)
             self._finish()
@@ -167,6 +171,7 @@ class OutgoingCall:
         """
         if self.finished:
             return
+        self.cancelled_here = True
         self.session.step(self.id, pb.Step.CANCEL)
         try:
             async with asyncio.timeout(timeout):

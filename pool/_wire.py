@@ -100,18 +100,21 @@ def digest(blob: bytes) -> bytes:
 
 
 def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
-    """``(pickled exception, traceback text)`` for a RAISE outcome.
+    """``(pickled exception, traceback text)`` for a RAISE outcome; never raises.
 
-    An exception that cannot be pickled is replaced by a
+    An exception that cannot be pickled (or loaded back) is replaced by a
     `SerializationError` that says so; the traceback text still goes along.
     """
-    tb = "".join(traceback.format_exception(exc))
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:
+        tb = f"{type(exc).__qualname__} (its traceback could not be formatted)"
     try:
         value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(value)  # an exception whose __init__ cannot take its args fails here
     except Exception as err:
         stand_in = SerializationError(
-            f"{name}() raised {type(exc).__qualname__}: {exc}; "
+            f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "
             f"it cannot be sent back to the caller: {_describe(err)}"
         )
         value = cloudpickle.dumps(stand_in, protocol=pickle.HIGHEST_PROTOCOL)
@@ -132,7 +135,14 @@ def unpack_exception(value: bytes, tb: str, name: str) -> BaseException:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {_safe_str(exc)}"
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__qualname__}: str() failed>"
 
 
 def _short_repr(value: Any, limit: int = 80) -> str:

@@ -86,17 +86,25 @@ def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
 
 
 def check_security(config: WorkerConfig) -> None:
-    """Refuse a non-loopback bind without TLS, unless ``--insecure``.
+    """Refuse a non-loopback bind without mutual TLS, unless ``--insecure``.
+
+    TLS alone encrypts; only client certificates (``--tls-client-ca``) keep
+    strangers from running code, so off loopback both are required.
 
     Raises:
-        ConfigError: the worker would serve code execution to the network in the clear.
+        ConfigError: the worker would run code for anyone who reaches its port.
     """
-    if config.tls or is_loopback(config.host):
+    if is_loopback(config.host) or config.insecure:
         return
-    if not config.insecure:
+    if not config.tls:
         raise ConfigError(
             f"--host {config.host}: a worker off loopback runs code for anyone who reaches it; "
-            "give --tls-cert/--tls-key/--tls-client-ca, or --insecure to accept the risk"
+            "give --tls-cert, --tls-key and --tls-client-ca (mutual TLS), or --insecure to accept the risk"
+        )
+    if not config.tls_client_ca:
+        raise ConfigError(
+            f"--host {config.host}: TLS without --tls-client-ca lets any client that can connect run code; "
+            "give --tls-client-ca (mutual TLS), or --insecure to accept the risk"
         )
 
 
@@ -143,7 +151,10 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((service.handler(),))
     address = _bind_address(config.host, config.port)
-    credentials = _credentials(config)
+    try:
+        credentials = _credentials(config)
+    except OSError as exc:
+        raise ConfigError(f"--tls-cert/--tls-key/--tls-client-ca: cannot read: {exc}") from None
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
@@ -153,14 +164,22 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
     await server.start()
     service.start()
-    if not config.tls and not is_loopback(config.host):
-        _log.warning("serving WITHOUT TLS on %s (--insecure): anyone who reaches this port can run code here", address)
+    if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
+        _log.warning(
+            "serving WITHOUT client certificates on %s (--insecure): anyone who reaches this port can run code here",
+            address,
+        )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
     info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": _version()}
-    withdraw = _publish(config, service, info)
+    try:
+        withdraw = _publish(config, service, info)
+    except OSError as exc:
+        await server.stop(None)
+        service.close()
+        raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
     _report_ready(config.ready_fd, info)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
@@ -222,10 +241,10 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
 def _on_signal(service: WorkerService, sig: int, grace: float) -> None:
     name = signal.Signals(sig).name
     if service.exit_reason:
-        _log.info("%s again while draining; in-flight calls are being given %.1fs", name, grace)
-        return
-    _log.info("%s: draining (grace %.1fs)", name, grace)
-    service.drain(f"{name}", grace)
+        _log.info("%s while draining (%s): in-flight calls get at most %.1fs more", name, service.exit_reason, grace)
+    else:
+        _log.info("%s: draining (grace %.1fs)", name, grace)
+    service.drain(name, grace)
 
 
 def _watch_lifeline(fd: int, service: WorkerService) -> None:

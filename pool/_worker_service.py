@@ -84,6 +84,7 @@ class WorkerService:
         self._idle_since = self._started
         self._in_flight = 0
         self._parked = 0
+        self._vetting = 0  # calls an async backpressure hook is still deciding on
         self._hold_slots = hold_slot_while_waiting
         self._turned_away: set[Session] = set()
         self._idle = asyncio.Event()
@@ -91,6 +92,8 @@ class WorkerService:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._sessions: dict[Session, asyncio.Task[Any]] = {}
         self._draining: asyncio.Task[None] | None = None
+        self._deadline: float | None = None  # loop time by which in-flight calls must be done
+        self._regrace = asyncio.Event()
         self._on_drain: list[Callable[[], None]] = []
         self._routines = LoopThread("leakypool-routines")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,24 +119,32 @@ class WorkerService:
         self._on_drain.append(callback)
 
     def drain(self, reason: str, grace: float | None) -> asyncio.Task[None]:
-        """Stop accepting, let in-flight calls finish (``grace`` s; None = no limit), then set `done`."""
+        """Stop accepting, let in-flight calls finish (``grace`` s; None = no limit), then set `done`.
+
+        Called again while draining, a shorter grace takes over: SIGTERM still
+        bounds a worker that is retiring (idle, max lifetime) without limit.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if grace is None else loop.time() + grace
         if self._draining is None:
             self.accepting = False  # at once: no call may slip in before the drain task runs
             self.exit_reason = reason
-            self._draining = asyncio.ensure_future(self._drain(grace))
+            self._deadline = deadline
+            self._draining = asyncio.ensure_future(self._drain())
+        elif deadline is not None and (self._deadline is None or deadline < self._deadline):
+            self._deadline = deadline
+            self._regrace.set()
         return self._draining
 
-    async def _drain(self, grace: float | None) -> None:
+    async def _drain(self) -> None:
         self._disarm_idle_timer()
         for callback in self._on_drain:
             try:
                 callback()
             except Exception:
                 _log.exception("drain callback failed")
-        try:
-            await asyncio.wait_for(self._idle.wait(), grace)
-        except TimeoutError:
-            _log.warning("%d call(s) still running after %.1fs grace; cancelling them", self._in_flight, grace)
+        if not await self._wait_idle_until_deadline():
+            _log.warning("%d call(s) still running when the grace ended; cancelling them", self._in_flight)
             for session in self._sessions:
                 for hosted in list(session.hosted.values()):
                     self._runner.cancel(hosted)
@@ -147,6 +158,20 @@ class WorkerService:
         if self._sessions:
             await asyncio.wait(list(self._sessions.values()), timeout=5.0)
         self.done.set()
+
+    async def _wait_idle_until_deadline(self) -> bool:
+        """Wait until nothing is in flight (True) or the current deadline passes (False)."""
+        loop = asyncio.get_running_loop()
+        while not self._idle.is_set():
+            self._regrace.clear()
+            timeout = None if self._deadline is None else max(0.0, self._deadline - loop.time())
+            waiters = [asyncio.ensure_future(self._idle.wait()), asyncio.ensure_future(self._regrace.wait())]
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            if not self._idle.is_set() and self._deadline is not None and loop.time() >= self._deadline:
+                return False
+        return True
 
     def _retire(self, reason: str) -> None:
         if self._draining is None:
@@ -239,12 +264,13 @@ class WorkerService:
             self._accept(hosted)
             return
         try:
-            verdict = self._hook(BackpressureContext(active_task_count=self.active(), task=hosted.task))
+            verdict = self._hook(BackpressureContext(active_task_count=self.active() + self._vetting, task=hosted.task))
         except Exception:
             self._hook_failed(hosted)
             return
         if inspect.isawaitable(verdict):
             session.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
+            self._vetting += 1  # counted like a running task until decided, so a burst cannot slip past
             asyncio.ensure_future(self._admit_later(hosted, verdict))
         elif verdict:
             self._turn_away(session, hosted.id)
@@ -258,6 +284,8 @@ class WorkerService:
             hosted.session.hosted.pop(hosted.id, None)
             self._hook_failed(hosted)
             return
+        finally:
+            self._vetting -= 1
         if hosted.cancelled or hosted.session.failure is not None:
             hosted.session.hosted.pop(hosted.id, None)
         elif not self.accepting:

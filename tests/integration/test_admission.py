@@ -142,3 +142,17 @@ async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it():
         await until_members(p, lambda p: len(p.workers) == 1, timeout=30)  # the grown ones idled out
         assert list(p.workers) == [base]
         assert await routines.add(1, 1) == 2
+
+
+async def test_pool_should_grow_even_without_a_queue():
+    async with Signals() as signals, pool.WorkerPool(
+        spawn=1, max_workers=2, idle_timeout=30, backpressure=TaskCountBackpressure(1)
+    ) as p:
+        held = asyncio.ensure_future(routines.span(30, "held", signals.address))
+        await signals.wait("start held")
+        with pytest.raises(pool.NoWorkersAvailable):
+            await routines.add(1, 2)  # no queue: this one fails, and the pool grows for the next
+        await p.wait_for_workers(2, timeout=30)
+        assert await routines.add(1, 2) == 3
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)

@@ -22,7 +22,7 @@ async def test_rejected_task_should_never_start():
             await routines.sleep(0, signals.address, "second")
         assert info.value.__cause__.code == "RESOURCE_EXHAUSTED"
         first.cancel()
-        await signals.wait("cancelled first")
+        await asyncio.gather(first, return_exceptions=True)  # returns once the worker confirmed the cancel
         assert signals.count("started second") == 0
         assert await routines.add(1, 1) == 2  # room again once the first is gone
 
@@ -81,3 +81,9 @@ async def test_rejection_should_rotate_to_a_worker_with_room():
             assert await routines.pid() != busy_pid
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)
+
+
+async def test_async_hook_should_count_calls_it_is_still_deciding_on():
+    async with pool.WorkerPool(spawn=1, backpressure=routines.AsyncCap(1)):
+        results = await asyncio.gather(routines.sleep(0.3), routines.sleep(0.3), return_exceptions=True)
+    assert sorted(type(r).__name__ for r in results) == ["NoWorkersAvailable", "float"]

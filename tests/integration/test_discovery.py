@@ -126,3 +126,28 @@ async def test_static_discovery_double_should_drive_membership():
         await p.wait_for_workers(1, timeout=10)
         discovery.drop(metadata.uid)
         await until_members(p, lambda p: not p.workers, timeout=10)
+
+
+async def test_sigterm_should_bound_a_drain_that_retiring_began():
+    flags = ("--max-lifetime", "0.5", "--shutdown-grace", "0.5", "--max-concurrent-tasks", "0")
+    async with Signals() as signals, worker(*flags) as w:
+        async with pool.WorkerPool(discovery=pool.StaticDiscovery([f"127.0.0.1:{w.port}"])) as p:
+            await p.wait_for_workers(1, timeout=30)
+            call = asyncio.ensure_future(routines.sleep(60, signals.address, "endless"))
+            await signals.wait("started endless")
+            async with asyncio.timeout(30):
+                while (await p.worker_states()).get(next(iter(p.workers))).accepting:
+                    await asyncio.sleep(0.05)  # until the worker retires (its own report, bounded)
+            w.child.signal(signal.SIGTERM)  # the retiring drain waits for nothing; SIGTERM must bound it
+            assert await w.child.wait(30) == 0
+            with pytest.raises(pool.WorkerBroken):
+                await call
+
+
+async def test_discovered_worker_should_leave_when_its_tags_stop_matching():
+    blue = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1", tags=frozenset({"blue"}))
+    discovery = pool.StaticDiscovery(workers=[blue])
+    async with pool.WorkerPool(discovery=discovery, tags={"blue"}) as p:
+        await p.wait_for_workers(1, timeout=10)
+        discovery.add(pool.WorkerMetadata(uid=blue.uid, address=blue.address, tags=frozenset({"red"})))
+        await until_members(p, lambda p: not p.workers, timeout=10)

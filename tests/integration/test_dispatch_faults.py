@@ -70,3 +70,32 @@ async def test_spawned_and_discovered_workers_should_share_one_pool():
             await p.wait_for_workers(2, timeout=30)
             pids = {await routines.pid() for _ in range(6)}
             assert pids == {remote.pid, *p.pids}
+
+
+async def test_silent_worker_should_be_passed_over_after_the_accept_timeout():
+    import os
+    import signal
+    import time
+
+    from balancer import PriorityLoadBalancer
+    from pool._calls import ACCEPT_TIMEOUT_S
+
+    async with pool.WorkerPool(spawn=2, loadbalancer=PriorityLoadBalancer()) as p:
+        lowest = min(p.workers.values(), key=lambda m: m.uid.int)
+        os.kill(lowest.pid, signal.SIGSTOP)  # alive, connected, and silent
+        try:
+            t0 = time.perf_counter()
+            assert await routines.pid() != lowest.pid
+            assert ACCEPT_TIMEOUT_S - 0.5 < time.perf_counter() - t0 < ACCEPT_TIMEOUT_S + 5
+        finally:
+            os.kill(lowest.pid, signal.SIGCONT)
+
+
+async def test_broken_spawned_worker_should_be_replaced():
+    from tests.integration.helpers import until_members
+
+    async with pool.WorkerPool(spawn=1) as p:
+        (uid,) = p.workers
+        p._fleet.replace(uid)  # what the pool does when a spawned worker fails hard
+        await until_members(p, lambda p: len(p.workers) == 1 and uid not in p.workers)
+        assert await routines.add(1, 2) == 3

@@ -138,3 +138,15 @@ async def test_stats_should_report_running_and_waiting_per_queue_and_key():
         assert "queue 'tenants' key 'acme': 1 running, 2 waiting" in repr(p)
         await asyncio.gather(*calls)
         assert p.stats().limits == {}
+
+
+async def test_cancelled_call_should_not_halt_its_workflow():
+    async with Signals() as signals, roomy_pool():
+        step = routines.span.options(workflow="w3", halt_on_error=True)
+        first = asyncio.ensure_future(step(30, "first", signals.address))
+        await signals.wait("start first")
+        second = asyncio.ensure_future(step(0.01, "second"))
+        first.cancel()  # the caller gives up: not a failure of the workflow
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert (await second)[0] == "second"

@@ -18,6 +18,9 @@ pytestmark = pytest.mark.integration
 
 WORKER = [sys.executable, "worker_main.py"]
 
+# Any existing file passes the flag check; the security check comes first.
+TLS_NO_CLIENT_CA = ["--tls-cert", "README.md", "--tls-key", "README.md"]
+
 
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEAKYPOOL_")}
@@ -47,6 +50,7 @@ def test_help_should_document_every_flag_and_its_variable():
         (["--discovery", "dns"], {}, "--discovery: expected one of none, lan, local, got 'dns'"),
         (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
         (["--host", "0.0.0.0"], {}, "--host 0.0.0.0: a worker off loopback runs code for anyone who reaches it"),
+        (["--host", "0.0.0.0", *TLS_NO_CLIENT_CA], {}, "TLS without --tls-client-ca lets any client that can connect run code"),
     ],
 )
 def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):

@@ -39,7 +39,8 @@ async def drive(balancer, context: Context, decide: Callable[[uuid.UUID, int], s
     Outcomes: "ok" (accepts), "busy" (transient), "broken" (hard: evicted
     before the report), "gone" (left the pool before it could be tried),
     or "leave:<index>" (another worker leaves mid-rotation, then busy).
-    Returns the (uid, outcome) log; asserts the generator's protocol.
+    Returns the (uid, outcome) log — with (uid, "left") entries for workers
+    that left mid-rotation — and asserts the generator's protocol.
     """
     log = []
     gen = balancer.delegate(object(), context=context)
@@ -64,7 +65,9 @@ async def drive(balancer, context: Context, decide: Callable[[uuid.UUID, int], s
                 uid = await gen.athrow(Hard())
             elif outcome.startswith("leave:"):
                 others = sorted(context.workers, key=lambda u: u.int)
-                context.remove(others[int(outcome.split(":")[1]) % len(others)])
+                gone = others[int(outcome.split(":")[1]) % len(others)]
+                context.remove(gone)
+                log.append((gone, "left"))
                 uid = await gen.athrow(Transient())
             else:
                 uid = await gen.athrow(Transient())

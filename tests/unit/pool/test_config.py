@@ -31,7 +31,8 @@ class TestWorkerConfig:
             ("LEAKYPOOL_IDLE_TIMEOUT", "nan", "seconds >= 0"),
             ("LEAKYPOOL_INSECURE", "maybe", "a boolean (1/0, true/false)"),
             ("LEAKYPOOL_DISCOVERY", "dns", "one of none, lan, local"),
-            ("LEAKYPOOL_TLS_CERT", "/no/such/file", "an existing file"),
+            ("LEAKYPOOL_TLS_CERT", "/no/such/file", "a readable file"),
+            ("LEAKYPOOL_INTERFACES", "eth0", "comma-separated IPv4 addresses"),
             ("LEAKYPOOL_UID", "not-a-uuid", "a UUID"),
         ],
     )

@@ -18,6 +18,7 @@ ERRORS = [
     pool.CapacityTimeout("waited too long"),
     pool.AdmissionRejected("full", retry_after=2.5),
     pool.Deadlock("cycle"),
+    pool.WorkflowHalted("an earlier call failed"),
     pool.SerializationError("no pickle"),
     pool.ConfigError("LEAKYPOOL_X: expected an integer >= 0, got 'x'"),
     pool.RemoteTraceback("Traceback ..."),

@@ -75,6 +75,15 @@ class TestMap:
                 pass
         assert sorted(probe.calls) == [0, 1, 2] and sorted(probe.cancelled) == [0, 2]
 
+    async def test_map_in_order_should_stop_at_a_failure_behind_a_slow_head(self):
+        """Test fail-fast in input order: a failure is raised before the slow first item ends."""
+        probe = Probe(delay=lambda i: 10.0 if i == 0 else 0.0, fail={1})
+        with pytest.raises(ValueError, match="item 1"):
+            async with asyncio.timeout(5):
+                async for _ in pool.map(probe, range(100), concurrency=3):
+                    pass
+        assert sorted(probe.calls) == [0, 1, 2] and 0 in probe.cancelled
+
     async def test_map_should_yield_errors_in_place_when_asked(self):
         """Test error collection: every item runs; failures come back as exceptions."""
         probe = Probe(fail={2, 5})
@@ -106,7 +115,7 @@ class TestMap:
             async for r in results:
                 if r == 10:
                     break
-        assert probe.running == 0 and probe.calls == [0, 1, 2, 3]
+        assert probe.running == 0 and probe.calls == [0, 1, 2]  # item 3 was cancelled before it started
 
     async def test_map_should_stream_a_million_item_generator(self):
         """Test laziness: items are pulled only as the window frees, never materialised."""

@@ -185,6 +185,7 @@ class LimitsModel(RuleBasedStateMachine):
         self.grants: dict[str, list[Ticket]] = collections.defaultdict(list)
         self.gone: set[Ticket] = set()
         self.order: dict[Ticket, int] = {}
+        self.deadlines: dict[Ticket, asyncio.Timeout] = {}
 
     @initialize(concurrency=st.integers(1, 3), total=st.none() | st.integers(1, 5))
     def setup(self, concurrency, total):
@@ -201,7 +202,7 @@ class LimitsModel(RuleBasedStateMachine):
         for ticket, future in list(self.waiting.items()):
             if future.done():
                 del self.waiting[ticket]
-                if future.cancelled():
+                if future.cancelled() or isinstance(future.exception(), TimeoutError):
                     self.gone.add(ticket)
                 else:
                     future.result()
@@ -209,12 +210,18 @@ class LimitsModel(RuleBasedStateMachine):
                     self.running.append(ticket)
                     self.grants[ticket.task.key].append(ticket)
 
+    async def acquire(self, ticket):
+        """Acquire under a deadline the model can make expire (a wait that times out)."""
+        async with asyncio.timeout(None) as deadline:
+            self.deadlines[ticket] = deadline
+            await self.limits.acquire(ticket)
+
     @rule(key=st.sampled_from(KEYS))
     def arrive(self, key):
         ticket = Ticket(task(queue=self.queue, key=key), None, 0)
         self.order[ticket] = len(self.order)
         self.arrivals[key].append(ticket)
-        self.waiting[ticket] = self.loop.create_task(self.limits.acquire(ticket))
+        self.waiting[ticket] = self.loop.create_task(self.acquire(ticket))
         self.settle()
 
     @precondition(lambda self: self.running)
@@ -228,9 +235,12 @@ class LimitsModel(RuleBasedStateMachine):
     @precondition(lambda self: self.waiting)
     @rule(data=st.data(), timeout=st.booleans())
     def leave(self, data, timeout):
-        """A waiter gives up: cancelled, or its wait_for timed out (the same path)."""
+        """A waiter gives up: its task is cancelled, or its deadline expires."""
         ticket = data.draw(st.sampled_from(sorted(self.waiting, key=self.order.__getitem__)))
-        self.waiting[ticket].cancel()
+        if timeout and ticket in self.deadlines:
+            self.loop.call_soon(lambda: self.deadlines[ticket].reschedule(self.loop.time()))
+        else:
+            self.waiting[ticket].cancel()
         self.settle()
 
     @invariant()
@@ -258,8 +268,15 @@ class LimitsModel(RuleBasedStateMachine):
             assert total_full or per_key[ticket.task.key] >= self.queue.concurrency, "a waiter was lost"
 
     @invariant()
-    def cancelled_never_hold(self):
-        assert not self.gone & set(self.running)
+    def gates_agree_with_the_model(self):
+        """Per the gates themselves: a call that left holds nothing; a running call holds all it needs."""
+        for gate in self.limits._gates.values():
+            assert not self.gone & gate.holders, f"{gate.describe()} is held by a call that left"
+        if not hasattr(self, "queue"):
+            return
+        needed = 2 if self.queue.total is not None else 1
+        for ticket in self.running:
+            assert len(ticket.held) == needed and all(ticket in g.holders for g in ticket.held)
 
 
 TestLimitsModel = LimitsModel.TestCase

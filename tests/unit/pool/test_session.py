@@ -126,8 +126,14 @@ class TestSession:
             await asyncio.wait_for(host.arrived.wait(), 5)
             assert host.steps[0].step.kind == pb.Step.CANCEL
             session, frame = host.calls[0]
-            session.outcome(frame.id, pb.Outcome.CANCELLED)
-            assert call.finished and link.caller.open_calls == 0
+            session.outcome(frame.id, pb.Outcome.CANCELLED)  # the late reply
+            host.arrived.clear()
+            follow_up = open_call(link.caller, "g")  # a later call, answered after the late reply
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            session.accept(host.calls[1][1].id)
+            assert (await asyncio.wait_for(follow_up.receive(), 5)).HasField("accept")
+            assert call.finished and not call._inbox and call.final is None  # the late reply was dropped
+            assert link.caller.open_calls == 1  # only the follow-up
 
     async def test_finish_should_flush_queued_frames_before_ending_the_stream(self):
         """Test that a draining worker's last outcomes are not lost."""

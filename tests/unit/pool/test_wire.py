@@ -79,7 +79,24 @@ class TwoArgs(Exception):
         super().__init__(f"{a}/{b}")  # args do not match __init__: unpickling fails
 
 
+class Hostile(Exception):
+    """Cannot be pickled, and even str() fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def __str__(self):
+        raise RuntimeError("no str for you")
+
+
 class TestPackException:
+    def test_pack_exception_should_not_raise_even_for_a_hostile_exception(self):
+        """Test that a routine's worst exception still becomes an outcome (or its caller would hang)."""
+        value, tb = _wire.pack_exception(Hostile(), "f")
+        restored = _wire.unpack_exception(value, tb, "f")
+        assert isinstance(restored, pool.SerializationError) and "str() failed" in str(restored)
+
     def test_unpack_exception_should_keep_type_message_and_remote_traceback(self):
         """Test that a routine's exception arrives as itself, with the worker traceback as cause."""
         try:
