@@ -10,7 +10,6 @@ Prints one JSON object (medians over a few runs, seconds).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal

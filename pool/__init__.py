@@ -34,7 +34,7 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._fanout import map as map
 from ._limits import GateStats as GateStats
 from ._limits import Queue as Queue
-from ._pool import PoolStats as PoolStats
+from ._stats import PoolStats as PoolStats
 from ._pool import WorkerPool as WorkerPool
 from ._routine import Routine as Routine
 from ._routine import routine as routine

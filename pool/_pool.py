@@ -23,7 +23,6 @@ balancer sees.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import uuid
@@ -40,46 +39,16 @@ from ._connection import WorkerMetadata
 from ._discovery import DiscoveryLike
 from ._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, RemoteTraceback, WorkerBroken, WorkerRejected
 from ._fleet import LocalFleet, worker_env
-from ._limits import GateStats, Limits, Ticket
+from ._limits import Limits, Ticket
 from ._membership import Membership
 from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
 from ._routine import closed, opened, reset_dispatcher, set_dispatcher
 from ._session import OutgoingCall
+from ._stats import PoolStats
 from ._tls import TlsCredentials
 
 _log = logging.getLogger("leakypool.pool")
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of a pool's load, from `WorkerPool.stats`.
-
-    Attributes:
-        workers: Workers in the pool now (local ones included).
-        local_workers: Worker processes this pool runs.
-        admitted: Calls admitted and not ended (running + waiting).
-        running: Calls a worker accepted and is running.
-        waiting_for_worker: Calls queued (or waiting for a queue place) for a worker.
-        waiting_for_limits: Calls waiting for a queue, key or workflow slot.
-        dispatched: Calls a worker accepted since the pool opened.
-        rejected: Calls refused by admission (ceiling or full queue).
-        capacity_timeouts: Calls that waited past the dispatch deadline.
-        grown: Workers started under load (they idle out again).
-        limits: Running and waiting calls per live queue, key and workflow.
-    """
-
-    workers: int
-    local_workers: int
-    admitted: int
-    running: int
-    waiting_for_worker: int
-    waiting_for_limits: int
-    dispatched: int
-    rejected: int
-    capacity_timeouts: int
-    grown: int
-    limits: Mapping[str, GateStats]
 
 
 class WorkerPool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pool
@@ -10,3 +11,14 @@ import pool
 async def until_members(p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool], bool], timeout: float = 30.0) -> None:
     """Wait until ``predicate(p)`` holds, re-checking on each membership change."""
     await p._membership.until(lambda: predicate(p), timeout)
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 30.0, interval: float = 0.01) -> None:
+    """Wait until ``condition()`` holds, checking every ``interval`` s, at most ``timeout`` s.
+
+    For state that no event announces (a pool's queue length, a worker's own
+    report, a process that is not our child). Raises TimeoutError.
+    """
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(interval)

@@ -12,7 +12,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from tests.integration import routines
-from tests.integration.helpers import until_members
+from tests.integration.helpers import eventually, until_members
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -31,9 +31,7 @@ async def test_queued_calls_should_start_in_fifo_order():
         for i in range(6):
             calls.append(asyncio.ensure_future(routines.span(0.01, i, signals.address)))
             await asyncio.sleep(0)  # make the arrival order unambiguous
-        async with asyncio.timeout(10):
-            while p.stats().waiting_for_worker < 6:
-                await asyncio.sleep(0.01)  # until all six are queued (pool state, bounded)
+        await eventually(lambda: p.stats().waiting_for_worker == 6)
         await blocker
         results = await asyncio.gather(*calls)
     assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(6))
@@ -57,9 +55,7 @@ async def test_cancelled_waiter_should_leave_at_once_and_free_its_place():
         blocker = asyncio.ensure_future(routines.span(0.5, "blocker", signals.address))
         await signals.wait("start blocker")
         queued = asyncio.ensure_future(routines.span(0, "queued", signals.address))
-        async with asyncio.timeout(10):
-            while p.stats().waiting_for_worker < 1:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: p.stats().waiting_for_worker == 1)
         with pytest.raises(pool.AdmissionRejected, match="the queue is full"):
             await routines.add(1, 2)  # the one place is taken
         queued.cancel()
@@ -86,9 +82,7 @@ async def test_full_queue_should_reject_after_the_admission_timeout():
         blocker = asyncio.ensure_future(routines.span(2, "blocker", signals.address))
         await signals.wait("start blocker")
         queued = asyncio.ensure_future(routines.span(0.01, "queued"))
-        async with asyncio.timeout(10):
-            while p.stats().waiting_for_worker < 1:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: p.stats().waiting_for_worker == 1)
         t0 = time.perf_counter()
         with pytest.raises(pool.AdmissionRejected, match="stayed full") as info:
             await routines.add(1, 2)

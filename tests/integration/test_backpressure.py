@@ -74,7 +74,7 @@ async def test_raising_hook_should_reject_transiently_log_and_keep_serving(capfd
 
 
 async def test_rejection_should_rotate_to_a_worker_with_room():
-    async with Signals() as signals, pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(1)) as p:
+    async with Signals() as signals, pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(1)):
         first = asyncio.ensure_future(routines.sleep(60, signals.address, "a"))
         busy_pid = int((await signals.wait("started a")).split()[-1])
         for _ in range(10):

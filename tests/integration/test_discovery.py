@@ -40,7 +40,7 @@ async def test_local_discovery_should_admit_registered_workers_and_drop_withdraw
     async with worker(*flags, "--tags", "blue") as blue, worker(*flags, "--tags", "red") as red:
         async with pool.WorkerPool(discovery=pool.LocalDiscovery(registry, poll_interval=0.05), tags={"blue"}) as p:
             await p.wait_for_workers(1, timeout=30)
-            assert [str(u) for u in p.workers] == [blue.uid]  # red is filtered out by tags
+            assert [str(u) for u in p.workers] == [blue.uid] != [red.uid]  # red is filtered out by tags
             assert await routines.pid() == blue.pid
             t0 = time.perf_counter()
             blue.child.signal(signal.SIGTERM)
@@ -135,8 +135,9 @@ async def test_sigterm_should_bound_a_drain_that_retiring_began():
             await p.wait_for_workers(1, timeout=30)
             call = asyncio.ensure_future(routines.sleep(60, signals.address, "endless"))
             await signals.wait("started endless")
+            (uid,) = p.workers
             async with asyncio.timeout(30):
-                while (await p.worker_states()).get(next(iter(p.workers))).accepting:
+                while (await p.worker_states())[uid].accepting:
                     await asyncio.sleep(0.05)  # until the worker retires (its own report, bounded)
             w.child.signal(signal.SIGTERM)  # the retiring drain waits for nothing; SIGTERM must bound it
             assert await w.child.wait(30) == 0

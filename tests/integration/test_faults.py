@@ -63,7 +63,7 @@ async def test_unpicklable_exception_should_raise_a_clear_error_and_keep_the_wor
 
 
 async def test_killed_worker_should_fail_its_calls_with_worker_broken_within_two_seconds():
-    async with Signals() as signals, pool.WorkerPool(spawn=2) as p:
+    async with Signals() as signals, pool.WorkerPool(spawn=2):
         call = asyncio.ensure_future(routines.sleep(60, signals.address, "doomed"))
         victim = int((await signals.wait("started doomed")).split()[-1])
         os.kill(victim, signal.SIGKILL)

@@ -12,6 +12,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from tests.integration import routines
 from tests.integration.routines import max_overlap
+from tests.integration.helpers import eventually
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -34,9 +35,7 @@ async def test_queue_should_let_a_call_with_a_higher_limit_start_first():
     async with Signals() as signals, roomy_pool() as p:
         busy = [asyncio.ensure_future(routines.db_read(1.0, i)) for i in range(2)]
         normal = asyncio.ensure_future(routines.db_read(0.01, "normal"))
-        async with asyncio.timeout(10):
-            while p.stats().waiting_for_limits < 1:
-                await asyncio.sleep(0.01)  # until the normal call waits (pool state, bounded)
+        await eventually(lambda: p.stats().waiting_for_limits == 1)
         urgent = routines.span.options(queue=pool.Queue("db", concurrency=4))
         t0 = time.perf_counter()
         await urgent(0.01, "urgent", signals.address)

@@ -14,6 +14,7 @@ import pytest
 import pool
 from tests.integration import routines
 from tests.integration.child import Child, alive
+from tests.integration.helpers import eventually
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ async def test_exit_should_reap_workers_when_the_body_is_cancelled():
 
 async def test_exit_should_let_in_flight_calls_finish_within_the_grace():
     async with Signals() as signals:
-        async with pool.WorkerPool(spawn=1, shutdown_grace=10) as p:
+        async with pool.WorkerPool(spawn=1, shutdown_grace=10):
             call = asyncio.ensure_future(routines.sleep(0.5, signals.address, "draining"))
             await signals.wait("started draining")
         assert await call == 0.5
@@ -110,10 +111,9 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
         assert len(pids) == 2
         child.signal(signal.SIGKILL)
         await child.wait(30)
-    # Orphans are re-parented to init; they notice the lifeline closing and exit.
-    async with asyncio.timeout(30):
-        while any(alive(pid) for pid in pids):
-            await asyncio.sleep(0.05)  # no event reaches us from a non-child; poll, bounded
+    # Orphans are re-parented to init; they notice the lifeline closing and exit. No event
+    # reaches us from a process that is not our child, so this polls (bounded).
+    await eventually(lambda: not any(alive(pid) for pid in pids), interval=0.05)
 
 
 async def test_pool_should_not_be_reentered():

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 

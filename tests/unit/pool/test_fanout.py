@@ -101,8 +101,9 @@ class TestMap:
                 pass
 
         consumer = asyncio.ensure_future(consume())
-        while len(probe.calls) < 4:
-            await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            while len(probe.calls) < 4:
+                await asyncio.sleep(0)
         consumer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await consumer

@@ -1,0 +1,39 @@
+"""`PoolStats`: a snapshot of a pool's load, for `WorkerPool.stats`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ._limits import GateStats
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a pool's load, from `WorkerPool.stats`.
+
+    Attributes:
+        workers: Workers in the pool now (local ones included).
+        local_workers: Worker processes this pool runs.
+        admitted: Calls admitted and not ended (running + waiting).
+        running: Calls a worker accepted and is running.
+        waiting_for_worker: Calls queued (or waiting for a queue place) for a worker.
+        waiting_for_limits: Calls waiting for a queue, key or workflow slot.
+        dispatched: Calls a worker accepted since the pool opened.
+        rejected: Calls refused by admission (ceiling or full queue).
+        capacity_timeouts: Calls that waited past the dispatch deadline.
+        grown: Workers started under load (they idle out again).
+        limits: Running and waiting calls per live queue, key and workflow.
+    """
+
+    workers: int
+    local_workers: int
+    admitted: int
+    running: int
+    waiting_for_worker: int
+    waiting_for_limits: int
+    dispatched: int
+    rejected: int
+    capacity_timeouts: int
+    grown: int
+    limits: Mapping[str, GateStats]
