@@ -62,12 +62,13 @@ def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):
     assert message in lines[0]
 
 
-async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_sigterm():
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_a_signal(sig):
     args = [*WORKER, "--port", "0", "--max-concurrent-tasks", "3", "--tags", "blue"]
     async with Child(args, stderr=subprocess.PIPE, env=clean_env()) as child:
         line = (await asyncio.wait_for(child.stderr.readline(), 60)).decode()
         assert re.search(r"ready: uid=[0-9a-f-]{36} address=127\.0\.0\.1:\d+ capacity=3 tls=False tags=blue", line), line
-        child.signal(signal.SIGTERM)
+        child.signal(sig)
         rest = (await asyncio.wait_for(child.stderr.read(), 60)).decode()
         assert await child.wait(60) == 0
-        assert "exited: SIGTERM" in rest
+        assert f"exited: {sig.name}" in rest
