@@ -30,6 +30,7 @@ from ._errors import RemoteTraceback as RemoteTraceback
 from ._errors import SerializationError as SerializationError
 from ._errors import WorkerBroken as WorkerBroken
 from ._errors import WorkerRejected as WorkerRejected
+from ._errors import WorkerStartError as WorkerStartError
 from ._errors import WorkflowHalted as WorkflowHalted
 from ._fanout import map as map
 from ._limits import GateStats as GateStats
@@ -66,6 +67,7 @@ __all__ = sorted(
         "WorkerMetadata",
         "WorkerPool",
         "WorkerRejected",
+        "WorkerStartError",
         "WorkflowHalted",
         "GateStats",
         "PoolStats",

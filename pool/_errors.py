@@ -4,6 +4,7 @@
     ├── PoolClosed            no open pool to dispatch to (retry: open one)
     ├── WorkerBroken          the worker was lost mid-call (retry may succeed)
     ├── WorkerRejected        a worker said "not now" (the pool rotates past it)
+    ├── WorkerStartError      a worker this pool spawned did not start
     ├── NoWorkersAvailable    no worker took the call (retry later may succeed)
     │   └── CapacityTimeout   ...within the dispatch deadline, while queued
     ├── AdmissionRejected     the pool refused to queue it; see retry_after
@@ -39,6 +40,7 @@ __all__ = [
     "SerializationError",
     "WorkerBroken",
     "WorkerRejected",
+    "WorkerStartError",
     "WorkflowHalted",
 ]
 
@@ -95,6 +97,15 @@ class WorkerRejected(PoolError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str]]:
         return (type(self), (str(self), self.code))
+
+
+class WorkerStartError(PoolError):
+    """A worker process the pool spawned exited, or said nothing, before it was ready.
+
+    Raised by ``async with WorkerPool(...)`` (the workers that did start are
+    stopped again). Its stderr, shown above, usually says why. A retry can
+    succeed if the cause was load (raise ``startup_timeout``).
+    """
 
 
 class NoWorkersAvailable(balancer.NoWorkersAvailable, PoolError):

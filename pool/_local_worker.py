@@ -34,11 +34,7 @@ from typing import Any
 
 from ._config import PREFIX
 from ._connection import WorkerMetadata
-from ._errors import PoolError
-
-
-class WorkerStartError(PoolError):
-    """A worker process failed to start (or to report READY in time)."""
+from ._errors import WorkerStartError
 
 
 class LocalWorker:
@@ -98,12 +94,15 @@ class LocalWorker:
         self._lifeline = life_w
         self._exited = _watch_exit(self._process)
         try:
-            line = await asyncio.wait_for(_read_line(ready_r), timeout)
+            async with asyncio.timeout(timeout):
+                line = await _read_line(ready_r)
         except BaseException as exc:
             await self.kill()
             if isinstance(exc, TimeoutError):
                 raise WorkerStartError(f"worker {self.uid} did not report READY within {timeout:g}s") from None
             raise
+        finally:
+            os.close(ready_r)
         if not line.startswith("READY "):
             code = await self.kill()
             raise WorkerStartError(
@@ -210,13 +209,24 @@ def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> 
 
 
 async def _read_line(fd: int) -> str:
-    """Read one line from pipe ``fd`` (closing it); empty if the writer closed first."""
+    """Read one line from pipe ``fd`` (the caller closes it); empty if the writer closed first."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
+    os.set_blocking(fd, False)
+    data = bytearray()
+    complete: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        data.extend(chunk)
+        if (not chunk or b"\n" in data) and not complete.done():
+            complete.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
-        return (await reader.readline()).decode(errors="replace").strip()
+        await complete
     finally:
-        transport.close()
+        loop.remove_reader(fd)
+    return bytes(data).split(b"\n", 1)[0].decode(errors="replace").strip()

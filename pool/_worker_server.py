@@ -272,8 +272,11 @@ def _watch_lifeline(fd: int, service: WorkerService) -> None:
 def _report_ready(fd: int, info: dict[str, Any]) -> None:
     if fd < 0:
         return
-    with os.fdopen(fd, "w") as ready:
-        ready.write("READY " + json.dumps(info) + "\n")
+    try:
+        with os.fdopen(fd, "w") as ready:
+            ready.write("READY " + json.dumps(info) + "\n")
+    except BrokenPipeError:
+        _log.warning("the pool stopped waiting for this worker to start; it will be stopped")
 
 
 def _version() -> str:

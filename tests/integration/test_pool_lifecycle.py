@@ -116,6 +116,12 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
     await eventually(lambda: not any(alive(pid) for pid in pids), interval=0.05)
 
 
+async def test_start_failure_should_raise_and_leave_no_process():
+    with pytest.raises(pool.WorkerStartError, match="did not report READY within 0.001s"):
+        async with pool.WorkerPool(spawn=2, startup_timeout=0.001):
+            pass  # pragma: no cover - not reached
+
+
 async def test_pool_should_not_be_reentered():
     p = pool.WorkerPool(spawn=1)
     async with p:

@@ -19,6 +19,7 @@ ERRORS = [
     pool.AdmissionRejected("full", retry_after=2.5),
     pool.Deadlock("cycle"),
     pool.WorkflowHalted("an earlier call failed"),
+    pool.WorkerStartError("did not start"),
     pool.SerializationError("no pickle"),
     pool.ConfigError("LEAKYPOOL_X: expected an integer >= 0, got 'x'"),
     pool.RemoteTraceback("Traceback ..."),
