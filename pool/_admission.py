@@ -103,7 +103,6 @@ class Admission:
         self._arrivals = itertools.count()
         self._capacity = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
-        self._completions = 0
 
     @property
     def waiting(self) -> int:
@@ -129,7 +128,6 @@ class Admission:
     def release(self, ticket: Ticket) -> None:
         """The call ended (or never started): count it out, learn its duration."""
         self.admitted -= 1
-        self._completions += 1
         duration = time.monotonic() - ticket.admitted_at
         self.mean_duration += DURATION_HALF_LIFE * (duration - self.mean_duration)
 

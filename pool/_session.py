@@ -226,7 +226,6 @@ class Session:
         self._outgoing: dict[int, OutgoingCall] = {}
         self._host = host
         self._outbox = Outbox()
-        self._finishing = False
 
     @property
     def open_calls(self) -> int:
@@ -326,7 +325,6 @@ class Session:
 
     def finish(self) -> None:
         """End the stream cleanly once what is queued has been sent."""
-        self._finishing = True
         self._outbox.close()
 
     def fail(self, exc: BaseException) -> None:
