@@ -17,7 +17,7 @@ import uuid
 
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from pool._ids import new_uid
-from pool._members import Members
+from pool._roster import Roster
 
 SIZES = (10, 100, 1_000)
 ROUNDS = 2_000
@@ -30,8 +30,8 @@ class PlainContext:
         self.workers = types.MappingProxyType({uid: (None, None) for uid in uids})
 
 
-def leakypool_context(uids: list[uuid.UUID]) -> Members:
-    members = Members()
+def leakypool_context(uids: list[uuid.UUID]) -> Roster:
+    members = Roster()
     for uid in uids:
         members.add(types.SimpleNamespace(metadata=types.SimpleNamespace(uid=uid)))  # type: ignore[arg-type]
     return members

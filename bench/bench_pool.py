@@ -64,7 +64,7 @@ async def busy_answer_ms(samples: int = 20) -> dict[str, float]:
         for _ in range(samples):
             t0 = time.perf_counter()
             try:
-                await p.start(task)
+                await p.dispatch(task)
             except pool.NoWorkersAvailable:
                 rejected.append(time.perf_counter() - t0)
             await asyncio.sleep(0.05)
@@ -75,7 +75,7 @@ async def busy_answer_ms(samples: int = 20) -> dict[str, float]:
         await asyncio.sleep(0.3)
         for _ in range(samples):
             t0 = time.perf_counter()
-            call = await p.start(task)
+            call = await p.dispatch(task)
             accepted.append(time.perf_counter() - t0)
             call.cancel()
             await asyncio.sleep(0.05)

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 from ._calls import Task as Task
-from ._connection import WorkerMetadata as WorkerMetadata
 from ._discovery import DiscoveryEvent as DiscoveryEvent
 from ._discovery import DiscoveryLike as DiscoveryLike
 from ._discovery import LocalDiscovery as LocalDiscovery
@@ -39,9 +38,9 @@ from ._stats import PoolStats as PoolStats
 from ._pool import WorkerPool as WorkerPool
 from ._routine import Routine as Routine
 from ._routine import routine as routine
+from ._rpc import WorkerMetadata as WorkerMetadata
 from ._tls import TlsCredentials as TlsCredentials
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = sorted(
     [
@@ -82,7 +81,7 @@ def __getattr__(name: str) -> object:
     # LanDiscovery loads zeroconf (~0.1 s), which workers and most pools never
     # need; it is imported the first time someone asks for it.
     if name == "LanDiscovery":
-        from ._zeroconf import LanDiscovery
+        from ._discovery._lan import LanDiscovery
 
         LanDiscovery.__module__ = __name__
         globals()["LanDiscovery"] = LanDiscovery

@@ -16,7 +16,9 @@
               capacity may have freed (a call of this pool ended, a worker
               joined, a worker said it has room), until dispatch_deadline.
 
-The pump is one task per pool; it serves waiters strictly in order, so a
+Admission owns the whole path to a worker: it asks its `Placement` (the
+balancer loop) for each call, and its pump, a task the pool's `TaskOwner`
+ends, serves the queue. The pump serves waiters strictly in order, so a
 burst starts in arrival order and a newcomer never jumps the queue. Calls
 that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
@@ -32,13 +34,15 @@ import bisect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Final
 
 from ._calls import Task
-from ._errors import AdmissionRejected, NoWorkersAvailable
+from ._errors import AdmissionRejected, NoWorkersAvailable, PoolClosed
 from ._limits import Ticket
+from ._placement import Placement
 from ._session import OutgoingCall
+from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -73,9 +77,9 @@ class Admission:
     """The admission ceiling and the FIFO queue for a worker.
 
     Args:
-        dispatch_once: Offers a task to the workers once (the balancer loop);
-            raises NoWorkersAvailable when none accepts.
-        starved: Called when queued calls found no worker (grow the pool).
+        placement: Offers a task to the workers once (the balancer loop).
+        tasks: Owns the pump.
+        starved: Called when calls found no worker (grow the pool).
         queue_depth: Calls that may wait for a worker; 0: none (fail fast).
         admission_timeout: Seconds a call waits for a place in a full queue.
         max_pending: Calls admitted at once (running + waiting); None: no ceiling.
@@ -83,15 +87,18 @@ class Admission:
 
     def __init__(
         self,
-        dispatch_once: Callable[[Task], Awaitable[OutgoingCall]],
+        placement: Placement,
+        tasks: TaskOwner,
         starved: Callable[[], None],
         *,
         queue_depth: int,
         admission_timeout: float,
         max_pending: int | None,
     ) -> None:
-        self._dispatch_once = dispatch_once
+        self.placement = placement
+        self._tasks = tasks
         self._starved = starved
+        self._closed: PoolClosed | None = None
         self.queue_depth = queue_depth
         self.admission_timeout = admission_timeout
         self.max_pending = max_pending
@@ -136,8 +143,9 @@ class Admission:
         running = max(1, self.admitted - self.waiting)
         return round(min(60.0, max(0.05, self.mean_duration / running)), 3)
 
-    def close(self, error: BaseException) -> None:
+    def close(self, error: PoolClosed) -> None:
         """The pool is closing: fail every waiting call with ``error`` and stop the pump."""
+        self._closed = error
         for waiter in self._queue:
             if not waiter.served.done():
                 waiter.served.set_exception(error)
@@ -162,7 +170,7 @@ class Admission:
         """
         if not self._queue and not self._lobby:
             try:
-                return await self._dispatch_once(ticket.task)
+                return await self._place(ticket.task)
             except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
                 if not self.queue_depth:
@@ -208,7 +216,7 @@ class Admission:
         _insert(self._queue, waiter)
         waiter.placed.set_result(None)
         if self._pump is None:
-            self._pump = asyncio.ensure_future(self._run_pump())
+            self._pump = self._tasks.spawn(self._run_pump(), name="admission pump")
         self._capacity.set()
 
     def _leave(self, waiter: _Waiter) -> None:
@@ -238,6 +246,11 @@ class Admission:
         finally:
             self._pump = None
 
+    async def _place(self, task: Task) -> OutgoingCall:
+        if self._closed is not None:
+            raise PoolClosed(f"{task.name}() was dispatched through a pool that is closed")
+        return await self.placement.place(task)
+
     async def _serve(self) -> bool:
         """Dispatch queued calls in order until one finds no worker; False if one did."""
         while self._queue:
@@ -246,7 +259,7 @@ class Admission:
                 self._leave(waiter)
                 continue
             try:
-                call = await self._dispatch_once(waiter.ticket.task)
+                call = await self._place(waiter.ticket.task)
             except NoWorkersAvailable:
                 return False
             except Exception as exc:

@@ -1,17 +1,22 @@
 """The caller's side of a routine call, whoever dispatches it.
 
-A call is described by a `Task`. A *target* turns a task into an accepted
-`OutgoingCall` on some stream: the `WorkerPool` (through its balancer,
-admission queue and limits) or, inside a worker, the stream back to the
-dispatcher (nested dispatch). This module then runs the call to its end:
+A call is described by a `Task`. A `Dispatcher` turns a task into an
+accepted `OutgoingCall` on some stream: the `WorkerPool` (through its
+admission, limits and balancer) or, inside a worker, the stream back to
+the dispatcher (nested dispatch). This module then runs the call to its end:
 
-    Routine(...)  ->  Task  ->  target.start(task)  ->  OutgoingCall
-                                                     -> call_routine: one outcome
-                                                     -> RemoteGenerator: a stream
+    Routine(...)  ->  Task  ->  dispatcher.dispatch(task)  ->  OutgoingCall
+                                                            -> call_routine: one outcome
+                                                            -> RemoteGenerator: a stream
 
-and maps outcomes back to values and exceptions, so that a remote call
-behaves like a local one: same return value, same exception type (with the
-worker's traceback as its cause), cancellation crossing to the worker.
+and maps outcomes back to values and exceptions (`outcome_result`, the one
+decoder), so that a remote call behaves like a local one: same return
+value, same exception type (with the worker's traceback as its cause),
+cancellation crossing to the worker.
+
+Transience is a type: a worker that says "not now" raises `WorkerRejected`
+(the pool keeps it), one that failed for good raises `WorkerBroken` (the
+pool evicts it). The gRPC code on either is information only.
 """
 
 from __future__ import annotations
@@ -19,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Final, Protocol
-
-import grpc
 
 from . import _wire
 from ._errors import WorkerBroken, WorkerRejected
 from ._proto import leakypool_pb2 as pb
+from ._rpc import TRANSIENT_CODES, status_name
 from ._session import OutgoingCall, Session
 
 
@@ -94,16 +98,20 @@ class Task:
         )
 
 
-class Target(Protocol):
-    """Where calls go: turns a task into an accepted call, or raises why not."""
-
-    async def start(self, task: Task) -> OutgoingCall:
-        """Dispatch ``task``; return once a callee accepted it."""
-        ...
-
-
 class Dispatcher(Protocol):
-    """What `pool.routine` calls into: the innermost pool, or a worker's upstream."""
+    """Where routine calls go: the innermost `WorkerPool`, or inside a worker its upstream.
+
+    `pool.routine` hands a call's task to `call` or `generator`; both end up
+    in `dispatch`, which also serves calls relayed on behalf of workers.
+    """
+
+    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+        """Get ``task`` accepted by a callee; ``parent`` is the call whose routine made it, if any.
+
+        Raises:
+            PoolError: why no callee took it (see `WorkerPool.dispatch`).
+        """
+        ...
 
     def call(self, task: Task) -> Coroutine[Any, Any, Any]:
         """Run a coroutine routine's task; the coroutine returns its result."""
@@ -146,8 +154,8 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
 
 
 def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | WorkerBroken:
-    """The error a Reject frame stands for: transient or not, by its gRPC code."""
-    code = _status_name(reject.code)
+    """The error a Reject frame stands for: `WorkerRejected` for a transient code, else `WorkerBroken`."""
+    code = status_name(reject.code)
     text = f"{label} rejected {name}(): {code}: {reject.message}"
     if code in TRANSIENT_CODES:
         return WorkerRejected(text, code)
@@ -160,26 +168,15 @@ ACCEPT_TIMEOUT_S: Final[float] = 3.0
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
 
-TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
-"""gRPC codes after which a worker is kept (rotate past it); all others evict."""
-
-
-def _status_name(code: int) -> str:
-    for status in grpc.StatusCode:
-        if status.value[0] == code:
-            return status.name
-    return f"CODE_{code}"
-
-
-async def call_routine(target: Target, task: Task) -> Any:
-    """Run a coroutine routine's task on ``target`` and return its result.
+async def call_routine(dispatcher: Dispatcher, task: Task) -> Any:
+    """Run a coroutine routine's task through ``dispatcher`` and return its result.
 
     The task's timeout bounds the whole call, waiting included; on expiry
     the remote task is cancelled and `TimeoutError` raised. Cancelling the
     caller cancels the remote task.
     """
     async with asyncio.timeout(task.timeout):
-        call = await target.start(task)
+        call = await dispatcher.dispatch(task)
         try:
             frame = await call.receive()
         except BaseException:
@@ -188,16 +185,33 @@ async def call_routine(target: Target, task: Task) -> Any:
     return outcome_value(frame.outcome, task.name)
 
 
-def outcome_value(outcome: pb.Outcome, name: str) -> Any:
-    """The value a final outcome stands for; raises the exception it carries."""
+def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
+    """Decode a final outcome: ``(True, value)``, or ``(False, the exception it stands for)``.
+
+    The one place an Outcome frame becomes a value or an error: a RAISE
+    is the routine's own exception (its worker traceback as ``__cause__``),
+    a result that cannot be unpickled is a `SerializationError`, a call
+    the worker cancelled while stopping is `WorkerBroken`.
+    """
     kind = outcome.kind
     if kind == pb.Outcome.RETURN:
-        return _wire.loads(outcome.value, what=f"the result of {name}()")
+        try:
+            return True, _wire.loads(outcome.value, what=f"the result of {name}()")
+        except Exception as exc:
+            return False, exc
     if kind == pb.Outcome.RAISE:
-        raise _wire.unpack_exception(outcome.value, outcome.traceback, name)
+        return False, _wire.unpack_exception(outcome.value, outcome.traceback, name)
     if kind == pb.Outcome.CANCELLED:
-        raise WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
-    raise WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
+        return False, WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
+    return False, WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
+
+
+def outcome_value(outcome: pb.Outcome, name: str) -> Any:
+    """The value a final outcome stands for; raises the exception it carries."""
+    ok, value = outcome_result(outcome, name)
+    if not ok:
+        raise value
+    return value
 
 
 class RemoteGenerator:
@@ -208,8 +222,8 @@ class RemoteGenerator:
     Each step waits at most the task's timeout.
     """
 
-    def __init__(self, target: Target, task: Task) -> None:
-        self._target = target
+    def __init__(self, dispatcher: Dispatcher, task: Task) -> None:
+        self._dispatcher = dispatcher
         self._task = task
         self._call: OutgoingCall | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -249,7 +263,7 @@ class RemoteGenerator:
             async with asyncio.timeout(self._task.timeout):
                 if self._call is None:
                     self._loop = asyncio.get_running_loop()
-                    self._call = await self._target.start(self._task)
+                    self._call = await self._dispatcher.dispatch(self._task)
                 self._call.step(kind, value)
                 frame = await self._call.receive()
         except BaseException:
@@ -277,50 +291,3 @@ class RemoteGenerator:
             loop.call_soon_threadsafe(call.cancel)
         except RuntimeError:
             pass  # the loop closed meanwhile; the stream's end cancels the call
-
-
-async def bridge(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on ``loop`` (another thread's) and await it here.
-
-    Cancelling the awaiting task cancels ``coro`` too.
-    """
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
-
-
-class BridgedGenerator:
-    """A `RemoteGenerator` living on another thread's loop, driven from this one.
-
-    ``around`` wraps each step's awaitable (on the other loop), e.g. to
-    mark the calling task as waiting while the step runs.
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        inner: RemoteGenerator,
-        around: Callable[[Awaitable[Any]], Coroutine[Any, Any, Any]] | None = None,
-    ) -> None:
-        self._loop = loop
-        self._inner = inner
-        self._around = around
-
-    def __aiter__(self) -> BridgedGenerator:
-        return self
-
-    async def _run(self, step: Coroutine[Any, Any, Any]) -> Any:
-        return await bridge(self._loop, self._around(step) if self._around else step)
-
-    async def __anext__(self) -> Any:
-        return await self._run(self._inner.__anext__())
-
-    async def asend(self, value: Any) -> Any:
-        """See `RemoteGenerator.asend`."""
-        return await self._run(self._inner.asend(value))
-
-    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        """See `RemoteGenerator.athrow`."""
-        return await self._run(self._inner.athrow(typ, val, tb))
-
-    async def aclose(self) -> None:
-        """See `RemoteGenerator.aclose`."""
-        await self._run(self._inner.aclose())

@@ -2,68 +2,28 @@
 
 All calls to a worker share one Dispatch stream (a `Session`), opened on
 first use and re-opened on the next call after it fails. The first failure
-of a stream fails every call in flight on it with `WorkerBroken`; a call
-still waiting for Accept learns the gRPC code too, which tells the pool
-whether to keep the worker (transient) or evict it.
+of a stream fails every call in flight on it with `WorkerBroken`. A call
+still waiting for Accept when its stream fails with a transient code (the
+worker is unreachable, for now) gets `WorkerRejected` instead: the pool
+keeps the worker and moves on; any other failure is `WorkerBroken`, and
+the pool evicts the worker.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
-import uuid
 from collections.abc import Callable
-from typing import Final
-
 import grpc
 
 from ._calls import Task, open_call
-from ._errors import WorkerBroken
+from ._errors import WorkerBroken, WorkerRejected
 from ._proto import leakypool_pb2 as pb
+from ._rpc import CHANNEL_OPTIONS, SERVICE, TRANSIENT_CODES, WorkerMetadata
 from ._session import CallHost, OutgoingCall, Session
+from ._tasks import TaskOwner
 from ._tls import TlsCredentials
-from ._worker_service import SERVICE
 
 _log = logging.getLogger("leakypool.pool")
-
-CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    # Notice a peer that vanished without closing its socket (a host that
-    # lost power) within ~20 s instead of TCP's minutes.
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-)
-"""Options for every channel to a worker (and, mirrored, for its server)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerMetadata:
-    """What the pool knows of a worker; what balancers read from ``context.workers``.
-
-    Attributes:
-        uid: Stable for the worker's life; balancers order by it.
-        address: ``host:port`` to dial.
-        pid: Its process id (on its own host).
-        version: leakypool version it runs.
-        tags: Labels an operator gave it (``--tags``).
-        capacity: Tasks it takes at once (0 = unlimited or unknown).
-        tls: Whether it serves TLS.
-        local: Whether this pool spawned it.
-    """
-
-    uid: uuid.UUID
-    address: str
-    pid: int = 0
-    version: str = ""
-    tags: frozenset[str] = frozenset()
-    capacity: int = 0
-    tls: bool = False
-    local: bool = False
-
 
 class WorkerConnection:
     """A channel to one worker and the stream its calls share.
@@ -109,10 +69,9 @@ class WorkerConnection:
             response_deserializer=pb.WorkerState.FromString,
         )
         self._session: Session | None = None
-        self._streams: set[asyncio.Task[None]] = set()
         self._label = f"worker {metadata.uid} at {metadata.address}"
-        self._retiring = False
-        self._closing: asyncio.Task[None] | None = None
+        self._streams = TaskOwner(self._label, _log)
+        self._on_idle: Callable[[WorkerConnection], None] | None = None
         self.closed = False
 
     @property
@@ -121,23 +80,34 @@ class WorkerConnection:
         session = self._session
         return 0 if session is None or session.failure is not None else session.open_calls
 
-    async def start(self, task: Task) -> OutgoingCall:
+    @property
+    def broken(self) -> bool:
+        """Whether its last stream failed (the worker may be unreachable)."""
+        return self._session is not None and self._session.failure is not None
+
+    async def dispatch(self, task: Task) -> OutgoingCall:
         """Send ``task`` to the worker; return once it accepted.
 
         Raises:
-            WorkerRejected: it declined (busy, draining): transient.
-            WorkerBroken: the stream failed; ``code`` says how.
+            WorkerRejected: it declined (busy, draining, or unreachable for
+                now): keep the worker, try another.
+            WorkerBroken: it failed for good (a hard gRPC status): evict it.
         """
         session = self._live_session()
-        return await open_call(session, task)
+        try:
+            return await open_call(session, task)
+        except WorkerBroken as exc:
+            if exc is session.failure and exc.code in TRANSIENT_CODES:
+                raise WorkerRejected(str(exc), exc.code) from exc
+            raise
 
-    def retire(self) -> None:
-        """Take no more calls; close once the calls in flight have ended.
+    def retire(self, on_idle: Callable[[WorkerConnection], None]) -> None:
+        """Take no more calls; once the calls in flight have ended, hand itself to ``on_idle`` to close.
 
         For a worker that left gracefully (withdrawn, idle, draining): its
         last calls still deliver their results.
         """
-        self._retiring = True
+        self._on_idle = on_idle
         session = self._session
         if session is not None and session.failure is None:
             for call in session.open_calls_list():
@@ -145,17 +115,17 @@ class WorkerConnection:
         self._call_done(None)
 
     def _call_done(self, call: OutgoingCall | None) -> None:
-        if self._retiring and self.in_flight == 0 and self._closing is None:
-            self._closing = asyncio.ensure_future(self.close())
+        on_idle = self._on_idle
+        if on_idle is not None and self.in_flight == 0:
+            self._on_idle = None
+            on_idle(self)
 
     def _live_session(self) -> Session:
         session = self._session
         if session is None or session.failure is not None:
             session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._on_room)
             stream = self._open_stream()
-            runner = asyncio.ensure_future(session.run(stream.read, stream.write, self._describe))
-            runner.add_done_callback(self._streams.discard)
-            self._streams.add(runner)
+            self._streams.spawn(session.run(stream.read, stream.write, self._describe), name="stream")
         return session
 
     def _describe(self, reason: BaseException) -> WorkerBroken:
@@ -163,7 +133,7 @@ class WorkerConnection:
             code = reason.code().name
             detail = reason.details() or ""
         else:
-            code, detail = "UNAVAILABLE", str(reason)
+            code, detail = "UNAVAILABLE", str(reason)  # the stream died under us: the peer is gone, for now
         return WorkerBroken(f"lost {self._label}: {code}: {detail}", code)
 
     async def state(self, timeout: float = 5.0) -> pb.WorkerState:
@@ -179,10 +149,7 @@ class WorkerConnection:
         if self.closed:
             return
         self.closed = True
-        for runner in list(self._streams):
-            runner.cancel()
-        if self._streams:
-            await asyncio.wait(self._streams, timeout=5.0)
+        await self._streams.aclose()
         await self._channel.close(grace=None)
 
     def __repr__(self) -> str:

@@ -11,6 +11,7 @@
     ├── Deadlock              the call waits on a limit its own caller holds
     ├── WorkflowHalted        an earlier call of its workflow failed (halt_on_error)
     ├── SerializationError    a value could not cross (also a TypeError)
+    ├── StoreError            the job store failed (disk full, database gone)
     └── ConfigError           a bad setting (also a ValueError)
 
     PoolWarning               base of every warning, to filter them as one
@@ -38,6 +39,7 @@ __all__ = [
     "PoolWarning",
     "RemoteTraceback",
     "SerializationError",
+    "StoreError",
     "WorkerBroken",
     "WorkerRejected",
     "WorkerStartError",
@@ -63,15 +65,16 @@ class WorkerBroken(PoolError):
 
     Its process died, its connection failed, or it was stopped before the
     call finished. The routine may have run in part. A retry can succeed on
-    another worker; whether it is safe depends on the routine.
+    another worker; whether it is safe depends on the routine. Inside a
+    balancer it means "failed for good": the pool evicts the worker (the
+    transient kind is `WorkerRejected`).
 
     Attributes:
-        code: The gRPC status code name that ended the stream, e.g.
-            ``"UNAVAILABLE"``; the pool evicts the worker unless it is
-            transient (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
+        code: The gRPC status code name involved, e.g. ``"UNAVAILABLE"``
+            (information only; "" when there was none).
     """
 
-    def __init__(self, message: str, code: str = "UNAVAILABLE") -> None:
+    def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)
         self.code = code
 
@@ -82,13 +85,14 @@ class WorkerBroken(PoolError):
 class WorkerRejected(PoolError):
     """A worker declined a call for now: busy (backpressure) or draining.
 
-    Transient: the pool keeps the worker and offers the call to the next
-    one. Callers see it only inside a load balancer (it is what the pool
-    throws into the balancer's generator) or chained under
-    `NoWorkersAvailable`.
+    Transient, by type: the pool keeps the worker and offers the call to
+    the next one (also when the worker could not be reached for now).
+    Callers see it only inside a load balancer (it is what the pool throws
+    into the balancer's generator) or chained under `NoWorkersAvailable`.
 
     Attributes:
-        code: The gRPC status code name, e.g. ``"RESOURCE_EXHAUSTED"``.
+        code: The gRPC status code name, e.g. ``"RESOURCE_EXHAUSTED"``
+            (information only).
     """
 
     def __init__(self, message: str, code: str = "RESOURCE_EXHAUSTED") -> None:
@@ -169,6 +173,15 @@ class SerializationError(PoolError, TypeError):
     Raised at the call site for an argument (nothing is sent), or at the
     caller for a result or exception the worker could not send back. The
     message names the value and the reason. Retrying cannot succeed.
+    """
+
+
+class StoreError(PoolError):
+    """The job store could not do what was asked: the disk is full, the database is gone or locked.
+
+    Nothing was half-written: the operation's transaction was rolled back.
+    A retry can succeed once the cause is fixed (free disk space, a
+    database server back up).
     """
 
 

@@ -1,7 +1,10 @@
 """The worker processes a pool starts itself: spawn, watch, replace, grow, stop.
 
 A fleet keeps at least ``minimum`` workers: one that dies is replaced
-(with growing back-off if they keep dying young). Under load the pool asks
+(with growing back-off if they keep dying young), and a replacement that
+fails to start is retried, with the same back-off, until the fleet is back
+at ``minimum``. A replacement still owed counts as a worker, so growth
+under load never takes the fleet past ``maximum``. Under load the pool asks
 it to `grow`, one worker at a time, up to ``maximum``; those extra workers
 run with an idle timeout and exit by themselves once the load is gone,
 back down to ``minimum``. They are never replaced: load brings them back.
@@ -21,9 +24,10 @@ from backpressure import BackpressureLike, TaskCountBackpressure
 
 from . import _wire
 from ._config import PoolConfig, WorkerConfig
-from ._connection import WorkerMetadata
+from ._rpc import WorkerMetadata
 from ._ids import new_uid
 from ._local_worker import LocalWorker
+from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -72,7 +76,8 @@ class LocalFleet:
         self._on_ready = on_ready
         self._on_exit = on_exit
         self._workers: dict[uuid.UUID, LocalWorker] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
+        self._tasks = TaskOwner("fleet", _log)
+        self._owed = 0  # replacements of dead workers not started yet
         self._crashes = 0
         self._growing = False
         self._grow_after = 0.0
@@ -86,6 +91,11 @@ class LocalFleet:
 
     def __len__(self) -> int:
         return len(self._workers)
+
+    @property
+    def owed(self) -> int:
+        """Replacements of dead workers not started yet (waiting out a back-off)."""
+        return self._owed
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._workers
@@ -111,10 +121,12 @@ class LocalFleet:
 
     def grow(self) -> bool:
         """Start one more worker if below ``maximum`` and none is starting; True if it does."""
-        if not self._open or self._growing or len(self._workers) >= self.maximum or time.monotonic() < self._grow_after:
+        if not self._open or self._growing or time.monotonic() < self._grow_after:
+            return False
+        if len(self._workers) + self._owed >= self.maximum:
             return False
         self._growing = True
-        asyncio.ensure_future(self._grow())
+        self._tasks.spawn(self._grow(), name="grow")
         return True
 
     async def _grow(self) -> None:
@@ -130,8 +142,7 @@ class LocalFleet:
     async def stop(self) -> None:
         """Stop every worker (SIGTERM, grace, SIGKILL) and reap it, even if cancelled."""
         self._open = False
-        for watcher in list(self._watchers):
-            watcher.cancel()
+        await self._tasks.aclose()  # watchers, growth, replacements: no more starts
         workers = list(self._workers.values())
         work = asyncio.ensure_future(
             asyncio.gather(*(w.stop(self._shutdown_grace) for w in workers), return_exceptions=True)
@@ -157,9 +168,7 @@ class LocalFleet:
         except BaseException:
             self._workers.pop(uid, None)
             raise
-        watcher = asyncio.ensure_future(self._watch(worker))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
+        self._tasks.spawn(self._watch(worker), name=f"watch {uid}")
         self._on_ready(metadata)
         return worker
 
@@ -176,12 +185,27 @@ class LocalFleet:
             return
         _log.warning("worker %s (pid %s) died with status %s; replacing it", worker.uid, worker.pid, code)
         self._crashes = self._crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
-        await asyncio.sleep(RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)])
-        if self._open:
-            try:
-                await self._spawn(elastic=False)
-            except Exception:
-                _log.exception("could not replace worker %s", worker.uid)
+        await self._replace(worker.uid)
+
+    async def _replace(self, dead: uuid.UUID) -> None:
+        """Start a replacement, retrying with back-off until one comes up (or the fleet stops)."""
+        self._owed += 1
+        try:
+            while self._open:
+                delay = RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)]
+                await asyncio.sleep(delay)
+                self._owed -= 1  # from here on the starting worker counts in _workers
+                try:
+                    await self._spawn(elastic=False)
+                except Exception:
+                    self._owed += 1
+                    self._crashes += 1
+                    _log.exception("could not replace worker %s; retrying", dead)
+                else:
+                    return
+        finally:
+            if not self._open:
+                self._owed = 0
 
 
 def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:

@@ -14,9 +14,17 @@ call holds or awaits it, so a million distinct keys cost nothing once idle.
 
 The scope of every limit is one dispatching process (one `WorkerPool`).
 Nested calls that routines make from inside workers come back through the
-pool that dispatched their caller, so the same limits apply to them. A
-call that would wait for a slot held only by its own callers can never
-run: that raises `Deadlock` instead of hanging.
+pool that dispatched their caller, so the same limits apply to them.
+
+A caller that waits for a nested call in a limit it holds itself *lends*
+its slot to that call (seed 001, "waiting for a subtask on the same
+queue"): the child runs in the parent's slot instead of waiting for one
+its own parent holds. Along one chain of waiting callers at most
+``limit`` slots are lent; one more level is `Deadlock`
+(RECURSIVE_WAIT_DEADLOCK), raised at once instead of hanging. So with
+concurrency 1, parent -> child runs and parent -> child -> grandchild is a
+Deadlock; with concurrency 2 the three levels run. A lender lends to one
+child at a time; a sibling waits for that slot (or any other) in line.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from ._errors import Deadlock, RemoteTraceback, WorkflowHalted
+from ._errors import Deadlock, WorkflowHalted
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,13 +115,18 @@ class Gate:
     the earliest waiter with ``running < its limit``; among waiters with the
     same limit that is strict FIFO. After every change no waiter fits, so a
     newcomer that fits passes no one who could have gone first.
+
+    ``holders`` hold slots of their own; ``borrowers`` run in a slot their
+    caller (the lender) lent them while it waits for them.
     """
 
-    __slots__ = ("key", "holders", "_waiters", "_limits")
+    __slots__ = ("key", "holders", "borrowers", "_lending", "_waiters", "_limits")
 
     def __init__(self, key: tuple[str, ...]) -> None:
         self.key = key
         self.holders: set[Ticket] = set()
+        self.borrowers: dict[Ticket, Ticket] = {}  # borrower -> lender
+        self._lending: dict[Ticket, Ticket] = {}  # lender -> borrower
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._limits: collections.Counter[int] = collections.Counter()
 
@@ -128,25 +141,39 @@ class Gate:
         return len(self._waiters)
 
     def idle(self) -> bool:
-        """No holder, no waiter: the gate can be forgotten."""
-        return not self.holders and not self._waiters
+        """No holder, borrower or waiter: the gate can be forgotten."""
+        return not self.holders and not self.borrowers and not self._waiters
+
+    def _lender(self, ticket: Ticket) -> tuple[Ticket | None, int]:
+        """The nearest caller of ``ticket`` that runs in a slot here, and how many of its callers do."""
+        nearest, count = None, 0
+        for caller in ticket.callers():
+            if caller in self.holders or caller in self.borrowers:
+                count += 1
+                nearest = nearest or caller
+        return nearest, count
 
     async def acquire(self, ticket: Ticket, limit: int) -> None:
-        """Take a slot for ``ticket``, waiting in line if none fits ``limit``.
+        """Take a slot for ``ticket`` (or borrow its caller's), waiting in line if none fits ``limit``.
 
         Raises:
-            Deadlock: every slot that could free is held by ``ticket``'s own callers.
+            Deadlock: its caller chain already lent ``limit`` slots of this gate.
         """
+        lender, lent = self._lender(ticket)
+        if lender is not None:
+            if lent > limit:
+                raise Deadlock(
+                    f"{ticket.task.name}() waits for {self.describe()}, whose slots are held by its own "
+                    f"caller chain ({lent} deep), which waits for it: a limit of {limit} lends at most {limit} "
+                    f"slot(s) along one chain, so it can never run (RECURSIVE_WAIT_DEADLOCK). Raise the "
+                    f"limit, or use another queue/workflow for the nested call."
+                )
+            if lender not in self._lending:
+                self._lend(lender, ticket)
+                return
         if len(self.holders) < limit:
             self.holders.add(ticket)
             return
-        blockers = sum(1 for caller in ticket.callers() if caller in self.holders)
-        if blockers >= limit:
-            raise Deadlock(
-                f"{ticket.task.name}() waits for {self.describe()}, whose {limit} slot(s) are held by "
-                f"its own caller chain, which waits for it: it can never run. Raise the limit, or "
-                f"use another queue/workflow for the nested call."
-            )
         waiter = _Waiter(ticket, limit, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         self._limits[limit] += 1
@@ -160,9 +187,33 @@ class Gate:
             raise
 
     def release(self, ticket: Ticket) -> None:
-        """Give back ``ticket``'s slot and grant it to whoever fits next."""
+        """Give back ``ticket``'s slot (or borrowed slot) and grant it to whoever fits next."""
+        borrower = self._lending.pop(ticket, None)
+        if borrower is not None:  # the lender ends first: its borrower keeps the slot as its own
+            del self.borrowers[borrower]
+            self.holders.discard(ticket)
+            self.holders.add(borrower)
+            return
+        lender = self.borrowers.pop(ticket, None)
+        if lender is not None:
+            del self._lending[lender]
+            self._relend(lender)
+            return
         self.holders.discard(ticket)
         self._grant()
+
+    def _lend(self, lender: Ticket, borrower: Ticket) -> None:
+        self.borrowers[borrower] = lender
+        self._lending[lender] = borrower
+
+    def _relend(self, lender: Ticket) -> None:
+        """The lender's slot is back: lend it to the first waiting call it is nearest caller of."""
+        for waiter in self._waiters:
+            if not waiter.future.done() and self._lender(waiter.ticket)[0] is lender:
+                self._forget(waiter)
+                self._lend(lender, waiter.ticket)
+                waiter.future.set_result(None)
+                return
 
     def fail_waiters(self, make_error: Any) -> None:
         """Fail every waiter with ``make_error(ticket)`` (a halted workflow)."""
@@ -272,11 +323,7 @@ class Limits:
 
 
 def _halted(waiter: Ticket, gate: Gate, failed: Ticket, error: BaseException) -> WorkflowHalted:
-    if isinstance(error, RemoteTraceback):
-        lines = error.tb.strip().splitlines()
-        why = lines[-1] if lines else "it raised"
-    else:
-        why = f"{type(error).__name__}: {error}"
+    why = f"{type(error).__name__}: {error}"
     halted = WorkflowHalted(
         f"{waiter.task.name}() did not run: {failed.task.name}() failed earlier in "
         f"{gate.describe()} with halt_on_error=True ({why})"

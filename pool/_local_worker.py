@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._config import PREFIX
-from ._connection import WorkerMetadata
+from ._rpc import WorkerMetadata
 from ._errors import WorkerStartError
 
 

@@ -5,6 +5,10 @@ backend (as it announces them), and leave when their process exits, when
 discovery withdraws them, when a hard error shows they are broken, or when
 a discovered worker stays unreachable. A worker that leaves gracefully
 keeps its connection until its calls in flight have ended.
+
+`Membership` keeps the `Roster` (the read-only view balancers see) and
+decides; closing a connection is I/O, so `evict` returns the connections
+to close and the pool's ``close`` callback (which owns those tasks) does it.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from ._connection import WorkerConnection, WorkerMetadata
+from ._connection import WorkerConnection
+from ._rpc import WorkerMetadata
 from ._discovery import DiscoveryEvent, DiscoveryLike
-from ._errors import WorkerBroken
-from ._members import Members
+from ._roster import Roster
 from ._proto import leakypool_pb2 as pb
 from ._session import CallHost
 from ._tls import TlsCredentials
@@ -44,6 +48,8 @@ class Membership:
         credentials: For workers that serve TLS.
         tags: Discovered workers must carry all of these to join.
         changed: Called whenever membership changes or a worker has room.
+        close: Closes connections of departed workers (the pool starts and
+            owns that I/O).
         is_local: Whether a uid is one of the pool's own spawned workers.
         broken_local: Called with the uid of a spawned worker that failed
             hard, so its process is replaced rather than left running unused.
@@ -56,17 +62,19 @@ class Membership:
         credentials: TlsCredentials | None,
         tags: Iterable[str],
         changed: Callable[[], None],
+        close: Callable[[Iterable[WorkerConnection]], None],
         is_local: Callable[[uuid.UUID], bool],
         broken_local: Callable[[uuid.UUID], None],
     ) -> None:
-        self.members = Members()
+        self.roster = Roster()
         self._host = host
         self._credentials = credentials
         self._tags = frozenset(tags)
         self._changed = changed
+        self._close = close
         self._is_local = is_local
         self._broken_local = broken_local
-        self._condition = asyncio.Condition()
+        self._waiters: list[asyncio.Future[None]] = []
         self._unreachable: dict[uuid.UUID, float] = {}
         self._set_aside: dict[uuid.UUID, asyncio.TimerHandle] = {}
         self._retiring: set[WorkerConnection] = set()
@@ -74,28 +82,31 @@ class Membership:
     def admit(self, metadata: WorkerMetadata) -> None:
         """Add a worker (a new connection to it)."""
         credentials = self._credentials if metadata.tls else None
-        self.members.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room))
+        self.roster.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room))
         self._notify()
 
-    def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> None:
-        """Drop a worker. Graceful: its calls in flight finish first.
+    def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> list[WorkerConnection]:
+        """Drop a worker; returns the connections to close now.
 
-        A spawned worker dropped because it failed hard is killed, so the
-        fleet replaces it instead of keeping an unused process.
+        Graceful: its calls in flight finish first (its connection goes to
+        ``close`` by itself once they have). Not graceful (it failed hard):
+        its connection is returned to be closed at once, and a spawned
+        worker is killed so the fleet replaces it instead of keeping an
+        unused process.
         """
-        connection = self.members.remove(uid)
+        connection = self.roster.remove(uid)
         if connection is None:
-            return
+            return []
         _log.info("worker %s left the pool: %s", uid, why)
         self._retiring = {c for c in self._retiring if not c.closed}
         self._retiring.add(connection)
-        if graceful:
-            connection.retire()
-        else:
-            asyncio.ensure_future(connection.close())
-            if connection.metadata.local:
-                self._broken_local(uid)
         self._notify()
+        if graceful:
+            connection.retire(lambda c: self._close([c]))
+            return []
+        if connection.metadata.local:
+            self._broken_local(uid)
+        return [connection]
 
     async def follow(self, discovery: DiscoveryLike) -> None:
         """Apply a backend's events for as long as the pool lives, resubscribing after a failure."""
@@ -114,22 +125,22 @@ class Membership:
         if aside is not None:
             aside.cancel()
         if event.kind == "dropped":
-            self.evict(worker.uid, "withdrawn from discovery")
+            self._close(self.evict(worker.uid, "withdrawn from discovery"))
             return
         if not self._tags <= worker.tags:
-            self.evict(worker.uid, f"its tags {sorted(worker.tags)} no longer match")
+            self._close(self.evict(worker.uid, f"its tags {sorted(worker.tags)} no longer match"))
             return
         if self._is_local(worker.uid):
             return
         if worker.tls and self._credentials is None:
             _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
             return
-        current = self.members.get(worker.uid)
+        current = self.roster.get(worker.uid)
         if current is not None and (current.metadata.address, current.metadata.tls) == (worker.address, worker.tls):
-            self.members.refresh(worker)
+            self.roster.refresh(worker)
             return
         if current is not None:
-            self.evict(worker.uid, f"moved to {worker.address}")
+            self._close(self.evict(worker.uid, f"moved to {worker.address}"))
         _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
         self.admit(worker)
 
@@ -137,7 +148,7 @@ class Membership:
         """A call reached worker ``uid``."""
         self._unreachable.pop(uid, None)
 
-    def unreachable(self, worker: WorkerMetadata, exc: WorkerBroken) -> None:
+    def unreachable(self, worker: WorkerMetadata, exc: BaseException) -> None:
         """A discovered worker that stays unreachable is set aside for a while.
 
         Its host may be down: trying it first on every dispatch would cost
@@ -153,12 +164,12 @@ class Membership:
         if now - since < UNREACHABLE_EVICT_S:
             return
         del self._unreachable[worker.uid]
-        self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc}); retrying in {SET_ASIDE_S:g}s")
+        self._close(self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc}); retrying in {SET_ASIDE_S:g}s"))
         loop = asyncio.get_running_loop()
         self._set_aside[worker.uid] = loop.call_later(SET_ASIDE_S, self._bring_back, worker)
 
     def _bring_back(self, worker: WorkerMetadata) -> None:
-        if self._set_aside.pop(worker.uid, None) is not None and worker.uid not in self.members:
+        if self._set_aside.pop(worker.uid, None) is not None and worker.uid not in self.roster:
             self.admit(worker)
 
     async def until(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
@@ -168,8 +179,14 @@ class Membership:
             TimeoutError: it did not within ``timeout`` seconds.
         """
         async with asyncio.timeout(timeout):
-            async with self._condition:
-                await self._condition.wait_for(predicate)
+            while not predicate():
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
 
     async def close(self) -> None:
         """Close every connection now, those of departed workers included."""
@@ -177,8 +194,8 @@ class Membership:
             aside.cancel()
         self._set_aside.clear()
         connections = list(self._retiring)
-        for uid in list(self.members.ascending_uids):
-            connection = self.members.remove(uid)
+        for uid in list(self.roster.ascending_uids):
+            connection = self.roster.remove(uid)
             if connection is not None:
                 connections.append(connection)
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
@@ -188,9 +205,7 @@ class Membership:
 
     def _notify(self) -> None:
         self._changed()
-
-        async def notify() -> None:
-            async with self._condition:
-                self._condition.notify_all()
-
-        asyncio.ensure_future(notify())
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

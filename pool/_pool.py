@@ -1,22 +1,25 @@
 """WorkerPool: the workers a process dispatches routines to, and the dispatch path.
 
-    routine call ──> Task ──> WorkerPool.start(task)
+    routine call ──> Task ──> WorkerPool.dispatch(task)
                                  │ Admission.admit        ceiling (max_pending) ── AdmissionRejected
                                  │ Limits.acquire         workflow, queue key, queue total (FIFO; Deadlock)
                                  │ Admission.dispatch     FIFO queue for a worker (queue_depth, deadline)
-                                 │   └ _dispatch_once:
-                                 │       balancer.delegate(task, context=members)
+                                 │   └ Placement.place:
+                                 │       balancer.delegate(task, context=roster)
                                  v
-                     ┌── candidate uid ──> connection.start(task) ──> Accept ──> OutgoingCall
+                     ┌── candidate uid ──> connection.dispatch(task) ──> Accept ──> OutgoingCall
                      │       WorkerRejected ────┤ (transient: keep the worker)
                      │       WorkerBroken ──────┘ (hard code: evict first)
                      └──── athrow(exc) ── next candidate ... generator ends: NoWorkersAvailable
 
 A call keeps its ticket (admission place, limit slots) until it ends;
 then the slots go to the next waiters and the queue's pump tries again.
+Every background task (the admission pump, relays of nested calls,
+discovery, closing connections) belongs to the pool's `TaskOwner`, which
+cancels and awaits them on exit.
 
 Membership comes from the workers this pool spawns (`LocalFleet`) and
-from a discovery backend; both land in `Members`, the read-only view the
+from a discovery backend; both land in `Roster`, the read-only view the
 balancer sees.
 """
 
@@ -33,19 +36,22 @@ from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike
 
 from ._admission import Admission
-from ._calls import TRANSIENT_CODES, RemoteGenerator, Task, call_routine
+from ._calls import RemoteGenerator, Task, call_routine, outcome_result
 from ._config import PoolConfig
-from ._connection import WorkerMetadata
+from ._connection import WorkerConnection
 from ._discovery import DiscoveryLike
-from ._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, RemoteTraceback, WorkerBroken, WorkerRejected
+from ._errors import CapacityTimeout, PoolClosed
 from ._fleet import LocalFleet, worker_env
 from ._limits import Limits, Ticket
 from ._membership import Membership
+from ._placement import Placement
 from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
 from ._routine import closed, opened, reset_dispatcher, set_dispatcher
+from ._rpc import WorkerMetadata
 from ._session import OutgoingCall
 from ._stats import PoolStats
+from ._tasks import TaskOwner
 from ._tls import TlsCredentials
 
 _log = logging.getLogger("leakypool.pool")
@@ -130,17 +136,17 @@ class WorkerPool:
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
         self._discovery = discovery
-        self._follower: asyncio.Task[None] | None = None
-        self._balancer: LoadBalancerLike = loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer()
+        self._tasks = TaskOwner("pool", _log)
         self._membership = Membership(
-            NestedHost(self),
+            NestedHost(self, self._tasks),
             credentials=credentials,
             tags=tags,
             changed=self._capacity_changed,
+            close=self._close_connections,
             is_local=lambda uid: uid in self._fleet,
             broken_local=lambda uid: self._fleet.replace(uid),
         )
-        self._members = self._membership.members
+        self._roster = self._membership.roster
         self._fleet = LocalFleet(
             env=worker_env(backpressure, config),
             minimum=minimum,
@@ -149,20 +155,26 @@ class WorkerPool:
             startup_timeout=config.startup_timeout,
             shutdown_grace=config.shutdown_grace,
             on_ready=self._membership.admit,
-            on_exit=self._membership.evict,
+            on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
+        )
+        placement = Placement(
+            loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
+            self._roster,
+            self._membership,
+            self._close_connections,
         )
         self._admission = Admission(
-            self._dispatch_once,
+            placement,
+            self._tasks,
             self._fleet.grow,
             queue_depth=config.queue_depth,
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
         )
         self._limits = Limits()
+        self._tickets: dict[OutgoingCall, Ticket] = {}
         self._token: Any = None
         self._state = "new"
-        self._dispatched = 0
-        self._running = 0
         self._capacity_timeouts = 0
 
     # -- lifecycle -------------------------------------------------------------
@@ -177,7 +189,7 @@ class WorkerPool:
             await self._shutdown()
             raise
         if self._discovery is not None:
-            self._follower = asyncio.ensure_future(self._membership.follow(self._discovery))
+            self._tasks.spawn(self._membership.follow(self._discovery), name="discovery")
         self._state = "open"
         self._token = set_dispatcher(self)
         opened(self)
@@ -197,13 +209,19 @@ class WorkerPool:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
         self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
-        if self._follower is not None:
-            self._follower.cancel()
-            await asyncio.gather(self._follower, return_exceptions=True)
         try:
             await self._fleet.stop()
         finally:
-            await self._membership.close()
+            try:
+                await self._membership.close()
+            finally:
+                await self._tasks.aclose()
+
+    def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
+        for connection in connections:
+            if self._tasks.closed:
+                continue  # shutting down: Membership.close closes every connection
+            self._tasks.spawn(connection.close(), name=f"close {connection.metadata.uid}")
 
     # -- membership --------------------------------------------------------------
 
@@ -213,7 +231,7 @@ class WorkerPool:
         Raises:
             TimeoutError: not enough workers joined within ``timeout`` seconds.
         """
-        await self._membership.until(lambda: len(self._members) >= count, timeout)
+        await self._membership.until(lambda: len(self._roster) >= count, timeout)
 
     # -- dispatch ----------------------------------------------------------------
 
@@ -225,13 +243,14 @@ class WorkerPool:
         """Run an async-generator routine's task; see `pool.routine`."""
         return RemoteGenerator(self, task)
 
-    async def start(self, task: Task, parent: Ticket | None = None) -> OutgoingCall:
+    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it.
 
         Args:
             task: The call.
-            parent: The ticket of the call whose routine made this one, for
-                a nested call (deadlock detection).
+            parent: For a call a routine made from inside a worker (nested
+                dispatch), the call running that routine: its limit slots
+                are its children's to borrow, and a cycle is a `Deadlock`.
 
         Raises:
             PoolClosed: the pool is not open.
@@ -243,7 +262,7 @@ class WorkerPool:
         """
         if self._state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
-        ticket = self._admission.admit(task, parent)
+        ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
         deadline = asyncio.timeout(self._config.dispatch_deadline)
         try:
             async with deadline:
@@ -256,17 +275,16 @@ class WorkerPool:
                 self._capacity_timeouts += 1
                 raise CapacityTimeout(
                     f"{task.name}() waited {self._config.dispatch_deadline:g}s (dispatch_deadline) without "
-                    f"starting: {self._admission.waiting} calls queued for {len(self._members)} workers"
+                    f"starting: {self._admission.waiting} calls queued for {len(self._roster)} workers"
                 ) from None
             raise
-        call.ticket = ticket
-        self._running += 1
+        self._tickets[call] = ticket
         call.on_finish(self._call_ended)
         return call
 
     def _call_ended(self, call: OutgoingCall) -> None:
-        self._running -= 1
-        self._end(call.ticket, _failure(call))
+        ticket = self._tickets.pop(call)
+        self._end(ticket, _failure(call, ticket) if ticket.task.halt_on_error else None)
 
     def _end(self, ticket: Ticket, error: BaseException | None) -> None:
         self._limits.release(ticket, error)
@@ -276,63 +294,19 @@ class WorkerPool:
     def _capacity_changed(self) -> None:
         self._admission.capacity_changed()
 
-    async def _dispatch_once(self, task: Task) -> OutgoingCall:
-        """Offer ``task`` to workers in the balancer's order until one accepts.
-
-        Raises:
-            NoWorkersAvailable: none did.
-            PoolClosed: the pool closed meanwhile.
-        """
-        if self._state != "open":
-            raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
-        delegation = self._balancer.delegate(task, context=self._members)
-        last: BaseException | None = None
-        try:
-            uid = await anext(delegation)
-            while True:
-                connection = self._members.get(uid)
-                if connection is None:  # left the pool since the balancer looked
-                    uid = await delegation.asend(None)
-                    continue
-                try:
-                    call = await connection.start(task)
-                except (WorkerRejected, WorkerBroken) as exc:
-                    last = exc
-                    if exc.code not in TRANSIENT_CODES:
-                        self._membership.evict(uid, str(exc), graceful=False)
-                    elif isinstance(exc, WorkerBroken):
-                        self._membership.unreachable(connection.metadata, exc)
-                    uid = await delegation.athrow(exc)
-                    continue
-                self._membership.reachable(uid)
-                self._dispatched += 1
-                try:
-                    await delegation.asend(uid)
-                except StopAsyncIteration:
-                    return call
-                call.cancel()
-                raise RuntimeError(f"{self._balancer!r} offered another worker after a success")
-        except StopAsyncIteration:
-            pass
-        finally:
-            await delegation.aclose()
-        if not self._members:
-            raise NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty") from last
-        raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._members)} busy or unavailable") from last
-
     # -- introspection -------------------------------------------------------------
 
     def stats(self) -> PoolStats:
         """Load now: calls running and waiting, overall and per queue, key and workflow."""
         limits = self._limits.stats()
         return PoolStats(
-            workers=len(self._members),
+            workers=len(self._roster),
             local_workers=len(self._fleet),
             admitted=self._admission.admitted,
-            running=self._running,
+            running=len(self._tickets),
             waiting_for_worker=self._admission.waiting,
             waiting_for_limits=sum(s.waiting for s in limits.values()),
-            dispatched=self._dispatched,
+            dispatched=self._admission.placement.dispatched,
             rejected=self._admission.rejected,
             capacity_timeouts=self._capacity_timeouts,
             grown=self._fleet.grown,
@@ -342,7 +316,7 @@ class WorkerPool:
     @property
     def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
         """The pool's workers now, by uid (a snapshot)."""
-        return {uid: entry[0] for uid, entry in self._members.workers.items()}
+        return {uid: entry[0] for uid, entry in self._roster.workers.items()}
 
     @property
     def pids(self) -> list[int]:
@@ -354,7 +328,7 @@ class WorkerPool:
 
         Workers that do not answer within ``timeout`` are left out.
         """
-        connections = list(self._members.connections())
+        connections = list(self._roster.connections())
         answers = await asyncio.gather(*(c.state(timeout) for c in connections), return_exceptions=True)
         return {
             c.metadata.uid: answer
@@ -364,7 +338,7 @@ class WorkerPool:
 
     def in_flight(self) -> int:
         """Calls dispatched through this pool that have not ended."""
-        return self._running
+        return len(self._tickets)
 
     def __repr__(self) -> str:
         s = self.stats()
@@ -379,18 +353,17 @@ class WorkerPool:
         return text + (f" | {limits}]>" if limits else "]>")
 
 
-def _failure(call: OutgoingCall) -> BaseException | None:
-    """Why a finished call failed (for halting its workflow); None if it did not.
+def _failure(call: OutgoingCall, ticket: Ticket) -> BaseException | None:
+    """Why a finished call failed (to halt its workflow): the routine's own exception; None if it did not.
 
     A call its caller cancelled (or timed out) did not fail: the caller chose to stop it.
     """
     final = call.final
-    if call.cancelled_here:
+    if call.cancelled_here or final is None:
         return None
-    if final is None or isinstance(final, BaseException):
+    if isinstance(final, BaseException):
         return final
-    if final.HasField("outcome") and final.outcome.kind == pb.Outcome.RAISE:
-        return RemoteTraceback(final.outcome.traceback)
-    if final.HasField("outcome") and final.outcome.kind == pb.Outcome.CANCELLED:
-        return WorkerBroken("cancelled on the worker (it was stopping)")
-    return None
+    if not final.HasField("outcome") or final.outcome.kind not in (pb.Outcome.RAISE, pb.Outcome.CANCELLED):
+        return None
+    ok, error = outcome_result(final.outcome, ticket.task.name)
+    return None if ok else error

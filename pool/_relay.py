@@ -12,16 +12,15 @@ outcome, so A's routine sees the same error a top-level caller would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from typing import Protocol
-
-import grpc
 
 from . import _wire
-from ._calls import Task
-from ._limits import Ticket
+from ._calls import Dispatcher, Task
 from ._proto import leakypool_pb2 as pb
+from ._rpc import FAILED_PRECONDITION
 from ._session import FINAL_OUTCOMES, OutgoingCall, Session
+from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -29,7 +28,7 @@ _log = logging.getLogger("leakypool.pool")
 class _Relay:
     __slots__ = ("session", "id", "task", "parent", "steps", "runner")
 
-    def __init__(self, session: Session, call_id: int, task: Task, parent: Ticket | None) -> None:
+    def __init__(self, session: Session, call_id: int, task: Task, parent: OutgoingCall | None) -> None:
         self.session = session
         self.id = call_id
         self.task = task
@@ -38,37 +37,44 @@ class _Relay:
         self.runner: asyncio.Task[None] | None = None
 
 
-class Dispatching(Protocol):
-    """What the relay dispatches through: the pool."""
-
-    async def start(self, task: Task, parent: Ticket | None = None) -> OutgoingCall:
-        """Admit and dispatch ``task`` (made by the call holding ``parent``)."""
-        ...
+@dataclasses.dataclass(eq=False)
+class _Peer:
+    received: dict[bytes, bytes] = dataclasses.field(default_factory=dict)  # routine blobs, by digest
+    relays: dict[int, _Relay] = dataclasses.field(default_factory=dict)  # its calls being relayed, by id
 
 
 class NestedHost:
-    """The `CallHost` of the pool's streams: serves workers' nested calls via ``target``."""
+    """The `CallHost` of the pool's streams: serves workers' nested calls through ``dispatcher``.
 
-    def __init__(self, target: Dispatching) -> None:
-        self._target = target
+    Args:
+        dispatcher: The pool (admission, limits, balancer).
+        tasks: Owns the relay tasks (the pool's).
+    """
+
+    def __init__(self, dispatcher: Dispatcher, tasks: TaskOwner) -> None:
+        self._dispatcher = dispatcher
+        self._tasks = tasks
+        self._peers: dict[Session, _Peer] = {}
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
+        peer = self._peers.setdefault(session, _Peer())
         routine = frame.call.routine
         if routine.blob:
-            session.received[routine.digest] = routine.blob
-        blob = session.received.get(routine.digest)
+            peer.received[routine.digest] = routine.blob
+        blob = peer.received.get(routine.digest)
         if blob is None:
-            session.reject(frame.id, grpc.StatusCode.FAILED_PRECONDITION.value[0], "unknown routine digest")
+            session.reject(frame.id, FAILED_PRECONDITION, "unknown routine digest")
             return
         caller = session.outgoing(frame.call.parent)  # the call whose routine made this one
-        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob), caller.ticket if caller else None)
-        session.hosted[frame.id] = relay
+        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob), caller)
+        peer.relays[frame.id] = relay
         session.accept(frame.id)
-        relay.runner = asyncio.ensure_future(self._run(relay))
-        relay.runner.add_done_callback(lambda runner: self._cancelled_before_start(relay, runner))
+        relay.runner = self._tasks.spawn(self._run(peer, relay), name=f"relay {relay.task.name}")
+        relay.runner.add_done_callback(lambda runner: self._cancelled_before_start(peer, relay, runner))
 
     def on_step(self, session: Session, frame: pb.Frame) -> None:
-        relay = session.hosted.get(frame.id)
+        peer = self._peers.get(session)
+        relay = None if peer is None else peer.relays.get(frame.id)
         if relay is None:
             return
         if frame.step.kind == pb.Step.CANCEL:
@@ -77,20 +83,21 @@ class NestedHost:
             relay.steps.put_nowait(frame.step)
 
     def on_session_end(self, session: Session) -> None:
-        for relay in list(session.hosted.values()):
-            relay.runner.cancel()
+        peer = self._peers.pop(session, None)
+        if peer is not None:
+            for relay in list(peer.relays.values()):
+                relay.runner.cancel()
 
     @staticmethod
-    def _cancelled_before_start(relay: _Relay, runner: asyncio.Task[None]) -> None:
+    def _cancelled_before_start(peer: _Peer, relay: _Relay, runner: asyncio.Task[None]) -> None:
         # Cancelled before its first step, `_run` never ran: answer for it.
-        if runner.cancelled():
-            relay.session.hosted.pop(relay.id, None)
+        if runner.cancelled() and peer.relays.pop(relay.id, None) is not None:
             relay.session.outcome(relay.id, pb.Outcome.CANCELLED)
 
-    async def _run(self, relay: _Relay) -> None:
+    async def _run(self, peer: _Peer, relay: _Relay) -> None:
         session, call_id = relay.session, relay.id
         try:
-            downstream = await self._target.start(relay.task, relay.parent)
+            downstream = await self._dispatcher.dispatch(relay.task, relay.parent)
             try:
                 outcome = await self._forward(relay, downstream)
             except BaseException:
@@ -103,7 +110,7 @@ class NestedHost:
         else:
             session.forward(call_id, outcome)
         finally:
-            session.hosted.pop(call_id, None)
+            peer.relays.pop(call_id, None)
 
     async def _forward(self, relay: _Relay, downstream: OutgoingCall) -> pb.Outcome:
         """Pass steps down and outcomes up until the final outcome."""

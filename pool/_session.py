@@ -15,11 +15,12 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import grpc
 
 from ._proto import leakypool_pb2 as pb
+from ._rpc import UNIMPLEMENTED
 
 _log = logging.getLogger("leakypool.session")
 
@@ -27,8 +28,6 @@ FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
     {pb.Outcome.RETURN, pb.Outcome.RAISE, pb.Outcome.STOP, pb.Outcome.CANCELLED}
 )
 """Outcome kinds after which a call is over (YIELD is the only other)."""
-
-_UNIMPLEMENTED: Final[int] = grpc.StatusCode.UNIMPLEMENTED.value[0]
 
 Read = Callable[[], Awaitable["pb.Frames | object"]]
 Write = Callable[[pb.Frames], Awaitable[None]]
@@ -102,7 +101,7 @@ class OutgoingCall:
     """
 
     __slots__ = (
-        "id", "session", "name", "finished", "final", "cancelled_here", "ticket", "_inbox", "_waiter", "_on_finish",
+        "id", "session", "name", "finished", "final", "cancelled_here", "_inbox", "_waiter", "_on_finish",
     )
 
     def __init__(self, session: Session, call_id: int, name: str) -> None:
@@ -112,7 +111,6 @@ class OutgoingCall:
         self.finished = False
         self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
         self.cancelled_here = False  # this end asked the callee to cancel it
-        self.ticket: Any = None  # the dispatcher's admission record, if any
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -218,9 +216,7 @@ class Session:
         self.label = label
         self._on_room = on_room
         self.failure: BaseException | None = None
-        self.sent_digests: set[bytes] = set()
-        self.received: dict[bytes, Any] = {}  # routines the peer sent, by digest
-        self.hosted: dict[int, Any] = {}  # calls the peer opened that run here, by id
+        self.sent_digests: set[bytes] = set()  # routines whose blob already crossed this stream
         self._mine = 1 if odd else 0
         self._next_id = 1 if odd else 2
         self._outgoing: dict[int, OutgoingCall] = {}
@@ -317,7 +313,7 @@ class Session:
                 outgoing.deliver(frame)
             elif self._host is None:
                 if frame.HasField("call"):
-                    self.reject(frame.id, _UNIMPLEMENTED, "this end runs no calls")
+                    self.reject(frame.id, UNIMPLEMENTED, "this end runs no calls")
             elif frame.HasField("call"):
                 self._host.on_call(self, frame)
             else:
@@ -338,13 +334,19 @@ class Session:
         if self._host is not None:
             self._host.on_session_end(self)
 
-    async def run(self, read: Read, write: Write, describe: Callable[[BaseException], BaseException]) -> None:
-        """Pump both directions until the stream ends, then `fail` the session.
+    async def run(
+        self, read: Read, write: Write, describe: Callable[[BaseException], BaseException]
+    ) -> BaseException:
+        """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
         Args:
             read: Returns the next message, or ``grpc.aio.EOF``.
             write: Sends one message.
             describe: Turns what ended the stream into the error open calls get.
+
+        Returns:
+            What ended the stream: a `ConnectionError` for an orderly end, else
+            the error reading or writing raised (e.g. an undecodable message).
         """
         reader = asyncio.current_task()
         assert reader is not None
@@ -371,5 +373,6 @@ class Session:
             writer.remove_done_callback(writer_done)
             writer.cancel()
             self.fail(describe(reason))
+        return reason
 
 

@@ -233,8 +233,17 @@ SOLO = pool.Queue("solo", concurrency=1)
 
 @pool.routine(queue=SOLO)
 async def solo_recurse(depth):
-    """Calls itself inside a queue of one: the nested call can never run."""
+    """Calls itself inside a queue of one: each waiting level lends its slot to the next (seed 001)."""
     return depth if depth <= 0 else await solo_recurse(depth - 1)
+
+
+DUO = pool.Queue("duo", concurrency=2)
+
+
+@pool.routine(queue=DUO)
+async def duo_recurse(depth):
+    """Calls itself inside a queue of two: two levels may borrow, a third is a Deadlock."""
+    return depth if depth <= 0 else await duo_recurse(depth - 1)
 
 
 DB = pool.Queue("db", concurrency=2)

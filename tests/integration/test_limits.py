@@ -94,6 +94,9 @@ async def test_failed_task_should_not_block_its_workflow_unless_asked():
         assert isinstance(results[0], RuntimeError)
         assert all(isinstance(r, pool.WorkflowHalted) for r in results[1:])
         assert "failing_span() failed earlier in workflow 'w2'" in str(results[1])
+        cause = results[1].__cause__  # the failed call's own exception, as the README promises
+        assert isinstance(cause, RuntimeError) and str(cause) == "task 0 failed"
+        assert isinstance(cause.__cause__, pool.RemoteTraceback)  # ...with the worker's traceback under it
         assert (await ok(0.01, 3))[0] == 3  # the workflow starts afresh once its queue emptied
 
 
@@ -116,10 +119,20 @@ async def test_nested_calls_should_fail_when_waiting_tasks_hold_their_slots():
             await routines.recurse(5)
 
 
-async def test_nested_call_into_its_callers_full_queue_should_raise_deadlock():
+async def test_nested_call_into_its_callers_queue_should_borrow_the_slot_once_per_unit_of_concurrency():
+    """Test seed 001's same-queue rule end to end: parent -> child runs in a queue of one."""
+    async with roomy_pool():
+        assert await asyncio.wait_for(routines.solo_recurse(1), 30) == 0
+        assert await asyncio.wait_for(routines.duo_recurse(2), 30) == 0  # three levels in a queue of two
+
+
+async def test_nested_chain_deeper_than_the_concurrency_should_raise_deadlock_promptly():
+    """Test that parent -> child -> grandchild in a queue of one is a Deadlock (RECURSIVE_WAIT_DEADLOCK)."""
     async with roomy_pool():
         with pytest.raises(pool.Deadlock, match=r"solo_recurse\(\) waits for queue 'solo'"):
             await asyncio.wait_for(routines.solo_recurse(2), 30)
+        with pytest.raises(pool.Deadlock, match=r"duo_recurse\(\) waits for queue 'duo'"):
+            await asyncio.wait_for(routines.duo_recurse(3), 30)
 
 
 async def test_stats_should_report_running_and_waiting_per_queue_and_key():

@@ -23,7 +23,7 @@ async def test_busy_worker_should_accept_a_new_dispatch_promptly_while_a_routine
         spinning = asyncio.ensure_future(routines.spin(2.0, signals.address))
         await signals.wait("spinning")
         t0 = time.perf_counter()
-        call = await p.start(routines.add.task((1, 2), {}))  # returns once the worker accepted
+        call = await p.dispatch(routines.add.task((1, 2), {}))  # returns once the worker accepted
         accepted_after = time.perf_counter() - t0
         call.cancel()
         assert accepted_after < PROMPT_S

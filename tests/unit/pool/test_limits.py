@@ -87,19 +87,58 @@ class TestGate:
 
 
 class TestLimits:
-    async def test_acquire_should_raise_deadlock_when_only_callers_hold_the_slot(self):
-        """Test a nested call into its caller's single-slot queue: Deadlock, not a hang."""
+    async def test_acquire_should_lend_the_callers_slot_when_a_child_needs_its_queue(self):
+        """Test seed 001's same-queue rule: a waiting parent lends its slot to its child, once per level."""
         limits, q = Limits(), pool.Queue("db", concurrency=1)
         parent = Ticket(task("parent", queue=q), None, 0)
         await limits.acquire(parent)
         child = Ticket(task("child", queue=q), parent, 0)
-        with pytest.raises(pool.Deadlock, match=r"child\(\) waits for queue 'db'.*its own caller chain"):
-            await asyncio.wait_for(limits.acquire(child), 1)
+        await asyncio.wait_for(limits.acquire(child), 1)  # runs in the parent's slot
+        assert limits.stats()["queue 'db'"] == pool.GateStats(running=1, waiting=0)
+        grandchild = Ticket(task("grandchild", queue=q), child, 0)
+        with pytest.raises(pool.Deadlock, match=r"grandchild\(\) waits for queue 'db'.*its own caller chain"):
+            await asyncio.wait_for(limits.acquire(grandchild), 1)
+        limits.release(child)
+        limits.release(parent)
+        assert len(limits) == 0
 
-    async def test_acquire_should_wait_when_a_stranger_holds_the_slot_too(self):
-        """Test that a slot held by an unrelated call may free: wait, do not raise."""
-        limits, q = Limits(), pool.Queue("db", concurrency=2)
+    @pytest.mark.parametrize("concurrency", [1, 2, 3])
+    async def test_acquire_should_allow_a_chain_as_deep_as_the_concurrency(self, concurrency):
+        """Test that X slots are lent along one chain and the (X+1)-th nested level is a Deadlock."""
+        limits, q = Limits(), pool.Queue("db", concurrency=concurrency)
+        chain = [Ticket(task("t0", queue=q), None, 0)]
+        await limits.acquire(chain[0])
+        for depth in range(1, concurrency + 1):
+            chain.append(Ticket(task(f"t{depth}", queue=q), chain[-1], 0))
+            await asyncio.wait_for(limits.acquire(chain[-1]), 1)
+        with pytest.raises(pool.Deadlock):
+            await limits.acquire(Ticket(task("one-more", queue=q), chain[-1], 0))
+        for ticket in reversed(chain):
+            limits.release(ticket)
+        assert len(limits) == 0
+
+    async def test_acquire_should_lend_to_one_sibling_at_a_time(self):
+        """Test that two children of one parent share the lent slot in turn, never both at once."""
+        limits, q = Limits(), pool.Queue("db", concurrency=1)
         parent = Ticket(task("parent", queue=q), None, 0)
+        await limits.acquire(parent)
+        first = Ticket(task("first", queue=q), parent, 0)
+        second = Ticket(task("second", queue=q), parent, 0)
+        await limits.acquire(first)
+        waiting = asyncio.ensure_future(limits.acquire(second))
+        await settle()
+        assert not waiting.done()
+        limits.release(first)
+        await asyncio.wait_for(waiting, 1)
+        limits.release(second)
+        limits.release(parent)
+        assert len(limits) == 0
+
+    async def test_acquire_should_wait_when_strangers_hold_the_slots_and_no_caller_does(self):
+        """Test that a call whose callers hold no slot waits in line for a stranger's."""
+        limits, q = Limits(), pool.Queue("db", concurrency=1)
+        other = pool.Queue("other", concurrency=1)
+        parent = Ticket(task("parent", queue=other), None, 0)
         stranger = Ticket(task("stranger", queue=q), None, 0)
         await limits.acquire(parent)
         await limits.acquire(stranger)

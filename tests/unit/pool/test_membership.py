@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pool
@@ -10,9 +9,10 @@ from pool import _membership
 from pool._membership import Membership
 
 
-def membership(broken: list[uuid.UUID]) -> Membership:
-    return Membership(None, credentials=None, tags=(), changed=lambda: None, is_local=lambda uid: False,
-                      broken_local=broken.append)
+def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> Membership:
+    closed = [] if closed is None else closed
+    return Membership(None, credentials=None, tags=(), changed=lambda: None, close=closed.extend,
+                      is_local=lambda uid: False, broken_local=broken.append)
 
 
 class TestMembership:
@@ -24,8 +24,8 @@ class TestMembership:
         worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
         m.admit(worker)
         m.unreachable(worker, pool.WorkerBroken("refused"))
-        assert worker.uid not in m.members
-        await m.until(lambda: worker.uid in m.members, timeout=5)
+        assert worker.uid not in m.roster
+        await m.until(lambda: worker.uid in m.roster, timeout=5)
         await m.close()
 
     async def test_broken_spawned_worker_should_be_handed_back_for_replacement(self):
@@ -34,9 +34,22 @@ class TestMembership:
         m = membership(broken)
         local = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1", local=True)
         m.admit(local)
-        m.evict(local.uid, "INTERNAL", graceful=False)
+        (connection,) = m.evict(local.uid, "INTERNAL", graceful=False)
+        assert connection.metadata == local  # returned to be closed: evict does no I/O itself
         assert broken == [local.uid]
-        m.evict(local.uid, "again", graceful=False)  # already gone: nothing more
+        assert m.evict(local.uid, "again", graceful=False) == []  # already gone: nothing more
         assert broken == [local.uid]
-        await asyncio.sleep(0)
+        await connection.close()
+        await m.close()
+
+    async def test_evict_should_hand_a_retiring_connection_to_close_when_graceful(self):
+        """Test that a graceful eviction returns nothing now and closes the idle connection via ``close``."""
+        closed: list[object] = []
+        m = membership([], closed)
+        worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
+        m.admit(worker)
+        assert m.evict(worker.uid, "withdrawn") == []
+        assert [c.metadata for c in closed] == [worker]  # no call in flight: handed over at once
+        for connection in closed:
+            await connection.close()
         await m.close()

@@ -1,4 +1,4 @@
-"""The pool's membership, and the read-only view of it balancers get."""
+"""The roster: who is in the pool, as the read-only view balancers get (`Membership` keeps it)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import types
 import uuid
 from collections.abc import Iterator, Mapping
 
-from ._connection import WorkerConnection, WorkerMetadata
+from ._connection import WorkerConnection
+from ._rpc import WorkerMetadata
 
 _UID_INT = operator.attrgetter("int")
 
 
-class Members:
+class Roster:
     """Who is in the pool: uid -> (metadata, connection), kept in ascending uid order.
 
     Satisfies ``balancer.LoadBalancerContextView``: ``workers`` is a live,

@@ -22,22 +22,16 @@ import grpc
 
 from backpressure import BackpressureLike, TaskCountBackpressure
 
-from . import _malloc, _wire
-from ._config import ConfigError, WorkerConfig, default_registry, fail
-from ._connection import CHANNEL_OPTIONS, WorkerMetadata
-from ._discovery import LocalPublisher
-from ._ids import new_uid
+from .. import _malloc, _wire
+from .._config import ConfigError, WorkerConfig, default_registry, fail
+from .._discovery import LocalPublisher
+from .._ids import new_uid
+from .._rpc import SERVER_OPTIONS, WorkerMetadata
+from .._version import __version__
+from ._service import WorkerService
 from ._threads import new_event_loop
-from ._worker_service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")
-
-SERVER_OPTIONS = CHANNEL_OPTIONS + (
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-    ("grpc.so_reuseport", 0),
-)
-"""Server options: the channel's, plus accepting its keepalive pings."""
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker until it drains; the process exit status.
@@ -167,18 +161,18 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
         _log.warning(
             "serving WITHOUT client certificates on %s (--insecure): anyone who reaches this port can run code here",
-            address,
+            _bind_address(config.host, port),
         )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
-    info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": _version()}
+    info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": __version__}
     try:
         withdraw = _publish(config, service, info)
     except OSError as exc:
         await server.stop(None)
-        service.close()
+        await service.aclose()
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
     _report_ready(config.ready_fd, info)
     _log.info(
@@ -190,8 +184,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         await service.done.wait()
     finally:
         await server.stop(grace=1.0)
-        service.close()
         await withdraw()
+        await service.aclose()
     return service.exit_reason
 
 
@@ -212,14 +206,14 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
     )
     if config.discovery == "local":
         entry = LocalPublisher(config.local_registry or default_registry(), worker)
-        service.on_drain(entry.withdraw)
+        service.lifecycle.on_drain(entry.withdraw)
 
         async def remove() -> None:
             entry.withdraw()
 
         return remove
     if config.discovery == "lan":
-        from ._zeroconf import LanPublisher, advertised_addresses  # zeroconf: only when asked for
+        from .._discovery._lan import LanPublisher, advertised_addresses  # zeroconf: only when asked for
 
         publisher = LanPublisher(
             worker,
@@ -228,8 +222,8 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
             interfaces=config.interfaces,
             service_type=config.service_type,
         )
-        publisher.start(on_published=service.restart_idle_clock)  # idle counts from discoverability
-        service.on_drain(lambda: asyncio.ensure_future(publisher.withdraw()))
+        publisher.start(service.tasks, on_published=service.lifecycle.restart_idle_clock)  # idle counts from discoverability
+        service.lifecycle.on_drain(lambda: service.tasks.spawn(publisher.withdraw(), name="withdraw from the LAN"))
         return publisher.close
 
     async def nothing() -> None:
@@ -278,8 +272,3 @@ def _report_ready(fd: int, info: dict[str, Any]) -> None:
     except BrokenPipeError:
         _log.warning("the pool stopped waiting for this worker to start; it will be stopped")
 
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

@@ -26,8 +26,9 @@ from typing import Final
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from ._connection import WorkerMetadata
-from ._discovery import DiscoveryEvent
+from .._rpc import WorkerMetadata
+from .._tasks import TaskOwner
+from ._protocol import DiscoveryEvent
 
 _log = logging.getLogger("leakypool.discovery")
 
@@ -96,18 +97,23 @@ class LanPublisher:
             parsed_addresses=list(addresses),
         )
         self._registered: asyncio.Task[None] | None = None
-        self._withdrawal: asyncio.Future[None] | None = None
+        self._withdrawing = asyncio.Lock()
+        self._withdrawn = False
 
-    def start(self, on_published: Callable[[], None] = lambda: None) -> None:
-        """Register in the background (probing takes ~1.2 s; the worker serves meanwhile).
+    def start(self, tasks: TaskOwner, on_published: Callable[[], None] = lambda: None) -> None:
+        """Register in the background, as a task of ``tasks`` (probing takes ~1.2 s; the worker serves meanwhile).
 
         ``on_published`` runs once the instance is announced.
         """
-        self._registered = asyncio.ensure_future(self._register(on_published))
+        self._registered = tasks.spawn(self._register(on_published), name="publish on the LAN")
 
     async def _register(self, on_published: Callable[[], None]) -> None:
         try:
-            await self._zc.async_register_service(self._info)
+            # The first await probes and registers; the awaitable it returns
+            # finishes the announcements. Awaiting both leaves no zeroconf task
+            # behind (an unawaited one is "destroyed but pending" at exit).
+            announced = await self._zc.async_register_service(self._info)
+            await announced
         except Exception:
             _log.exception("could not publish this worker on the LAN")
         else:
@@ -116,20 +122,23 @@ class LanPublisher:
 
     async def withdraw(self) -> None:
         """Withdraw the instance (goodbye packets); idempotent, and every caller waits for it."""
-        if self._withdrawal is None:
-            self._withdrawal = asyncio.ensure_future(self._unregister())
-        await asyncio.shield(self._withdrawal)
+        async with self._withdrawing:
+            if self._withdrawn:
+                return
+            self._withdrawn = True
+            await self._unregister()
 
     async def _unregister(self) -> None:
-        if self._registered is not None:
-            if not self._registered.done():
-                self._registered.cancel()
-            try:
-                await self._registered
-            except asyncio.CancelledError:
+        registered = self._registered
+        if registered is not None:
+            if not registered.done():
+                registered.cancel()
+            await asyncio.wait([registered])
+            if registered.cancelled():
                 return  # never announced: nothing to withdraw
         try:
-            await self._zc.async_unregister_service(self._info)
+            goodbyes = await self._zc.async_unregister_service(self._info)
+            await goodbyes
         except Exception:
             _log.exception("could not withdraw this worker from the LAN")
 

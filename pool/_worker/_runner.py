@@ -4,7 +4,7 @@ The gRPC loop admits a call and hands it here (through a `Hop`); the
 routine loop unpickles the routine and its arguments, runs it (driving an
 async generator one Step at a time), pickles the outcome and hands that
 back. A routine that calls another routine sends that call back up its own
-stream (`Upstream`), and while it waits it is *parked*: it stops counting
+stream (`_upstream.Upstream`), and while it waits it is *parked*: it stops counting
 against the worker's backpressure.
 """
 
@@ -16,12 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import _wire
-from ._calls import BridgedGenerator, RemoteGenerator, Task, bridge, call_routine, open_call
-from ._proto import leakypool_pb2 as pb
-from ._routine import reset_dispatcher, set_dispatcher
-from ._session import OutgoingCall, Session
+from .. import _wire
+from .._calls import Task
+from .._proto import leakypool_pb2 as pb
+from .._routine import reset_dispatcher, set_dispatcher
+from .._session import Session
 from ._threads import Hop
+from ._upstream import Upstream
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -170,42 +171,6 @@ class RoutineRunner:
                 await agen.aclose()
             except (Exception, asyncio.CancelledError):
                 _log.debug("closing %s() raised", name, exc_info=True)
-
-
-class Upstream:
-    """Where a routine running here sends the routines it calls: its own dispatcher.
-
-    The call travels back up the stream that brought the running task (an
-    even-numbered call), the dispatcher runs it through its pool, and the
-    outcome comes back down. The stream lives on the gRPC loop, the caller
-    on the routine loop; `bridge` carries each step across.
-    """
-
-    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, hosted: Hosted) -> None:
-        self._loop = io_loop
-        self._host = host
-        self._hosted = hosted
-        self._session = hosted.session
-        self._parent = hosted.id
-
-    def call(self, task: Task) -> Any:
-        task.parent = self._parent
-        return bridge(self._loop, self._parked(call_routine(self, task)))
-
-    def generator(self, task: Task) -> BridgedGenerator:
-        task.parent = self._parent
-        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
-
-    async def _parked(self, waiting: Any) -> Any:
-        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
-        self._host.park(self._hosted)
-        try:
-            return await waiting
-        finally:
-            self._host.unpark(self._hosted)
-
-    async def start(self, task: Task) -> OutgoingCall:
-        return await open_call(self._session, task)
 
 
 def _cancel_runner(hosted: Hosted) -> None:

@@ -1,0 +1,29 @@
+"""Discovery: how a pool learns about workers it did not spawn.
+
+A backend is anything with ``subscribe()``, an async iterator of
+`DiscoveryEvent` (worker added, updated, dropped). A subscriber MUST first
+yield every worker it already knows as "added", then deltas, and MUST be
+safe to cancel at any await. Three backends ship:
+
+- `StaticDiscovery` (``_static``): a fixed list of addresses, and an
+  in-memory double (`add`/`drop` drive it from tests);
+- `LocalDiscovery` (``_local``): workers on this machine, through a
+  registry directory (``worker_main --discovery local``);
+- `LanDiscovery` (``_lan``, the only zeroconf importer, loaded on first
+  use): workers on the LAN, through DNS-SD.
+
+Each backend module also holds the worker's side of it (the publisher),
+since both ends must agree on the record's format. A worker's record, as
+published: uid, address, pid, version, tags, capacity and whether it
+serves TLS (`WorkerMetadata`).
+"""
+
+from __future__ import annotations
+
+from ._local import LocalDiscovery as LocalDiscovery
+from ._local import LocalPublisher as LocalPublisher
+from ._protocol import DiscoveryEvent as DiscoveryEvent
+from ._protocol import DiscoveryLike as DiscoveryLike
+from ._static import StaticDiscovery as StaticDiscovery
+
+__all__ = ["DiscoveryEvent", "DiscoveryLike", "LocalDiscovery", "LocalPublisher", "StaticDiscovery"]

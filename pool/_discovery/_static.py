@@ -1,0 +1,89 @@
+"""`StaticDiscovery`: workers at fixed addresses, and the in-memory double tests drive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable
+
+import grpc
+
+from .._proto import leakypool_pb2 as pb
+from .._rpc import SERVICE, WorkerMetadata
+from ._protocol import DiscoveryEvent, EventKind
+
+_log = logging.getLogger("leakypool.discovery")
+
+
+class StaticDiscovery:
+    """Workers at fixed addresses (``host:port``), plus an in-memory double.
+
+    Each address is asked for its uid and capacity (the worker's State RPC)
+    when a subscription starts; an address that does not answer within
+    ``timeout`` is logged and skipped. `add` and `drop` change the set
+    while subscriptions run, which makes this the backend for tests.
+
+    Args:
+        addresses: ``host:port`` of plain (non-TLS) workers.
+        workers: Worker records to announce as they are (no RPC).
+        timeout: Seconds to wait for each address's State answer.
+    """
+
+    def __init__(
+        self, addresses: Iterable[str] = (), *, workers: Iterable[WorkerMetadata] = (), timeout: float = 5.0
+    ) -> None:
+        self._addresses = list(addresses)
+        self._known: dict[uuid.UUID, WorkerMetadata] = {w.uid: w for w in workers}
+        self._timeout = timeout
+        self._subscribers: list[asyncio.Queue[DiscoveryEvent]] = []
+
+    def add(self, worker: WorkerMetadata) -> None:
+        """Announce (or update) ``worker`` to every subscription."""
+        kind: EventKind = "updated" if worker.uid in self._known else "added"
+        self._known[worker.uid] = worker
+        self._publish(DiscoveryEvent(kind, worker))
+
+    def drop(self, uid: uuid.UUID) -> None:
+        """Withdraw worker ``uid`` from every subscription."""
+        worker = self._known.pop(uid, None)
+        if worker is not None:
+            self._publish(DiscoveryEvent("dropped", worker))
+
+    def _publish(self, event: DiscoveryEvent) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:
+        """The known workers (resolving the addresses first), then changes."""
+        for address in self._addresses:
+            worker = await probe(address, self._timeout)
+            if worker is not None and worker.uid not in self._known:
+                self._known[worker.uid] = worker
+        queue: asyncio.Queue[DiscoveryEvent] = asyncio.Queue()
+        self._subscribers.append(queue)
+        try:
+            for worker in list(self._known.values()):
+                yield DiscoveryEvent("added", worker)
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.remove(queue)
+
+
+async def probe(address: str, timeout: float) -> WorkerMetadata | None:
+    """Ask the (plain) worker at ``address`` who it is; None if it does not answer."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        state_rpc = channel.unary_unary(
+            f"/{SERVICE}/State",
+            request_serializer=pb.StateRequest.SerializeToString,
+            response_deserializer=pb.WorkerState.FromString,
+        )
+        try:
+            state = await state_rpc(pb.StateRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("no worker answered at %s: %s", address, exc.code().name)
+            return None
+    return WorkerMetadata(
+        uid=uuid.UUID(state.uid), address=address, pid=state.pid, version=state.version, capacity=state.capacity
+    )

@@ -1,0 +1,1 @@
+"""Durable jobs: the store protocol, the SQLite store (default), the scheduler."""

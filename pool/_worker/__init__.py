@@ -1,0 +1,14 @@
+"""The worker process: everything that runs inside ``leakypool-worker`` and nowhere else.
+
+    _main        process entry: config in, gRPC server up, READY out, drain on signal
+    _service     the gRPC service: handler table, streams, wiring of the parts below
+    _admission   worker-side admission: the backpressure verdict and "room" notices (no I/O)
+    _lifecycle   idle timeout, max lifetime, drains
+    _runner      the routine loop: unpickle, run, pickle the outcome
+    _upstream    nested dispatch: a routine here calls a routine, back up its stream
+    _threads     the two event loops and the hops between them
+
+Nothing outside this package imports it (a test enforces it); it imports
+only what both sides share (`_rpc`, `_session`, `_calls`, `_wire`,
+`_errors`, `_config`, and the discovery publishers).
+"""

@@ -1,0 +1,139 @@
+"""A worker's admission: who may start now, and whom to tell when room frees. No I/O.
+
+    Call ──> decide(task) ──> ACCEPT          count it in flight (`admit`)
+                          ├─> BUSY            the hook said no: Reject(RESOURCE_EXHAUSTED),
+                          │                   remember the session to tell "room" later
+                          ├─> DRAINING        Reject(UNAVAILABLE)
+                          ├─> HOOK_FAILED     the hook raised: Reject(UNAVAILABLE), logged
+                          └─> an awaitable    an async hook: the service awaits it, then `settle`
+
+    finish ──> release() ──> the sessions turned away since the last room: send each a Room frame
+
+The service does the I/O (frames, logs, the awaiting); this object only
+counts and decides, so every threshold is testable without a loop or a
+socket (as httpcore's `_assign_requests_to_connections` decides and its
+caller acts).
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Awaitable
+from typing import Any, Final
+
+from backpressure import BackpressureContext, BackpressureLike
+
+from .._rpc import RESOURCE_EXHAUSTED, UNAVAILABLE
+
+
+class Verdict(enum.Enum):
+    """What the worker answers a Call; ``code`` and ``message`` go into the Reject frame."""
+
+    ACCEPT = (0, "")
+    BUSY = (RESOURCE_EXHAUSTED, "rejected by backpressure")
+    DRAINING = (UNAVAILABLE, "worker is draining")
+    HOOK_FAILED = (UNAVAILABLE, "backpressure hook failed; see the worker's log")
+
+    @property
+    def code(self) -> int:
+        """The gRPC status code of a rejection."""
+        return self.value[0]
+
+    @property
+    def message(self) -> str:
+        """The text of a rejection."""
+        return self.value[1]
+
+
+HOOK_ERRORS: Final[tuple[type[BaseException], ...]] = (Exception,)
+"""What a failing hook may raise and still be answered (cancellation always propagates)."""
+
+
+class WorkerAdmission:
+    """Counts a worker's calls and runs its backpressure hook.
+
+    Args:
+        hook: The backpressure hook (True rejects); None accepts everything.
+        hold_slots: Count a task parked on a nested call against the hook.
+            Off, a waiting task frees its slot until the nested call
+            returns, so routines that call routines cannot deadlock a pool
+            of workers capped at one task each.
+    """
+
+    def __init__(self, hook: BackpressureLike | None, *, hold_slots: bool = False) -> None:
+        self.hook = hook
+        self.hold_slots = hold_slots
+        self.accepting = True
+        self.in_flight = 0
+        self.parked = 0
+        self.vetting = 0  # calls an async hook is still deciding on
+        self.hook_error: BaseException | None = None  # what the hook raised last, for the log
+        self._turned_away: set[Any] = set()
+
+    def active(self) -> int:
+        """Tasks that count against backpressure: in flight, less those parked on nested calls."""
+        return self.in_flight if self.hold_slots else max(0, self.in_flight - self.parked)
+
+    def decide(self, task: Any) -> Verdict | Awaitable[Any]:
+        """The verdict on a new call, or the awaitable an async hook returned (then `settle` it).
+
+        A call being vetted counts like a running one, so a burst cannot
+        slip past an async hook while it decides.
+        """
+        if not self.accepting:
+            return Verdict.DRAINING
+        if self.hook is None:
+            return Verdict.ACCEPT
+        try:
+            verdict = self.hook(BackpressureContext(active_task_count=self.active() + self.vetting, task=task))
+        except HOOK_ERRORS as exc:
+            self.hook_error = exc
+            return Verdict.HOOK_FAILED
+        if inspect.isawaitable(verdict):
+            self.vetting += 1
+            return verdict
+        return Verdict.BUSY if verdict else Verdict.ACCEPT
+
+    def settle(self, rejected: object, error: BaseException | None = None) -> Verdict:
+        """The verdict once an async hook answered ``rejected`` (or raised ``error``)."""
+        self.vetting -= 1
+        if error is not None:
+            self.hook_error = error
+            return Verdict.HOOK_FAILED
+        if not self.accepting:
+            return Verdict.DRAINING
+        return Verdict.BUSY if rejected else Verdict.ACCEPT
+
+    def turned_away(self, session: Any) -> None:
+        """``session`` got BUSY: it is told "room" at the next `release`."""
+        self._turned_away.add(session)
+
+    def admit(self) -> bool:
+        """An accepted call starts; True if the worker was idle until now."""
+        self.in_flight += 1
+        return self.in_flight == 1
+
+    def release(self) -> set[Any]:
+        """A call ended; returns the sessions to tell there is room now."""
+        self.in_flight -= 1
+        return self._room()
+
+    def park(self) -> set[Any]:
+        """A task starts waiting on a nested call; returns whom to tell "room" (unless slots are held)."""
+        self.parked += 1
+        return set() if self.hold_slots else self._room()
+
+    def unpark(self) -> None:
+        """A task's nested call returned: it counts again."""
+        self.parked -= 1
+
+    def _room(self) -> set[Any]:
+        sessions, self._turned_away = self._turned_away, set()
+        return sessions
+
+    def __repr__(self) -> str:
+        return (
+            f"<WorkerAdmission {'accepting' if self.accepting else 'draining'} "
+            f"[{self.in_flight} in flight, {self.parked} parked, {self.vetting} vetting]>"
+        )

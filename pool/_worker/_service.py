@@ -1,0 +1,299 @@
+"""The worker's gRPC service: the handler table, its streams, and the wiring of its parts.
+
+    dispatcher ══ Dispatch stream ══> Session ── on_call ──> WorkerAdmission.decide
+                                         │                 ├─ BUSY/DRAINING: Reject(code)
+                                         │                 └─ ACCEPT: Accept, count it in flight
+                                         │                              │ Hop
+                                         │                              v
+                                         │                    RoutineRunner (own thread):
+                                         │                    unpickle, run, pickle outcome
+                                         │                              │ Hop
+                                         └──── Outcome frame <──────────┘  release() -> Room frames
+
+Admission (the hook, the count, Accept/Reject) happens on the gRPC loop and
+touches no user code but the hook, so a worker whose routines hog the CPU
+still answers within milliseconds. Everything user-defined (unpickling the
+routine and its arguments, running it, pickling its result) happens on the
+routine loop. When the worker stops is `Lifecycle`'s business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Awaitable
+from typing import Any, Final
+
+import grpc
+
+from backpressure import BackpressureLike
+
+from .._calls import Task
+from .._errors import WorkerBroken
+from .._proto import leakypool_pb2 as pb
+from .._rpc import FAILED_PRECONDITION, SERVICE
+from .._session import Session
+from .._tasks import TaskOwner
+from .._version import __version__
+from ._admission import Verdict, WorkerAdmission
+from ._lifecycle import Lifecycle
+from ._runner import Code, Hosted, Outcome, RoutineRunner
+from ._threads import Hop, LoopThread
+
+_log = logging.getLogger("leakypool.worker")
+
+STREAM_END_WAIT_S: Final[float] = 5.0
+"""On exit, how long the last outcomes get to leave before the streams are cut."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Peer:
+    """One dispatcher's stream, as this worker serves it."""
+
+    received: dict[bytes, Code] = dataclasses.field(default_factory=dict)  # routines it sent, by digest
+    hosted: dict[int, Hosted] = dataclasses.field(default_factory=dict)  # its calls running here, by id
+    stream: asyncio.Task[Any] | None = None
+
+
+class WorkerService:
+    """Runs the routines dispatchers send, within the worker's backpressure.
+
+    Args:
+        uid: This worker's uid (canonical string).
+        backpressure: The admission hook; None accepts everything.
+        capacity: Tasks it takes at once, as advertised (0 = unknown/unlimited).
+        idle_timeout: Drain and exit after this many seconds idle; 0 = never.
+        max_lifetime: Drain and exit at this age; 0 = never.
+        hold_slot_while_waiting: Count a task that awaits a nested call
+            against backpressure (see `WorkerAdmission`).
+    """
+
+    def __init__(
+        self,
+        *,
+        uid: str,
+        backpressure: BackpressureLike | None,
+        capacity: int = 0,
+        idle_timeout: float = 0.0,
+        max_lifetime: float = 0.0,
+        hold_slot_while_waiting: bool = False,
+    ) -> None:
+        self.uid = uid
+        self.capacity = capacity
+        self.admission = WorkerAdmission(backpressure, hold_slots=hold_slot_while_waiting)
+        self.tasks = TaskOwner(f"worker {uid}", _log)
+        self.lifecycle = Lifecycle(
+            self.admission,
+            self.tasks,
+            idle_timeout=idle_timeout,
+            max_lifetime=max_lifetime,
+            cancel_all=self._cancel_all,
+            end_streams=self._end_streams,
+        )
+        self._peers: dict[Session, _Peer] = {}
+        self._routines = LoopThread("leakypool-routines")
+        self._runner: RoutineRunner | None = None
+
+    @property
+    def done(self) -> asyncio.Event:
+        """Set once the worker has drained."""
+        return self.lifecycle.done
+
+    @property
+    def exit_reason(self) -> str:
+        """Why it drains ("" while serving)."""
+        return self.lifecycle.exit_reason
+
+    def start(self) -> None:
+        """Start the routine loop and the lifetime timers (call on the gRPC loop)."""
+        loop = asyncio.get_running_loop()
+        self._runner = RoutineRunner(self, loop, Hop(loop), self._routines.hop)
+        self._routines.start()
+        self.lifecycle.start()
+
+    async def aclose(self) -> None:
+        """Stop the timers, the background tasks and the routine loop (after the drain)."""
+        self.lifecycle.stop()
+        await self.tasks.aclose()
+        self._routines.stop()
+
+    def drain(self, reason: str, grace: float | None) -> Awaitable[None]:
+        """See `Lifecycle.drain`."""
+        return self.lifecycle.drain(reason, grace)
+
+    def _cancel_all(self) -> None:
+        for peer in self._peers.values():
+            for hosted in list(peer.hosted.values()):
+                self._runner.cancel(hosted)
+
+    async def _end_streams(self) -> None:
+        for session in self._peers:
+            session.finish()
+        streams = [peer.stream for peer in self._peers.values() if peer.stream is not None]
+        if streams:
+            await asyncio.wait(streams, timeout=STREAM_END_WAIT_S)
+
+    # -- gRPC ------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler serving `SERVICE`."""
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Dispatch": grpc.stream_stream_rpc_method_handler(
+                    self._dispatch, pb.Frames.FromString, pb.Frames.SerializeToString
+                ),
+                "Stop": grpc.unary_unary_rpc_method_handler(
+                    self._stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString
+                ),
+                "State": grpc.unary_unary_rpc_method_handler(
+                    self._state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString
+                ),
+            },
+        )
+
+    async def _dispatch(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        session = Session(odd=False, host=self, label=f"dispatcher {context.peer()}")
+        self._peers[session] = _Peer(stream=asyncio.current_task())
+        try:
+            reason = await session.run(context.read, context.write, _lost_dispatcher)
+        finally:
+            del self._peers[session]
+        if reason is not None and not isinstance(reason, (ConnectionError, asyncio.CancelledError, grpc.RpcError)):
+            # Bytes that are not our protocol: say so with an error status, not OK.
+            _log.warning("closing the stream of %s: undecodable frames (%s)", session.label, reason)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable frames: {reason}")
+
+    async def _stop(self, request: pb.StopRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
+        self.drain("asked to stop by a dispatcher", request.grace)
+        return self.state()
+
+    async def _state(self, request: pb.StateRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
+        return self.state()
+
+    def state(self) -> pb.WorkerState:
+        """This worker's load and lifecycle, as the State RPC reports it."""
+        now = time.monotonic()
+        admission = self.admission
+        return pb.WorkerState(
+            uid=self.uid,
+            pid=os.getpid(),
+            in_flight=admission.in_flight,
+            waiting=admission.parked,
+            idle_seconds=(now - self.lifecycle.idle_since) if admission.in_flight == 0 else 0.0,
+            capacity=self.capacity,
+            accepting=admission.accepting,
+            uptime_seconds=now - self.lifecycle.started,
+            version=__version__,
+        )
+
+    # -- CallHost: calls the dispatcher opens ------------------------------------
+
+    def on_call(self, session: Session, frame: pb.Frame) -> None:
+        peer = self._peers[session]
+        routine = frame.call.routine
+        if routine.blob:
+            peer.received[routine.digest] = Code(routine.blob, routine.name)
+        code = peer.received.get(routine.digest)
+        if code is None:
+            session.reject(frame.id, FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()")
+            return
+        hosted = Hosted(session, frame.id, Task.from_message(frame.call, code.blob), code)
+        verdict = self.admission.decide(hosted.task)
+        if isinstance(verdict, Verdict):
+            self._answer(peer, hosted, verdict)
+            return
+        peer.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
+        self.tasks.spawn(self._vet(peer, hosted, verdict), name=f"vet {hosted.task.name}")
+
+    async def _vet(self, peer: _Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
+        try:
+            rejected, error = await pending, None
+        except Exception as exc:
+            rejected, error = True, exc
+        verdict = self.admission.settle(rejected, error)
+        peer.hosted.pop(hosted.id, None)
+        if hosted.cancelled or hosted.session.failure is not None:
+            return
+        self._answer(peer, hosted, verdict)
+
+    def _answer(self, peer: _Peer, hosted: Hosted, verdict: Verdict) -> None:
+        session = hosted.session
+        if verdict is Verdict.ACCEPT:
+            peer.hosted[hosted.id] = hosted
+            session.accept(hosted.id)
+            if self.admission.admit():
+                self.lifecycle.busy()
+            self._runner.start(hosted)
+            return
+        if verdict is Verdict.HOOK_FAILED:
+            # Fail closed but transient: the dispatcher rotates to another worker
+            # and keeps this one; a buggy hook neither floods nor evicts it.
+            _log.error("backpressure hook %r raised on %s(); rejecting it as UNAVAILABLE", self.admission.hook,
+                       hosted.task.name, exc_info=self.admission.hook_error)
+        elif verdict is Verdict.BUSY:
+            self.admission.turned_away(session)
+        message = verdict.message
+        if verdict is Verdict.DRAINING:
+            message = f"worker is draining ({self.exit_reason})"
+        session.reject(hosted.id, verdict.code, message)
+
+    def on_step(self, session: Session, frame: pb.Frame) -> None:
+        peer = self._peers.get(session)
+        hosted = None if peer is None else peer.hosted.get(frame.id)
+        if hosted is None:
+            return  # finished, or rejected, already
+        if frame.step.kind == pb.Step.CANCEL:
+            self._runner.cancel(hosted)
+        else:
+            self._runner.step(hosted, frame.step)
+
+    def on_session_end(self, session: Session) -> None:
+        peer = self._peers.get(session)
+        if peer is not None:
+            for hosted in list(peer.hosted.values()):
+                self._runner.cancel(hosted)
+
+    # -- Host: what the runner reports (on the gRPC loop) ---------------------------
+
+    def send(self, hosted: Hosted, outcome: Outcome) -> None:
+        """A generator yielded: pass it on."""
+        hosted.session.outcome(hosted.id, *outcome)
+
+    def finish(self, hosted: Hosted, outcome: Outcome) -> None:
+        """``hosted`` ended: report it, count it out, tell turned-away dispatchers there is room."""
+        peer = self._peers.get(hosted.session)
+        if peer is not None:
+            peer.hosted.pop(hosted.id, None)
+        hosted.session.outcome(hosted.id, *outcome)
+        self._tell_room(self.admission.release())
+        if self.admission.in_flight == 0:
+            self.lifecycle.idle()
+
+    def park(self, hosted: Hosted) -> None:
+        """``hosted`` awaits a nested call: it stops counting against backpressure."""
+        hosted.nested += 1
+        if hosted.nested == 1:
+            self._tell_room(self.admission.park())
+
+    def unpark(self, hosted: Hosted) -> None:
+        """``hosted``'s nested call returned: it counts again."""
+        hosted.nested -= 1
+        if hosted.nested == 0:
+            self.admission.unpark()
+
+    def _tell_room(self, sessions: set[Session]) -> None:
+        # Dispatchers we turned away may retry now: their queued calls move
+        # at once instead of waiting for a timer.
+        for session in sessions:
+            session.room(self.admission.in_flight, self.capacity)
+
+    def __repr__(self) -> str:
+        return f"<WorkerService {self.uid} {self.admission!r} streams={len(self._peers)}>"
+
+
+def _lost_dispatcher(reason: BaseException) -> BaseException:
+    return WorkerBroken(f"the dispatcher's stream ended: {reason}")

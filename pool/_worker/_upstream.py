@@ -1,0 +1,105 @@
+"""Nested dispatch, worker side: a routine running here calls another routine.
+
+The call travels back up the stream that brought the running task (an
+even-numbered call), the dispatcher runs it through its pool, and the
+outcome comes back down. The stream lives on the gRPC loop and the calling
+routine on the routine loop, so every step is carried across (`bridge`);
+while it waits, the calling task is parked (it stops counting against the
+worker's backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from .._calls import RemoteGenerator, Task, call_routine, open_call
+from .._session import OutgoingCall
+
+if TYPE_CHECKING:
+    from ._runner import Host, Hosted
+
+
+class Upstream:
+    """Where a routine running here sends the routines it calls: its own dispatcher.
+
+    The call travels back up the stream that brought the running task (an
+    even-numbered call), the dispatcher runs it through its pool, and the
+    outcome comes back down. The stream lives on the gRPC loop, the caller
+    on the routine loop; `bridge` carries each step across.
+    """
+
+    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, hosted: Hosted) -> None:
+        self._loop = io_loop
+        self._host = host
+        self._hosted = hosted
+        self._session = hosted.session
+        self._parent = hosted.id
+
+    def call(self, task: Task) -> Any:
+        task.parent = self._parent
+        return bridge(self._loop, self._parked(call_routine(self, task)))
+
+    def generator(self, task: Task) -> BridgedGenerator:
+        task.parent = self._parent
+        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
+
+    async def _parked(self, waiting: Any) -> Any:
+        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
+        self._host.park(self._hosted)
+        try:
+            return await waiting
+        finally:
+            self._host.unpark(self._hosted)
+
+    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+        """Open the call on the stream back to the dispatcher (gRPC loop)."""
+        return await open_call(self._session, task)
+
+
+async def bridge(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on ``loop`` (another thread's) and await it here.
+
+    Cancelling the awaiting task cancels ``coro`` too.
+    """
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
+class BridgedGenerator:
+    """A `RemoteGenerator` living on another thread's loop, driven from this one.
+
+    ``around`` wraps each step's awaitable (on the other loop), e.g. to
+    mark the calling task as waiting while the step runs.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inner: RemoteGenerator,
+        around: Callable[[Awaitable[Any]], Coroutine[Any, Any, Any]] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._inner = inner
+        self._around = around
+
+    def __aiter__(self) -> BridgedGenerator:
+        return self
+
+    async def _run(self, step: Coroutine[Any, Any, Any]) -> Any:
+        return await bridge(self._loop, self._around(step) if self._around else step)
+
+    async def __anext__(self) -> Any:
+        return await self._run(self._inner.__anext__())
+
+    async def asend(self, value: Any) -> Any:
+        """See `RemoteGenerator.asend`."""
+        return await self._run(self._inner.asend(value))
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """See `RemoteGenerator.athrow`."""
+        return await self._run(self._inner.athrow(typ, val, tb))
+
+    async def aclose(self) -> None:
+        """See `RemoteGenerator.aclose`."""
+        await self._run(self._inner.aclose())
