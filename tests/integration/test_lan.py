@@ -53,6 +53,29 @@ async def test_lan_worker_should_be_found_used_and_dropped_when_it_exits():
             assert await w.child.wait(30) == 0
 
 
+async def test_lan_worker_should_exit_cleanly_and_log_its_bound_port():
+    """Test a LAN worker's exit: no "Task was destroyed" error, and the --insecure warning names the bound port."""
+    import re
+    import subprocess
+
+    require_private_net()
+    kind = service_type()
+    with Lan(1) as lan:
+        (host,) = lan.hosts
+        flags = lan_flags(host.ip, kind, "--insecure", "--port", "0")
+        async with worker(*flags, wrap=host.command, stderr=subprocess.PIPE) as w:
+            discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
+            async with pool.WorkerPool(discovery=discovery) as p:
+                await p.wait_for_workers(1, timeout=30)  # announced (so the announcement task ran)
+                assert await routines.pid() == w.pid
+            w.child.signal(signal.SIGTERM)
+            log = (await asyncio.wait_for(w.child.stderr.read(), 60)).decode()
+            assert await w.child.wait(30) == 0
+    warning = next(line for line in log.splitlines() if "WITHOUT client certificates" in line)
+    assert re.search(rf"on {re.escape(host.ip)}:{w.port}\b", warning), warning
+    assert "Task was destroyed" not in log and " ERROR " not in log, log
+
+
 async def test_leaky_bucket_across_four_hosts():
     """Four LAN workers (1 task, --idle-timeout 2), two steady callers for ~10 s.
 

@@ -72,3 +72,25 @@ async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_a_signal(si
         rest = (await asyncio.wait_for(child.stderr.read(), 60)).decode()
         assert await child.wait(60) == 0
         assert f"exited: {sig.name}" in rest
+
+
+async def test_undecodable_frames_should_end_the_stream_with_invalid_argument_and_spare_the_worker():
+    """Test that bytes that are not our protocol close that stream with an error status (not OK)."""
+    import grpc
+
+    import pool
+    from tests.integration import routines
+
+    async with pool.WorkerPool(spawn=1) as p:
+        (worker,) = p.workers.values()
+        async with grpc.aio.insecure_channel(worker.address) as channel:
+            raw = channel.stream_stream(
+                "/leakypool.v1.Worker/Dispatch", request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
+            stream = raw()
+            await stream.write(b"\xff\xff\xff\xff")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(stream.read(), 30)
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "undecodable frames" in (info.value.details() or "")
+        assert await routines.add(1, 2) == 3  # the worker and the pool's own stream carry on
