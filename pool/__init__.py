@@ -27,6 +27,7 @@ from ._errors import PoolError as PoolError
 from ._errors import PoolWarning as PoolWarning
 from ._errors import RemoteTraceback as RemoteTraceback
 from ._errors import SerializationError as SerializationError
+from ._errors import StoreError as StoreError
 from ._errors import WorkerBroken as WorkerBroken
 from ._errors import WorkerRejected as WorkerRejected
 from ._errors import WorkerStartError as WorkerStartError
@@ -61,6 +62,10 @@ __all__ = sorted(
         "RemoteTraceback",
         "Routine",
         "SerializationError",
+        "StoreError",
+        "Job",
+        "JobStore",
+        "SQLiteStore",
         "Task",
         "WorkerBroken",
         "WorkerMetadata",
@@ -77,16 +82,21 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str) -> object:
-    # LanDiscovery loads zeroconf (~0.1 s), which workers and most pools never
-    # need; it is imported the first time someone asks for it.
-    if name == "LanDiscovery":
-        from ._discovery._lan import LanDiscovery
+_LAZY = {"LanDiscovery": "._discovery._lan", "Job": "._jobs", "JobStore": "._jobs", "SQLiteStore": "._jobs"}
+"""Public names whose modules load on first use: zeroconf (~0.1 s) and the job
+machinery (sqlite3) are needed by few pools and by no worker."""
 
-        LanDiscovery.__module__ = __name__
-        globals()["LanDiscovery"] = LanDiscovery
-        return LanDiscovery
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    obj = getattr(importlib.import_module(module, __name__), name)
+    obj.__module__ = __name__
+    globals()[name] = obj
+    return obj
 
 
 def _fixup_module_metadata() -> None:

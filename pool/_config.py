@@ -31,6 +31,7 @@ from ._parse import (
     path_or_empty,
     positive_seconds,
     seconds,
+    store_url,
     tag_list,
     text,
     uid_or_empty,
@@ -298,6 +299,14 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
         False,
         "spawned workers count a task awaiting a nested call against backpressure",
     ),
+    Setting(
+        "store",
+        store_url,
+        "a store URL (sqlite:///PATH or postgresql://...)",
+        "",
+        "job store for durable jobs (routine.submit); empty = no store",
+    ),
+    Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -316,6 +325,8 @@ class PoolConfig:
     max_workers: int | None = None
     idle_timeout: float = 30.0
     hold_slot_while_waiting: bool = False
+    store: str = ""
+    lease_ttl: float = 10.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

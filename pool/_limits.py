@@ -295,6 +295,26 @@ class Limits:
                 self._gates.pop(gate.key, None)
             raise
 
+    def try_acquire(self, ticket: Ticket) -> bool:
+        """Take every slot ``ticket``'s task needs if all are free now (and nobody waits); else take none.
+
+        For a job's dispatch attempt: a job that does not fit stays pending in
+        the store instead of waiting in memory. A top-level call, so no slot is
+        borrowed and no Deadlock is possible.
+        """
+        needs = self._needs(ticket.task)
+        for key, limit in needs:
+            gate = self._gates.get(key)
+            if gate is not None and (gate.waiting or gate.running >= limit):
+                return False
+        for key, _ in needs:
+            gate = self._gates.get(key)
+            if gate is None:
+                gate = self._gates[key] = Gate(key)
+            gate.holders.add(ticket)
+            ticket.held.append(gate)
+        return True
+
     def release(self, ticket: Ticket, error: BaseException | None = None) -> None:
         """Give back what ``ticket`` holds; if it failed and asked to, halt its workflow."""
         held, ticket.held = ticket.held, []

@@ -66,6 +66,13 @@ def text(raw: str) -> str:
     return raw
 
 
+def store_url(raw: str) -> str:
+    """A job store URL (``sqlite:///PATH``, ``postgresql://...``), or empty for "no store"."""
+    if raw and not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ValueError(raw)
+    return raw
+
+
 def path_or_empty(raw: str) -> str:
     """A readable file's path, or empty for "not set"."""
     if raw and not (os.path.isfile(raw) and os.access(raw, os.R_OK)):

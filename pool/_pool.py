@@ -28,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike
@@ -40,19 +41,22 @@ from ._calls import RemoteGenerator, Task, call_routine, outcome_result
 from ._config import PoolConfig
 from ._connection import WorkerConnection
 from ._discovery import DiscoveryLike
-from ._errors import CapacityTimeout, PoolClosed
+from ._errors import CapacityTimeout, ConfigError, PoolClosed
 from ._fleet import LocalFleet, worker_env
 from ._limits import Limits, Ticket
 from ._membership import Membership
 from ._placement import Placement
 from ._proto import leakypool_pb2 as pb
 from ._relay import NestedHost
-from ._routine import closed, opened, reset_dispatcher, set_dispatcher
+from ._routine import CallOptions, closed, opened, reset_dispatcher, set_dispatcher
 from ._rpc import WorkerMetadata
 from ._session import OutgoingCall
 from ._stats import PoolStats
 from ._tasks import TaskOwner
 from ._tls import TlsCredentials
+
+if TYPE_CHECKING:
+    from ._jobs import Job, Jobs, JobStore, Scheduler
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -94,6 +98,11 @@ class WorkerPool:
         startup_timeout: Seconds a spawned worker gets to report READY.
         shutdown_grace: On exit, seconds in-flight calls get to finish
             before workers are killed.
+        store: The job store for durable jobs (`Routine.submit`): a URL
+            (``sqlite:///PATH``, ``postgresql://...``) or a `pool.JobStore`.
+            Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
+        lease_ttl: Seconds this process's hold on its jobs lasts without
+            renewal: after a crash, its jobs are re-queued that long later.
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -118,6 +127,8 @@ class WorkerPool:
         hold_slot_while_waiting: bool | None = None,
         startup_timeout: float | None = None,
         shutdown_grace: float | None = None,
+        store: str | JobStore | None = None,
+        lease_ttl: float | None = None,
         use_env: bool = True,
     ) -> None:
         config = PoolConfig.from_env(
@@ -132,6 +143,8 @@ class WorkerPool:
             hold_slot_while_waiting=hold_slot_while_waiting,
             startup_timeout=startup_timeout,
             shutdown_grace=shutdown_grace,
+            store=store if isinstance(store, str) else None,
+            lease_ttl=lease_ttl,
         )
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
@@ -173,6 +186,21 @@ class WorkerPool:
         )
         self._limits = Limits()
         self._tickets: dict[OutgoingCall, Ticket] = {}
+        self._job_tickets: dict[OutgoingCall, Ticket] = {}
+        self._scheduler: Scheduler | None = None
+        if (store is not None and not isinstance(store, str)) or config.store:
+            from ._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
+
+            job_store = open_store(store if store is not None and not isinstance(store, str) else config.store)
+            assert job_store is not None
+            self._scheduler = Scheduler(
+                job_store,
+                self._place_job,
+                self._fleet.grow,
+                lease_ttl=config.lease_ttl,
+                default_deadline=config.dispatch_deadline,
+                max_pending=config.max_pending,
+            )
         self._token: Any = None
         self._state = "new"
         self._capacity_timeouts = 0
@@ -184,7 +212,11 @@ class WorkerPool:
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
         self._state = "starting"
         try:
+            if self._scheduler is not None:
+                await self._scheduler.store.open()  # a bad store fails here, before any worker starts
             await self._fleet.start()
+            if self._scheduler is not None:
+                await self._scheduler.start()
         except BaseException:
             await self._shutdown()
             raise
@@ -209,13 +241,20 @@ class WorkerPool:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
         self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
+        if self._scheduler is not None:
+            self._scheduler.stop_leasing()
         try:
-            await self._fleet.stop()
+            await self._fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
         finally:
             try:
-                await self._membership.close()
+                if self._scheduler is not None:
+                    await self._scheduler.aclose()
+                    await self._scheduler.store.close()
             finally:
-                await self._tasks.aclose()
+                try:
+                    await self._membership.close()
+                finally:
+                    await self._tasks.aclose()
 
     def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
         for connection in connections:
@@ -263,7 +302,8 @@ class WorkerPool:
         if self._state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
         ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
-        deadline = asyncio.timeout(self._config.dispatch_deadline)
+        limit = task.dispatch_deadline or self._config.dispatch_deadline
+        deadline = asyncio.timeout(limit)
         try:
             async with deadline:
                 if task.queue or task.workflow:
@@ -274,7 +314,7 @@ class WorkerPool:
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self._capacity_timeouts += 1
                 raise CapacityTimeout(
-                    f"{task.name}() waited {self._config.dispatch_deadline:g}s (dispatch_deadline) without "
+                    f"{task.name}() waited {limit:g}s (dispatch_deadline) without "
                     f"starting: {self._admission.waiting} calls queued for {len(self._roster)} workers"
                 ) from None
             raise
@@ -293,6 +333,50 @@ class WorkerPool:
 
     def _capacity_changed(self) -> None:
         self._admission.capacity_changed()
+        if self._scheduler is not None:
+            self._scheduler.wake()
+
+    # -- jobs ----------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> Jobs:
+        """The pool's durable jobs: ``await pool.jobs.get(id)``, ``.list(state)``, ``.counts()``.
+
+        Raises:
+            ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
+        """
+        if self._scheduler is None:
+            raise ConfigError(
+                "jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)"
+            )
+        return self._scheduler.jobs
+
+    async def submit(self, task: Task, options: CallOptions) -> Job:
+        """Commit a job for ``task`` (see `pool.Routine.submit`)."""
+        if self._state != "open":
+            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._state}")
+        return await self.jobs.submit(task, options)
+
+    async def _place_job(self, task: Task) -> OutgoingCall | None:
+        """One dispatch attempt for a job: its limits if free (else None), then the balancer."""
+        if self._state != "open":
+            raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
+        ticket = Ticket(task, None, time.monotonic())
+        if (task.queue or task.workflow) and not self._limits.try_acquire(ticket):
+            return None
+        try:
+            call = await self._admission.placement.place(task)
+        except BaseException:
+            self._limits.release(ticket)
+            raise
+        self._job_tickets[call] = ticket
+        call.on_finish(self._job_ended)
+        return call
+
+    def _job_ended(self, call: OutgoingCall) -> None:
+        ticket = self._job_tickets.pop(call)
+        self._limits.release(ticket, _failure(call, ticket) if ticket.task.halt_on_error else None)
+        self._capacity_changed()
 
     # -- introspection -------------------------------------------------------------
 
@@ -303,7 +387,7 @@ class WorkerPool:
             workers=len(self._roster),
             local_workers=len(self._fleet),
             admitted=self._admission.admitted,
-            running=len(self._tickets),
+            running=len(self._tickets) + len(self._job_tickets),
             waiting_for_worker=self._admission.waiting,
             waiting_for_limits=sum(s.waiting for s in limits.values()),
             dispatched=self._admission.placement.dispatched,
@@ -338,7 +422,7 @@ class WorkerPool:
 
     def in_flight(self) -> int:
         """Calls dispatched through this pool that have not ended."""
-        return len(self._tickets)
+        return len(self._tickets) + len(self._job_tickets)
 
     def __repr__(self) -> str:
         s = self.stats()

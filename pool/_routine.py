@@ -18,12 +18,15 @@ import inspect
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _wire
 from ._calls import Dispatcher, Task
-from ._errors import PoolClosed
+from ._errors import ConfigError, PoolClosed
 from ._limits import Queue
+
+if TYPE_CHECKING:
+    from ._jobs import Job
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,8 +105,38 @@ class CallOptions:
     key: str = ""
     workflow: str = ""
     halt_on_error: bool = False
+    dispatch_deadline: float | None = None
+    job_id: str = ""
+    retries: int = 0
+    retry_backoff: float = 1.0
+    retry_on: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_call_options()
+        self._check_job_options()
+
+    def _check_job_options(self) -> None:
+        deadline = self.dispatch_deadline
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float))):
+            raise TypeError(f"dispatch_deadline: expected seconds > 0 or None, got {deadline!r}")
+        if deadline is not None and not (deadline > 0 and math.isfinite(deadline)):
+            raise ValueError(f"dispatch_deadline: expected seconds > 0 or None, got {deadline!r}")
+        if not isinstance(self.job_id, str):
+            raise TypeError(f"job_id: expected a str, got {self.job_id!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"retries: expected an int >= 0, got {self.retries!r}")
+        backoff = self.retry_backoff
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not (0 <= backoff < math.inf):
+            raise ValueError(f"retry_backoff: expected seconds >= 0, got {backoff!r}")
+        retry_on = self.retry_on
+        if isinstance(retry_on, type):
+            object.__setattr__(self, "retry_on", (retry_on,))
+        elif not isinstance(retry_on, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+        ):
+            raise TypeError(f"retry_on: expected an exception type or a tuple of them, got {retry_on!r}")
+
+    def _check_call_options(self) -> None:
         timeout = self.timeout
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
             raise TypeError(f"timeout: expected seconds > 0 or None, got {timeout!r}")
@@ -166,6 +199,30 @@ class Routine(Generic[P, R]):
             return dispatcher.generator(task)  # type: ignore[return-value]
         return dispatcher.call(task)  # type: ignore[return-value]
 
+    async def submit(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Write this call to the pool's job store as a durable `pool.Job`; returns once it is committed.
+
+        The job survives a crash or restart of this process: the pool's
+        scheduler (this process's, or any other's on the same store) runs it
+        at least once. ``options(job_id=...)`` makes the submission
+        idempotent: while a job with that id is pending or running, it is
+        returned instead of a second one.
+
+        Raises:
+            ConfigError: the pool has no store (``WorkerPool(store=...)`` or
+                ``LEAKYPOOL_STORE``), or this routine is an async generator.
+            SerializationError: an argument cannot be pickled (nothing is stored).
+            AdmissionRejected: the store's active jobs reached ``max_pending``.
+            StoreError: the store could not commit the job (nothing is stored).
+        """
+        if self._generator:
+            raise ConfigError(f"{self.__qualname__}() is an async generator: only coroutine routines run as jobs")
+        dispatcher = current_dispatcher(self.__qualname__)
+        submit = getattr(dispatcher, "submit", None)
+        if submit is None:
+            raise ConfigError(f"{self.__qualname__}.submit(): jobs are submitted from a dispatching process, not a worker")
+        return await submit(self.task(args, kwargs), self._call_options)
+
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
         digest, blob = self._base.code()
@@ -184,6 +241,7 @@ class Routine(Generic[P, R]):
             key=options.key,
             workflow=options.workflow,
             halt_on_error=options.halt_on_error,
+            dispatch_deadline=options.dispatch_deadline,
         )
 
     def code(self) -> tuple[bytes, bytes]:
@@ -230,6 +288,10 @@ class BoundRoutine:
         """See `Routine.options`."""
         return BoundRoutine(self._routine.options(**changes), self._instance)
 
+    async def submit(self, *args: Any, **kwargs: Any) -> Job:
+        """See `Routine.submit`."""
+        return await self._routine.submit(self._instance, *args, **kwargs)
+
     def __repr__(self) -> str:
         return f"<bound routine {self.__qualname__} of {self._instance!r}>"
 
@@ -262,6 +324,11 @@ def routine(
     key: str = "",
     workflow: str = "",
     halt_on_error: bool = False,
+    dispatch_deadline: float | None = None,
+    job_id: str = "",
+    retries: int = 0,
+    retry_backoff: float = 1.0,
+    retry_on: tuple[type[BaseException], ...] = (),
 ) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make an async function a routine: its calls run on the pool's workers.
@@ -279,6 +346,16 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
       the order they were made.
     - ``halt_on_error``: if this call fails, the calls of its workflow
       queued behind it fail with `WorkflowHalted` instead of running.
+    - ``dispatch_deadline``: seconds the call (or job, from submission) may
+      wait for limits and a worker before it fails with `CapacityTimeout`;
+      default: the pool's.
+
+    For jobs (`Routine.submit`) only:
+
+    - ``job_id``: the idempotency key (default: a new one per submission).
+    - ``retries``: attempts after the first when the worker is lost or the
+      routine raises a type listed in ``retry_on``; exponential back-off from
+      ``retry_backoff`` seconds, with jitter.
 
     Raises:
         TypeError: ``fn`` is not an ``async def`` function, or a bad option.

@@ -1,1 +1,20 @@
-"""Durable jobs: the store protocol, the SQLite store (default), the scheduler."""
+"""Durable jobs: calls written to a store first, so they survive the dispatching process.
+
+    _store       the store protocol and its records (no I/O)
+    _sqlite      SQLiteStore: the embedded default, one file, its own thread
+    _open        store= URL or object -> a store
+    _codec       a job's payload (the call and its retry policy)
+    _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
+    _scheduler   leases due jobs, dispatches them like calls, records outcomes, recovers orphans
+"""
+
+from __future__ import annotations
+
+from ._job import Job as Job
+from ._job import Jobs as Jobs
+from ._open import open_store as open_store
+from ._scheduler import Scheduler as Scheduler
+from ._sqlite import SQLiteStore as SQLiteStore
+from ._store import JobStore as JobStore
+
+__all__ = ["Job", "JobStore", "Jobs", "SQLiteStore", "Scheduler", "open_store"]

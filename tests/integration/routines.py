@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 import time
@@ -261,3 +262,67 @@ async def db_write(seconds, tag):
     start = time.time()
     await asyncio.sleep(seconds)
     return "write", tag, start, time.time()
+
+
+# -- durable jobs -----------------------------------------------------------------------
+
+
+def executions(directory, name):
+    """(starts, ends) that `mark` recorded for ``name``."""
+    try:
+        with open(os.path.join(directory, name)) as f:
+            lines = f.read().split()
+    except FileNotFoundError:
+        return 0, 0
+    return lines.count("start"), lines.count("end")
+
+
+@pool.routine
+async def mark(directory, name, seconds=0.0):
+    """Record each execution in a side-effect file (start, then end); return ``name``."""
+    path = os.path.join(directory, name)
+    with open(path, "a") as f:
+        f.write("start\n")
+    await asyncio.sleep(seconds)
+    with open(path, "a") as f:
+        f.write("end\n")
+    return name
+
+
+@pool.routine
+async def hold_until(path, signals, tag):
+    """Tell ``signals`` it started, then wait (bounded) until ``path`` exists."""
+    notify(signals, f"start {tag}")
+    for _ in range(3000):
+        if os.path.exists(path):
+            return tag
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"{path} never appeared")
+
+
+@pool.routine
+async def flaky(directory, name, failures):
+    """Raise KeyError on the first ``failures`` executions, then return the execution count."""
+    path = os.path.join(directory, name)
+    with open(path, "a") as f:
+        f.write("start\n")
+    starts, _ = executions(directory, name)
+    if starts <= failures:
+        raise KeyError(f"execution {starts} fails")
+    return starts
+
+
+@pool.routine
+async def die_once(directory, name):
+    """Kill this worker on the first execution (SIGKILL), succeed on the next."""
+    path = os.path.join(directory, name)
+    with open(path, "a") as f:
+        f.write("start\n")
+    if executions(directory, name)[0] == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+@pool.routine
+async def big_result(size):
+    return b"x" * size

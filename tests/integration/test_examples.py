@@ -17,7 +17,7 @@ SMOKE = {
     "embed_in_wool.py": (["--workers", "4", "--callers", "2", "--tasks", "10"], "20 tasks ran on 2 of 4 workers"),
 }
 NEEDS = {"embed_in_wool.py": "wool"}
-SERVERS = {"api_server.py": "tests/integration/test_api_server.py"}
+SERVERS = {"api_server.py": "tests/integration/test_api_server.py", "jobs_api.py": "tests/integration/test_jobs_api.py"}
 """Examples that serve until stopped; each has its own test over the network."""
 
 

@@ -46,3 +46,22 @@ def test_leaf_packages_should_not_import_pool():
         for path in (root / package).glob("*.py"):
             text = path.read_text()
             assert "import pool" not in text and "from pool" not in text, path
+
+
+def test_durable_job_names_should_be_importable():
+    """Test the names DESIGN.md lists under 'Durable jobs'."""
+    import pool
+
+    for name in ("Job", "JobStore", "SQLiteStore", "StoreError", "ConfigError", "CapacityTimeout"):
+        assert name in pool.__all__ and hasattr(pool, name), name
+    assert pool.Job.__module__ == "pool" and pool.JobStore.__module__ == "pool"
+
+
+def test_import_should_not_load_optional_machinery():
+    """Test that `import pool` stays light: zeroconf and the job store load on first use."""
+    import subprocess
+    import sys
+
+    code = "import sys, pool; print(sorted(m for m in ('zeroconf', 'sqlite3', 'pool._jobs') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

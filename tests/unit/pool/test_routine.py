@@ -70,7 +70,14 @@ class TestRoutine:
         with pytest.raises(TypeError, match="timeout: expected seconds > 0"):
             routines.add.options(timeout="1")
         with pytest.raises(TypeError):
-            routines.add.options(retries=3)
+            routines.add.options(retry=3)  # an unknown option
+        with pytest.raises(ValueError, match="retries: expected an int >= 0"):
+            routines.add.options(retries=-1)
+        with pytest.raises(TypeError, match="retry_on: expected an exception type"):
+            routines.add.options(retry_on=(int,))
+        assert routines.add.options(retry_on=KeyError).call_options.retry_on == (KeyError,)
+        with pytest.raises(ValueError, match="dispatch_deadline: expected seconds > 0"):
+            routines.add.options(dispatch_deadline=0)
         with pytest.raises(TypeError, match="queue: expected a pool.Queue"):
             routines.add.options(queue="db")
         with pytest.raises(ValueError, match="a concurrency key needs a queue"):

@@ -1,0 +1,172 @@
+"""Durable jobs on DESIGN.md's workloads (g)-(j), beside in-memory calls in the same run.
+
+    (g) 10,000 no-op jobs submitted 256 at a time, submit to result: jobs/s
+        (and (b), the same as in-memory calls, for the ratio; target >= 1/2)
+    (h) one no-op job at a time, submit to result, 1,000 jobs: p50/p99 ms (target p50 < 3 ms)
+    (i) seed 000's burst as jobs: 3,704 jobs of sleep(2.29) on 2 workers x 100:
+        drain time vs the ideal 42.41 s, rejected count (target <= 1.10x, 0 rejected)
+    (j) the dispatching process's RSS with 100,000 pending jobs vs 100 (target < 50 MiB more)
+
+Prints one JSON object. Run from the repository root::
+
+    python -m bench.bench_jobs [--quick] [--only g,h,i,j]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import tempfile
+import time
+
+import uvloop
+
+import pool
+from backpressure import TaskCountBackpressure
+from balancer import PriorityLoadBalancer
+from bench import routines
+from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, summarize_us
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def job_roundtrip() -> None:
+    job = await routines.noop.submit()
+    await job.result(timeout=600)
+
+
+async def throughput(directory: str, total: int) -> dict[str, object]:
+    async with pool.WorkerPool(spawn=WORKERS, store=f"sqlite:///{directory}/g.db") as p:
+        await concurrent(routines.noop, 500, TP_CONCURRENCY)  # warm the workers
+        calls_elapsed, call_errors = await concurrent(routines.noop, total, TP_CONCURRENCY)
+        await concurrent(job_roundtrip, 500, TP_CONCURRENCY)
+        jobs_elapsed, job_errors = await concurrent(job_roundtrip, total, TP_CONCURRENCY)
+        counts = await p.jobs.counts()
+    calls_per_s, jobs_per_s = total / calls_elapsed, total / jobs_elapsed
+    return {
+        "n": total,
+        "concurrency": TP_CONCURRENCY,
+        "calls_per_s": round(calls_per_s, 1),
+        "jobs_per_s": round(jobs_per_s, 1),
+        "jobs_over_calls": round(jobs_per_s / calls_per_s, 3),
+        "errors": {"calls": call_errors, "jobs": job_errors},
+        "store_counts": counts,
+    }
+
+
+async def latency(directory: str, n: int) -> dict[str, object]:
+    async with pool.WorkerPool(spawn=WORKERS, store=f"sqlite:///{directory}/h.db"):
+        for _ in range(50):
+            await job_roundtrip()
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await job_roundtrip()
+            samples.append(time.perf_counter() - t0)
+        calls = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await routines.noop()
+            calls.append(time.perf_counter() - t0)
+    jobs, mem = summarize_us(samples), summarize_us(calls)
+    return {
+        "n": n,
+        "job_p50_ms": round(jobs["p50_us"] / 1e3, 3),
+        "job_p99_ms": round(jobs["p99_us"] / 1e3, 3),
+        "call_p50_ms": round(mem["p50_us"] / 1e3, 3),
+        "call_p99_ms": round(mem["p99_us"] / 1e3, 3),
+    }
+
+
+async def burst(directory: str, tasks: int, task_s: float) -> dict[str, object]:
+    per_worker = 100
+    ideal = tasks / (per_worker * WORKERS) * task_s
+    async with pool.WorkerPool(
+        spawn=WORKERS,
+        backpressure=TaskCountBackpressure(per_worker),
+        loadbalancer=PriorityLoadBalancer(),
+        store=f"sqlite:///{directory}/i.db",
+        dispatch_deadline=3600,
+    ):
+        await routines.noop()
+        t0 = time.perf_counter()
+        rejected = 0
+        submitted = []
+        for outcome in await asyncio.gather(
+            *(routines.sleeper.submit(task_s) for _ in range(tasks)), return_exceptions=True
+        ):
+            if isinstance(outcome, pool.AdmissionRejected):
+                rejected += 1
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                submitted.append(outcome)
+        failed = 0
+        for job in submitted:
+            try:
+                await job.result(timeout=3600)
+            except Exception:
+                failed += 1
+        drain = time.perf_counter() - t0
+    return {
+        "jobs": tasks,
+        "task_s": task_s,
+        "rejected": rejected,
+        "failed": failed,
+        "drain_s": round(drain, 2),
+        "ideal_s": round(ideal, 2),
+        "drain_over_ideal": round(drain / ideal, 3),
+    }
+
+
+async def backlog_memory(directory: str, big: int) -> dict[str, object]:
+    """RSS of a pool whose store holds ``big`` pending jobs no worker can take, vs 100."""
+    result: dict[str, object] = {}
+    for count in (100, big):
+        discovery = pool.StaticDiscovery()  # no workers: every job stays pending
+        async with pool.WorkerPool(
+            spawn=0, discovery=discovery, store=f"sqlite:///{directory}/j{count}.db", dispatch_deadline=3600
+        ) as p:
+            for start in range(0, count, 1000):
+                await asyncio.gather(*(routines.noop.submit() for _ in range(start, min(count, start + 1000))))
+            await asyncio.sleep(1.0)  # the scheduler leases its batch
+            counts = await p.jobs.counts()
+            result[f"rss_mib_{count}_pending"] = round(rss_mib(), 1)
+            result[f"pending_{count}"] = counts["pending"]
+    result["rss_mib_more"] = round(result[f"rss_mib_{big}_pending"] - result["rss_mib_100_pending"], 1)  # type: ignore[operator]
+    return result
+
+
+async def main(quick: bool, only: set[str]) -> dict[str, object]:
+    scale = 10 if quick else 1
+    result: dict[str, object] = {"runtime": "leakypool jobs (SQLite)", "quick": quick}
+    with tempfile.TemporaryDirectory(prefix="leakypool-bench-") as directory:
+        if "g" in only:
+            log("(g) job throughput")
+            result["g_job_throughput"] = await throughput(directory, TP_CALLS // scale)
+        if "h" in only:
+            log("(h) sequential job latency")
+            result["h_job_latency"] = await latency(directory, 1000 // scale)
+        if "i" in only:
+            log("(i) seed-000 burst as jobs")
+            result["i_burst_jobs"] = await burst(directory, 3704 // scale, 2.29)
+        if "j" in only:
+            log("(j) backlog memory")
+            result["j_backlog_memory"] = await backlog_memory(directory, 100_000 // scale)
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1/10 sizes")
+    parser.add_argument("--only", default="g,h,i,j", help="comma-separated workloads (default g,h,i,j)")
+    args = parser.parse_args()
+    print(json.dumps(uvloop.run(main(args.quick, set(args.only.split(",")))), indent=2))

@@ -1,0 +1,230 @@
+"""`pool.Job`, a durable call as the caller sees it, and `Jobs`, the pool's book of them.
+
+A `Job` is a snapshot of one row of the store plus the verbs that act on
+it (`result`, `cancel`, `refresh`); any process that opens the same store
+can look a job up by id (``await pool.jobs.get(id)``) and wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .._calls import Task, outcome_result
+from .._errors import ConfigError
+from .._proto import leakypool_pb2 as pb
+from ._codec import RetryPolicy, encode
+from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob
+
+if TYPE_CHECKING:
+    from .._routine import CallOptions
+
+POLL_MIN_S: Final[float] = 0.005
+"""First interval at which `Job.result` rereads a job another process runs."""
+
+POLL_MAX_S: Final[float] = 0.5
+"""Longest interval between two rereads (the wait doubles up to it)."""
+
+
+def _when(timestamp: float | None) -> datetime.datetime | None:
+    return None if timestamp is None else datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+
+
+class Job:
+    """A call written to the job store: it survives a crash or restart of the process that submitted it.
+
+    A snapshot: ``state`` and the other fields are as of the submission or
+    the last `refresh`. States go ``pending`` -> ``running`` (the moment a
+    worker accepts it) -> ``succeeded`` | ``failed`` | ``cancelled``.
+
+    Attributes:
+        id: The job id (the idempotency key given as ``job_id``, or a generated one).
+        routine: The routine's qualified name.
+    """
+
+    __slots__ = ("_jobs", "_record")
+
+    def __init__(self, jobs: Jobs, record: JobRecord) -> None:
+        self._jobs = jobs
+        self._record = record
+
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def routine(self) -> str:
+        return self._record.routine
+
+    @property
+    def state(self) -> str:
+        """``pending``, ``running``, ``succeeded``, ``failed`` or ``cancelled``."""
+        return self._record.state
+
+    @property
+    def attempts(self) -> int:
+        """Attempts started so far (more than one: it ran again after a failure or a crash)."""
+        return self._record.attempts
+
+    @property
+    def error(self) -> str:
+        """Why it failed or was cancelled, as text ("" otherwise)."""
+        return self._record.error
+
+    @property
+    def created_at(self) -> datetime.datetime:
+        return _when(self._record.created_at)  # type: ignore[return-value]
+
+    @property
+    def started_at(self) -> datetime.datetime | None:
+        """When its last attempt was accepted by a worker."""
+        return _when(self._record.started_at)
+
+    @property
+    def finished_at(self) -> datetime.datetime | None:
+        return _when(self._record.finished_at)
+
+    @property
+    def done(self) -> bool:
+        """Whether it reached a final state (as of this snapshot)."""
+        return self._record.state in TERMINAL_STATES
+
+    async def refresh(self) -> Job:
+        """Reread this job from the store; returns self."""
+        record = await self._jobs.store.get(self.id)
+        if record is not None:
+            self._record = record
+        return self
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait until the job is final; return its value or raise its error.
+
+        A failed job re-raises the routine's own exception (its type, with
+        the worker's traceback as ``__cause__``), or the error of ours that
+        ended it (`CapacityTimeout`, `WorkerBroken`, `SerializationError`).
+
+        Raises:
+            TimeoutError: it is not final within ``timeout`` seconds.
+            asyncio.CancelledError: it was cancelled (or cancelling the waiter).
+        """
+        self._record = await self._jobs.wait(self.id, timeout)
+        record = self._record
+        if record.state == "cancelled":
+            raise asyncio.CancelledError(f"job {record.id} was cancelled: {record.error}")
+        outcome = pb.Outcome.FromString(record.outcome or b"")
+        ok, value = outcome_result(outcome, record.routine)
+        if not ok:
+            raise value
+        return value
+
+    async def cancel(self) -> Job:
+        """Cancel it: a pending job never runs; a running one is cancelled on its worker. Returns self."""
+        record = await self._jobs.cancel(self.id)
+        if record is not None:
+            self._record = record
+        return self
+
+    def __repr__(self) -> str:
+        r = self._record
+        return f"<Job {r.id} {r.routine}() {r.state}, {r.attempts} attempt(s)>"
+
+
+class Jobs:
+    """The pool's jobs: submit, look up, list, wait, cancel (``WorkerPool.jobs``).
+
+    Args:
+        store: Where jobs live.
+        wake: Tells this process's scheduler a job was submitted.
+        cancel_running: Tells this process's scheduler to cancel a running job now.
+        max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
+        default_deadline: A job's dispatch deadline unless its options set one.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        wake: Callable[[], None],
+        cancel_running: Callable[[str], None],
+        max_pending: int | None,
+        default_deadline: float,
+    ) -> None:
+        self.store = store
+        self._wake = wake
+        self._cancel_running = cancel_running
+        self._max_pending = max_pending
+        self._default_deadline = default_deadline
+        self._finished: dict[str, asyncio.Future[None]] = {}  # jobs someone here waits for
+
+    def notify_finished(self, job_id: str) -> None:
+        """This process just finished ``job_id``: wake whoever waits for it here."""
+        waiter = self._finished.pop(job_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def submit(self, task: Task, options: CallOptions) -> Job:
+        """Commit a job for ``task``; returns the active job with the same id instead, if any."""
+        now = time.time()
+        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
+        new = NewJob(
+            id=options.job_id or uuid.uuid4().hex,
+            routine=task.name,
+            payload=payload,
+            created_at=now,
+            deadline=now + (options.dispatch_deadline or self._default_deadline),
+            max_attempts=1 + options.retries,
+            queue=task.queue,
+            key=task.key,
+            workflow=task.workflow,
+        )
+        record, created = await self.store.submit(new, self._max_pending)  # the ceiling, checked in one transaction
+        if created:
+            self._wake()
+        return Job(self, record)
+
+    async def get(self, job_id: str) -> Job | None:
+        """The job with this id, from the store (any process's), or None."""
+        record = await self.store.get(job_id)
+        return None if record is None else Job(self, record)
+
+    async def list(self, state: str | None = None, limit: int = 100) -> list[Job]:
+        """Jobs in ``state`` (all states if None), oldest first, at most ``limit``."""
+        if state is not None and state not in ACTIVE_STATES | TERMINAL_STATES:
+            raise ConfigError(f"state: expected one of {sorted(ACTIVE_STATES | TERMINAL_STATES)}, got {state!r}")
+        return [Job(self, r) for r in await self.store.list(state, limit)]
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per state in the store."""
+        return await self.store.counts()
+
+    async def wait(self, job_id: str, timeout: float | None) -> JobRecord:
+        """The job's record once it is final (see `Job.result`)."""
+        async with asyncio.timeout(timeout):
+            interval = POLL_MIN_S
+            while True:
+                record = await self.store.get(job_id)
+                if record is None:
+                    raise KeyError(f"no job {job_id!r} in {self.store!r}")
+                if record.state in TERMINAL_STATES:
+                    return record
+                finished = self._finished.get(job_id)  # resolved at once if this process finishes it
+                if finished is None or finished.done():
+                    finished = self._finished[job_id] = asyncio.get_running_loop().create_future()
+                try:
+                    await asyncio.wait_for(asyncio.shield(finished), interval)
+                except TimeoutError:
+                    interval = min(POLL_MAX_S, interval * 2)
+                finally:
+                    if self._finished.get(job_id) is finished and finished.done():
+                        del self._finished[job_id]
+
+    async def cancel(self, job_id: str) -> JobRecord | None:
+        """Cancel the job (see `Job.cancel`); its record afterwards."""
+        record = await self.store.cancel(job_id, time.time())
+        if record is not None and record.state in ("running", "cancelled"):
+            self._cancel_running(job_id)  # this process may hold it, leased or running
+        return record

@@ -1,0 +1,171 @@
+"""The job store protocol and its records: what the scheduler needs of a database. No I/O here.
+
+A store keeps one row per job and one lease row per dispatching process
+(*owner*). Every write is atomic and fenced: a write that names an owner
+and a state changes the row only if it still has them, so a process that
+lost a job (its lease expired, the job was cancelled) cannot overwrite
+what another process did since. The state machine:
+
+    submit ──> pending ──lease──> pending (owned) ──mark_running──> running ──finish──> succeeded | failed | cancelled
+                  ^        │ unlease               │ fail_pending               │ retry
+                  └────────┴───────────────────────┴────────────────────────────┘
+    recover / release_owner: an owner's pending jobs lose their owner; its running jobs are pending again
+    cancel: pending ──> cancelled; running ──> cancel_requested (its owner cancels it, then finish)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final, Literal, Protocol, runtime_checkable
+
+JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+
+ACTIVE_STATES: Final[frozenset[str]] = frozenset({"pending", "running"})
+TERMINAL_STATES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewJob:
+    """What `JobStore.submit` writes.
+
+    Attributes:
+        id: The idempotency key (a user's ``job_id``, or a generated one).
+        routine: The routine's qualified name, for people.
+        payload: The call, opaque to the store (see ``_codec``).
+        created_at: Submission time, Unix seconds.
+        deadline: Unix time by which it must have started, or fail.
+        max_attempts: 1 + retries.
+        queue, key, workflow: Its limits, for stats (opaque here).
+    """
+
+    id: str
+    routine: str
+    payload: bytes
+    created_at: float
+    deadline: float
+    max_attempts: int = 1
+    queue: str = ""
+    key: str = ""
+    workflow: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as stored (times in Unix seconds; ``owner`` "" when no process holds it)."""
+
+    id: str
+    routine: str
+    state: str
+    attempts: int
+    max_attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    deadline: float
+    next_at: float
+    owner: str
+    error: str
+    payload: bytes
+    outcome: bytes | None
+    cancel_requested: bool
+    queue: str
+    key: str
+    workflow: str
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Where durable jobs live; the scheduler's only view of the database.
+
+    Implementations MUST make each method atomic, MUST commit a write before
+    its awaitable completes, MUST NOT return one job from two concurrent
+    `lease` calls (from any process), and MUST leave a job in a terminal
+    state unchanged except by a new `submit` of its id. ``now`` arguments
+    are Unix seconds, given by the caller so tests control time.
+    """
+
+    url: str
+
+    async def open(self) -> None:
+        """Create the schema on first use, or check it. Raises ConfigError (one line) if unusable."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads; idempotent."""
+        ...
+
+    async def submit(self, job: NewJob, max_active: int | None = None) -> tuple[JobRecord, bool]:
+        """Insert ``job`` as pending: ``(record, True)``; an active job with its id: ``(that, False)``.
+
+        Raises:
+            AdmissionRejected: ``max_active`` jobs are already active (checked in the same transaction).
+        """
+        ...
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The job with this id, or None."""
+        ...
+
+    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """Jobs in ``state`` (any if None), oldest first."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per state, every state present."""
+        ...
+
+    async def count_active(self) -> int:
+        """Pending + running jobs."""
+        ...
+
+    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+        """Take up to ``limit`` due, unowned pending jobs for ``owner``, oldest due first."""
+        ...
+
+    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+        """Give back pending jobs ``owner`` holds (optionally due at ``next_at``)."""
+        ...
+
+    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+        """pending + owned -> running, attempts + 1. False (no change) otherwise."""
+        ...
+
+    async def finish(
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+    ) -> bool:
+        """running + owned -> a terminal ``state``. False (no change) otherwise."""
+        ...
+
+    async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
+        """running + owned -> pending again, unowned, due at ``next_at``."""
+        ...
+
+    async def fail_pending(
+        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
+    ) -> bool:
+        """pending + owned -> failed (it never ran: capacity timeout, unreadable payload)."""
+        ...
+
+    async def cancel(self, job_id: str, now: float) -> JobRecord | None:
+        """pending -> cancelled; running -> cancel requested; final -> unchanged. The record after."""
+        ...
+
+    async def cancel_requested(self, owner: str) -> list[str]:
+        """Running jobs of ``owner`` whose cancellation was asked for."""
+        ...
+
+    async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
+        """Renew ``owner``'s lease until ``now + ttl``."""
+        ...
+
+    async def recover(self, now: float) -> list[str]:
+        """Re-queue the jobs of owners whose lease expired (or who never had one); their ids."""
+        ...
+
+    async def release_owner(self, owner: str, now: float) -> None:
+        """A clean shutdown: give back everything ``owner`` holds, drop its lease."""
+        ...
+
+    async def oldest_due(self, now: float) -> float | None:
+        """The earliest ``next_at`` among unowned pending jobs, or None."""
+        ...

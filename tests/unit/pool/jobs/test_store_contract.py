@@ -1,0 +1,221 @@
+"""The job store contract, run against every backend (today: SQLite files).
+
+One parametrised suite: a backend plugs in by adding a param to `backends`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+
+import pool
+from pool._jobs._sqlite import SCHEMA_VERSION, SQLiteStore
+from pool._jobs._store import JobStore, NewJob
+
+NOW = 1_000_000.0
+
+backends = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+@contextlib.asynccontextmanager
+async def opened(backend: str, tmp_path, name: str = "jobs.db") -> AsyncIterator[JobStore]:
+    assert backend == "sqlite"
+    store = SQLiteStore(str(tmp_path / name))
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def job(job_id: str = "a", *, created: float = NOW, deadline: float = NOW + 60, attempts: int = 1) -> NewJob:
+    return NewJob(job_id, "mod.fn", b"payload", created, deadline, attempts, "q", "k", "w")
+
+
+@backends
+class TestJobStore:
+    async def test_store_should_satisfy_the_protocol(self, backend, tmp_path):
+        """Test that the backend is a pool.JobStore (structurally)."""
+        async with opened(backend, tmp_path) as store:
+            assert isinstance(store, pool.JobStore)
+
+    async def test_submit_should_return_the_active_job_instead_of_a_second_one(self, backend, tmp_path):
+        """Test idempotency: an active id attaches; a final one is replaced by a fresh job."""
+        async with opened(backend, tmp_path) as store:
+            first, created = await store.submit(job())
+            assert created and (first.state, first.attempts, first.next_at, first.owner) == ("pending", 0, NOW, "")
+            again, created = await store.submit(job(created=NOW + 5))
+            assert not created and again == first
+            await store.heartbeat("me", NOW, 10)
+            (leased,) = await store.lease("me", 10, NOW)
+            assert await store.mark_running("a", "me", NOW)
+            assert not (await store.submit(job(created=NOW + 6)))[1]  # running: still attaches
+            assert await store.finish("a", "me", "succeeded", NOW + 1, outcome=b"out")
+            fresh, created = await store.submit(job(created=NOW + 7))
+            assert created and (fresh.state, fresh.attempts, fresh.outcome) == ("pending", 0, None)
+
+    async def test_submit_should_refuse_past_max_active_in_the_same_transaction(self, backend, tmp_path):
+        """Test the ceiling: active jobs count, final ones do not, an attach is never refused."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job("a"), max_active=2)
+            await store.submit(job("b"), max_active=2)
+            with pytest.raises(pool.AdmissionRejected, match="2 jobs already active"):
+                await store.submit(job("c"), max_active=2)
+            assert not (await store.submit(job("a"), max_active=2))[1]
+            assert await store.cancel("b", NOW) is not None
+            assert (await store.submit(job("c"), max_active=2))[1]
+            assert await store.count_active() == 2
+
+    async def test_lease_should_take_due_unowned_jobs_oldest_first_and_never_twice(self, backend, tmp_path):
+        """Test lease order and exclusivity within one store."""
+        async with opened(backend, tmp_path) as store:
+            for i, created in enumerate([NOW + 3, NOW + 1, NOW + 2, NOW + 50]):
+                await store.submit(job(f"j{i}", created=created))
+            first = await store.lease("one", 2, NOW + 10)
+            second = await store.lease("two", 10, NOW + 10)
+            assert [j.id for j in first] == ["j1", "j2"] and {j.owner for j in first} == {"one"}
+            assert [j.id for j in second] == ["j0"]  # j3 is not due yet
+            await store.unlease("one", ["j1"])
+            assert [j.id for j in await store.lease("two", 10, NOW + 60)] == ["j1", "j3"]
+
+    async def test_lease_should_be_exclusive_across_two_stores_on_one_file(self, backend, tmp_path):
+        """Test two stores (as two processes would) leasing concurrently from their own threads."""
+        async with opened(backend, tmp_path) as one, opened(backend, tmp_path) as two:
+            await asyncio.gather(*(one.submit(job(f"j{i}")) for i in range(300)))
+            leased: dict[str, list[str]] = {"one": [], "two": []}
+
+            async def drain(store: JobStore, owner: str) -> None:
+                while batch := await store.lease(owner, 7, NOW):
+                    leased[owner] += [j.id for j in batch]
+
+            await asyncio.gather(drain(one, "one"), drain(two, "two"))
+            assert not set(leased["one"]) & set(leased["two"])
+            assert len(leased["one"]) + len(leased["two"]) == 300
+
+    async def test_writes_should_be_fenced_on_owner_and_state(self, backend, tmp_path):
+        """Test that a process that lost a job cannot move it."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job())
+            await store.lease("me", 1, NOW)
+            assert not await store.mark_running("a", "other", NOW)
+            assert not await store.finish("a", "me", "succeeded", NOW, outcome=None)  # not running yet
+            assert await store.mark_running("a", "me", NOW)
+            assert not await store.mark_running("a", "me", NOW)  # not pending any more
+            assert not await store.retry("a", "other", NOW, "x")
+            assert not await store.fail_pending("a", "me", NOW, "x")
+            assert await store.retry("a", "me", NOW + 5, "boom")
+            record = await store.get("a")
+            assert (record.state, record.owner, record.next_at, record.error, record.attempts) == (
+                "pending", "", NOW + 5, "boom", 1,
+            )
+
+    async def test_recover_should_requeue_only_the_jobs_of_dead_owners(self, backend, tmp_path):
+        """Test orphan recovery: a live owner's jobs are never touched."""
+        async with opened(backend, tmp_path) as store:
+            for i, name in enumerate(("dead-run", "dead-wait", "live-run", "ghost")):
+                await store.submit(job(name, created=NOW - 4 + i))  # leased in this order
+            await store.heartbeat("dead", NOW, 5)
+            await store.heartbeat("live", NOW, 60)
+            await store.lease("dead", 2, NOW)  # dead-run, dead-wait
+            await store.lease("live", 1, NOW)  # live-run
+            await store.lease("never-heartbeat", 1, NOW)  # ghost: crashed before its first heartbeat
+            assert await store.mark_running("dead-run", "dead", NOW)
+            assert await store.mark_running("live-run", "live", NOW)
+            assert await store.recover(NOW + 1) == []  # dead's lease is still valid
+            assert await store.recover(NOW + 10) == ["dead-run"]
+            states = {j.id: (j.state, j.owner, j.attempts) for j in await store.list()}
+            assert states == {
+                "dead-run": ("pending", "", 1),
+                "dead-wait": ("pending", "", 0),
+                "live-run": ("running", "live", 1),
+                "ghost": ("pending", "", 0),
+            }
+
+    async def test_cancel_should_end_a_pending_job_and_flag_a_running_one(self, backend, tmp_path):
+        """Test cancel in each state."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job("p"))
+            await store.submit(job("r"))
+            await store.lease("me", 2, NOW)
+            await store.mark_running("r", "me", NOW)
+            assert (await store.cancel("p", NOW)).state == "cancelled"
+            assert not await store.mark_running("p", "me", NOW)  # a cancelled job never runs
+            flagged = await store.cancel("r", NOW)
+            assert flagged.state == "running" and flagged.cancel_requested
+            assert await store.cancel_requested("me") == ["r"]
+            assert await store.finish("r", "me", "cancelled", NOW, outcome=None, error="cancelled")
+            assert (await store.cancel("r", NOW)).state == "cancelled"  # final: unchanged
+            assert await store.cancel("nope", NOW) is None
+            assert (await store.counts())["cancelled"] == 2
+
+    async def test_release_owner_should_hand_back_everything_on_a_clean_shutdown(self, backend, tmp_path):
+        """Test that a closing process leaves no job owned."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job("a"))
+            await store.submit(job("b"))
+            await store.heartbeat("me", NOW, 60)
+            await store.lease("me", 2, NOW)
+            await store.mark_running("a", "me", NOW)
+            await store.release_owner("me", NOW + 1)
+            assert {(j.state, j.owner) for j in await store.list()} == {("pending", "")}
+            assert await store.oldest_due(NOW + 1) == NOW
+
+
+class TestSQLiteFiles:
+    async def test_open_should_refuse_what_is_not_a_leakypool_store_in_one_line(self, tmp_path):
+        """Test each unusable file fails at open with a ConfigError naming the path."""
+        (tmp_path / "text").write_text("not a database\n" * 200)
+        foreign = sqlite3.connect(tmp_path / "foreign.db")
+        foreign.execute("CREATE TABLE users (id INTEGER)")
+        foreign.close()
+        for name, message in [
+            ("text", "not a SQLite database"),
+            ("foreign.db", "not a leakypool job store"),
+            ("missing-dir/jobs.db", "unable to open"),
+            ("", "is a directory"),
+        ]:
+            store = SQLiteStore(str(tmp_path / name))
+            with pytest.raises(pool.ConfigError, match=message) as info:
+                await store.open()
+            assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+        assert threading.active_count() >= 1  # (and no store thread left behind: the autouse check)
+
+    async def test_open_should_refuse_a_newer_schema_and_leave_it_untouched(self, tmp_path):
+        """Test that a database from a newer release is refused, not damaged."""
+        path = tmp_path / "jobs.db"
+        async with opened("sqlite", tmp_path):
+            pass
+        db = sqlite3.connect(path)
+        db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
+        db.commit()
+        db.close()
+        before = path.read_bytes()
+        with pytest.raises(pool.ConfigError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
+            await SQLiteStore(str(path)).open()
+        assert path.read_bytes() == before
+
+    async def test_full_disk_should_fail_submit_with_store_error_and_write_nothing(self, tmp_path):
+        """Test a full database (SQLite's max_page_count): StoreError, no half-written job, recovery after."""
+        async with opened("sqlite", tmp_path) as store:
+            await store.submit(job("small"))
+            pages = (await store._run(lambda db: db.execute("PRAGMA page_count").fetchone(), write=False))[0]
+            await store._run(lambda db: db.execute(f"PRAGMA max_page_count = {pages}"), write=False)
+            big = NewJob("big", "mod.fn", b"x" * 200_000, NOW, NOW + 60)
+            with pytest.raises(pool.StoreError, match="full"):
+                await store.submit(big)
+            assert await store.get("big") is None
+            await store._run(lambda db: db.execute("PRAGMA max_page_count = 1073741823"), write=False)
+            assert (await store.submit(big))[1]
+
+    def test_from_url_should_read_an_absolute_path(self):
+        """Test the URL forms DESIGN.md uses."""
+        assert SQLiteStore.from_url("sqlite:///var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
+        assert SQLiteStore.from_url("sqlite:////var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
+        for bad in ("sqlite:///", "sqlite://host/x.db", "postgres://x"):
+            with pytest.raises(pool.ConfigError, match="expected sqlite:///"):
+                SQLiteStore.from_url(bad)
