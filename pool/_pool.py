@@ -334,7 +334,7 @@ class WorkerPool:
     def _capacity_changed(self) -> None:
         self._admission.capacity_changed()
         if self._scheduler is not None:
-            self._scheduler.wake()
+            self._scheduler.capacity_changed()
 
     # -- jobs ----------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob
 if TYPE_CHECKING:
     from .._routine import CallOptions
 
-POLL_MIN_S: Final[float] = 0.005
+POLL_MIN_S: Final[float] = 0.05
 """First interval at which `Job.result` rereads a job another process runs."""
 
 POLL_MAX_S: Final[float] = 0.5
@@ -158,13 +158,13 @@ class Jobs:
         self._cancel_running = cancel_running
         self._max_pending = max_pending
         self._default_deadline = default_deadline
-        self._finished: dict[str, asyncio.Future[None]] = {}  # jobs someone here waits for
+        self._finished: dict[str, asyncio.Future[JobRecord | None]] = {}  # jobs someone here waits for
 
-    def notify_finished(self, job_id: str) -> None:
-        """This process just finished ``job_id``: wake whoever waits for it here."""
+    def notify_finished(self, job_id: str, record: JobRecord | None) -> None:
+        """This process just ended an attempt of ``job_id`` (``record``: its final row, if final)."""
         waiter = self._finished.pop(job_id, None)
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(record)
 
     async def submit(self, task: Task, options: CallOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
@@ -205,22 +205,23 @@ class Jobs:
         """The job's record once it is final (see `Job.result`)."""
         async with asyncio.timeout(timeout):
             interval = POLL_MIN_S
+            record = await self.store.get(job_id)
             while True:
-                record = await self.store.get(job_id)
                 if record is None:
                     raise KeyError(f"no job {job_id!r} in {self.store!r}")
                 if record.state in TERMINAL_STATES:
                     return record
-                finished = self._finished.get(job_id)  # resolved at once if this process finishes it
+                # This process's scheduler resolves `finished` the moment it ends the job;
+                # a job another process runs is reread at a growing interval.
+                finished = self._finished.get(job_id)
                 if finished is None or finished.done():
                     finished = self._finished[job_id] = asyncio.get_running_loop().create_future()
                 try:
-                    await asyncio.wait_for(asyncio.shield(finished), interval)
+                    final = await asyncio.wait_for(asyncio.shield(finished), interval)
                 except TimeoutError:
                     interval = min(POLL_MAX_S, interval * 2)
-                finally:
-                    if self._finished.get(job_id) is finished and finished.done():
-                        del self._finished[job_id]
+                    final = None
+                record = final if final is not None else await self.store.get(job_id)
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel the job (see `Job.cancel`); its record afterwards."""

@@ -20,6 +20,8 @@ run again, at least once in all, and their attempt count says so.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import dataclasses
 import logging
 import random
 import time
@@ -45,6 +47,9 @@ LEASE_BATCH: Final[int] = 256
 RESULT_LIMIT_BYTES: Final[int] = 16 * 1024 * 1024
 """A job whose pickled result is larger fails (the store keeps results, not blobs of any size)."""
 
+MAX_PLACING: Final[int] = 256
+"""Jobs being offered to workers at once (each awaits one worker's Accept)."""
+
 MAX_BACKOFF_S: Final[float] = 300.0
 """Retry back-off grows exponentially up to this."""
 
@@ -52,7 +57,7 @@ _random = random.Random()
 
 
 class _Attempt:
-    __slots__ = ("job", "task", "policy", "runner", "cancel_requested")
+    __slots__ = ("job", "task", "policy", "runner", "cancel_requested", "blocked_at", "started")
 
     def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
         self.job = job
@@ -60,6 +65,12 @@ class _Attempt:
         self.policy = policy
         self.runner: asyncio.Task[None] | None = None
         self.cancel_requested = False
+        self.blocked_at = -1  # the capacity epoch in which its limit was full
+        self.started: float | None = None
+
+
+def _due_order(attempt: _Attempt) -> tuple[float, float, str]:
+    return attempt.job.next_at, attempt.job.created_at, attempt.job.id
 
 
 class Scheduler:
@@ -92,8 +103,13 @@ class Scheduler:
         self._ttl = lease_ttl
         self._tasks = TaskOwner("job scheduler", _log)
         self._wake = asyncio.Event()
-        self._waiting: list[_Attempt] = []
+        self._waiting: list[_Attempt] = []  # leased, in due order
+        self._placing: set[_Attempt] = set()
         self._running: dict[str, _Attempt] = {}
+        self._cancelled: set[str] = set()  # cancelled while this process held them
+        self._no_worker = False  # the last placement found no worker: wait for capacity
+        self._window = MAX_PLACING  # placements allowed at once
+        self._capacity_epoch = 0
         self._closing = False
         self._started = False
         self.jobs = Jobs(
@@ -134,13 +150,23 @@ class Scheduler:
             _log.exception("could not hand this process's jobs back to the store; they return when its lease expires")
 
     def wake(self) -> None:
-        """Capacity may have freed, or a job was submitted: try to dispatch now."""
+        """A job was submitted: lease and dispatch now."""
+        self._wake.set()
+
+    def capacity_changed(self) -> None:
+        """A worker or a limit slot may have freed: try the waiting jobs again."""
+        self._no_worker = False
+        self._capacity_epoch += 1
         self._wake.set()
 
     def cancel_running(self, job_id: str) -> None:
-        """Drop a cancelled job this process holds: unplaced, forget it; running, cancel it on its worker."""
+        """Drop a cancelled job this process holds: waiting, forget it; placed or running, cancel it."""
         self._waiting = [a for a in self._waiting if a.job.id != job_id]
         attempt = self._running.get(job_id)
+        if attempt is None:
+            attempt = next((a for a in self._placing if a.job.id == job_id), None)
+            if attempt is not None:
+                self._cancelled.add(job_id)  # a placement may still put it back: it must not
         if attempt is not None and attempt.runner is not None:
             attempt.cancel_requested = True
             attempt.runner.cancel()
@@ -224,35 +250,70 @@ class Scheduler:
         self._waiting = keep
 
     async def _dispatch_waiting(self) -> None:
+        """Start a placement for each waiting job, in order, while workers may have room.
+
+        Placements run concurrently (each awaits one worker's Accept), as
+        calls do; a job that finds no worker blocks further placements until
+        the next capacity event, one whose limit is full waits for one too.
+        How many run at once grows as they succeed and drops to one when one
+        finds no worker (as TCP's slow start), so a freed slot is probed by
+        one job, not by the whole batch.
+        """
         self._expire()
-        index = 0
-        while index < len(self._waiting) and not self._closing:
-            attempt = self._waiting[index]
-            try:
-                call = await self._place(attempt.task)
-            except NoWorkersAvailable:
-                self._starved()
-                return  # no worker has room: wait for a capacity event
-            except PoolClosed:
+        for attempt in list(self._waiting):
+            if self._closing or self._no_worker or len(self._placing) >= self._window:
                 return
-            except Exception as exc:
-                del self._waiting[index]
-                self._tasks.spawn(self._fail_pending(attempt.job, exc), name=f"fail {attempt.job.id}")
-                continue
-            if call is None:
-                index += 1  # a limit is full: later jobs may still fit
-                continue
-            del self._waiting[index]
-            self._running[attempt.job.id] = attempt
-            attempt.runner = self._tasks.spawn(self._attend(attempt, call), name=f"job {attempt.job.id}")
+            if attempt.blocked_at == self._capacity_epoch:
+                continue  # its limit was full, and nothing freed since
+            self._waiting.remove(attempt)
+            self._placing.add(attempt)
+            attempt.runner = self._tasks.spawn(self._attend(attempt), name=f"job {attempt.job.id}")
+
+    def _put_back(self, attempt: _Attempt) -> None:
+        attempt.runner = None
+        if attempt.job.id in self._cancelled:
+            self._cancelled.discard(attempt.job.id)
+            return
+        bisect.insort(self._waiting, attempt, key=_due_order)
 
     # -- one attempt -----------------------------------------------------------------
 
-    async def _attend(self, attempt: _Attempt, call: OutgoingCall) -> None:
-        """Mark the job running (the worker accepted it), wait for its outcome, record it."""
+    async def _attend(self, attempt: _Attempt) -> None:
+        """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
         job = attempt.job
         try:
-            if not await self.store.mark_running(job.id, self.owner, time.time()):
+            call = await self._place(attempt.task)
+        except NoWorkersAvailable:
+            self._no_worker = True
+            self._window = 1
+            self._starved()
+            self._put_back(attempt)
+            return
+        except PoolClosed:
+            self._put_back(attempt)
+            return
+        except asyncio.CancelledError:
+            if not attempt.cancel_requested:
+                raise
+            return
+        except Exception as exc:
+            await self._fail_pending(job, exc)
+            return
+        finally:
+            self._placing.discard(attempt)
+        if call is None:
+            attempt.blocked_at = self._capacity_epoch  # a limit is full: wait for a slot to free
+            self._put_back(attempt)
+            return
+        self._cancelled.discard(job.id)
+        self._running[job.id] = attempt
+        if self._window < MAX_PLACING:
+            self._window = min(MAX_PLACING, self._window * 2)
+            self._wake.set()  # room for more placements
+        final: JobRecord | None = None
+        try:
+            attempt.started = time.time()
+            if not await self.store.mark_running(job.id, self.owner, attempt.started):
                 call.cancel()  # cancelled (or taken) meanwhile
                 return
             try:
@@ -264,14 +325,15 @@ class Scheduler:
                 await call.abort(CANCEL_CONFIRM_S)
                 if not attempt.cancel_requested:
                     raise  # the pool is closing: release_owner re-queues it
-                await self._finish(job, "cancelled", None, "cancelled by request")
+                final = await self._finish(attempt, "cancelled", None, "cancelled by request")
                 return
-            await self._record(attempt, outcome)
+            final = await self._record(attempt, outcome)
         finally:
             self._running.pop(job.id, None)
-            self.jobs.notify_finished(job.id)
+            self.jobs.notify_finished(job.id, final)
 
-    async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> None:
+    async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> JobRecord | None:
+        """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""
         job = attempt.job
         if outcome.kind == pb.Outcome.RETURN and len(outcome.value) > RESULT_LIMIT_BYTES:
             error = SerializationError(
@@ -280,8 +342,7 @@ class Scheduler:
             )
             outcome = _raised(error, job.routine)
         if outcome.kind == pb.Outcome.RETURN:
-            await self._finish(job, "succeeded", outcome, "")
-            return
+            return await self._finish(attempt, "succeeded", outcome, "")
         ok, error = outcome_result(outcome, job.routine)
         retriable = isinstance(error, WorkerBroken) or isinstance(error, attempt.policy.retry_on)
         attempts = job.attempts + 1
@@ -290,18 +351,25 @@ class Scheduler:
             delay *= 0.5 + _random.random()  # jitter: retries of a burst do not land together
             await self.store.retry(job.id, self.owner, time.time() + delay, _describe(error))
             _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, attempts, _describe(error), delay)
-            return
-        await self._finish(job, "failed", outcome, _describe(error))
+            return None
+        return await self._finish(attempt, "failed", outcome, _describe(error))
 
-    async def _finish(self, job: JobRecord, state: str, outcome: pb.Outcome | None, error: str) -> None:
+    async def _finish(self, attempt: _Attempt, state: str, outcome: pb.Outcome | None, error: str) -> JobRecord | None:
+        job = attempt.job
         data = None if outcome is None else outcome.SerializeToString()
-        if not await self.store.finish(job.id, self.owner, state, time.time(), outcome=data, error=error):
+        now = time.time()
+        if not await self.store.finish(job.id, self.owner, state, now, outcome=data, error=error):
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
+            return None
+        return dataclasses.replace(
+            job, state=state, attempts=job.attempts + 1, started_at=attempt.started, finished_at=now,
+            owner="", error=error, outcome=data,
+        )
 
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
         outcome = _raised(error, job.routine)
         await self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString())
-        self.jobs.notify_finished(job.id)
+        self.jobs.notify_finished(job.id, None)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.store!r} owner={self.owner} [{self.waiting} waiting, {self.running} running]>"
