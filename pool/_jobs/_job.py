@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -138,7 +139,8 @@ class Jobs:
 
     Args:
         store: Where jobs live.
-        wake: Tells this process's scheduler a job was submitted.
+        claim: This process's scheduler: its owner id if it has room to take
+            a new job itself ("" if not), and `adopt` to hand it over.
         cancel_running: Tells this process's scheduler to cancel a running job now.
         max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
         default_deadline: A job's dispatch deadline unless its options set one.
@@ -148,17 +150,23 @@ class Jobs:
         self,
         store: JobStore,
         *,
-        wake: Callable[[], None],
+        claim: Callable[[], str],
+        adopt: Callable[[JobRecord | None], None],
+        holds: Callable[[str], bool],
         cancel_running: Callable[[str], None],
         max_pending: int | None,
         default_deadline: float,
     ) -> None:
         self.store = store
-        self._wake = wake
+        self._claim = claim
+        self._adopt = adopt
+        self._holds = holds
         self._cancel_running = cancel_running
         self._max_pending = max_pending
         self._default_deadline = default_deadline
         self._finished: dict[str, asyncio.Future[JobRecord | None]] = {}  # jobs someone here waits for
+        self._id_prefix = uuid.uuid4().hex[:16] + "-"  # generated ids: unique per process, then a counter
+        self._serial = itertools.count()
 
     def notify_finished(self, job_id: str, record: JobRecord | None) -> None:
         """This process just ended an attempt of ``job_id`` (``record``: its final row, if final)."""
@@ -171,7 +179,7 @@ class Jobs:
         now = time.time()
         payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
         new = NewJob(
-            id=options.job_id or uuid.uuid4().hex,
+            id=options.job_id or f"{self._id_prefix}{next(self._serial):x}",
             routine=task.name,
             payload=payload,
             created_at=now,
@@ -181,9 +189,14 @@ class Jobs:
             key=task.key,
             workflow=task.workflow,
         )
-        record, created = await self.store.submit(new, self._max_pending)  # the ceiling, checked in one transaction
-        if created:
-            self._wake()
+        owner = self._claim()
+        record: JobRecord | None = None
+        try:
+            record, created = await self.store.submit(new, self._max_pending, owner)  # the ceiling: same transaction
+        finally:
+            if owner:
+                self._adopt(record if record is not None and created else None)
+        assert record is not None
         return Job(self, record)
 
     async def get(self, job_id: str) -> Job | None:
@@ -205,23 +218,35 @@ class Jobs:
         """The job's record once it is final (see `Job.result`)."""
         async with asyncio.timeout(timeout):
             interval = POLL_MIN_S
-            record = await self.store.get(job_id)
+            # A job this process's scheduler holds is reported here the moment it
+            # ends: no need to read it first (one store round trip less per job).
+            record = None if self._holds(job_id) else await self.store.get(job_id)
             while True:
+                if record is None and self._holds(job_id):
+                    record = await self._until_finished(job_id, None)  # the scheduler always reports
+                    continue
                 if record is None:
                     raise KeyError(f"no job {job_id!r} in {self.store!r}")
                 if record.state in TERMINAL_STATES:
                     return record
                 # This process's scheduler resolves `finished` the moment it ends the job;
                 # a job another process runs is reread at a growing interval.
-                finished = self._finished.get(job_id)
-                if finished is None or finished.done():
-                    finished = self._finished[job_id] = asyncio.get_running_loop().create_future()
-                try:
-                    final = await asyncio.wait_for(asyncio.shield(finished), interval)
-                except TimeoutError:
-                    interval = min(POLL_MAX_S, interval * 2)
-                    final = None
-                record = final if final is not None else await self.store.get(job_id)
+                record = await self._until_finished(job_id, interval)
+                interval = min(POLL_MAX_S, interval * 2)
+
+    async def _until_finished(self, job_id: str, timeout: float | None) -> JobRecord | None:
+        """The final record, if this process ends the job within ``timeout``; else it, reread."""
+        finished = self._finished.get(job_id)
+        if finished is None or finished.done():
+            finished = self._finished[job_id] = asyncio.get_running_loop().create_future()
+        if timeout is None:
+            final = await asyncio.shield(finished)
+        else:
+            try:
+                final = await asyncio.wait_for(asyncio.shield(finished), timeout)
+            except TimeoutError:
+                final = None
+        return final if final is not None else await self.store.get(job_id)
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel the job (see `Job.cancel`); its record afterwards."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import dataclasses
 import logging
 import random
 import time
@@ -110,11 +109,15 @@ class Scheduler:
         self._no_worker = False  # the last placement found no worker: wait for capacity
         self._window = MAX_PLACING  # placements allowed at once
         self._capacity_epoch = 0
+        self._claimed = 0  # submissions in flight that will arrive leased to this process
+        self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
         self.jobs = Jobs(
             store,
-            wake=self.wake,
+            claim=self._claim,
+            adopt=self._adopt_submitted,
+            holds=self._holds,
             cancel_running=self.cancel_running,
             max_pending=max_pending,
             default_deadline=default_deadline,
@@ -142,6 +145,8 @@ class Scheduler:
         """Stop, and hand every job this process still holds back to the store."""
         self._closing = True
         await self._tasks.aclose()
+        for job_id in list(self._held):  # their waiters here read the store from now on
+            self._drop(job_id)
         if not self._started:
             return
         try:
@@ -150,8 +155,31 @@ class Scheduler:
             _log.exception("could not hand this process's jobs back to the store; they return when its lease expires")
 
     def wake(self) -> None:
-        """A job was submitted: lease and dispatch now."""
+        """Lease and dispatch now."""
         self._wake.set()
+
+    def _claim(self) -> str:
+        """This process's owner id if it can take one more job into its batch now, else ""."""
+        if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
+            self._claimed += 1
+            return self.owner
+        return ""
+
+    def _drop(self, job_id: str) -> None:
+        """This process no longer holds ``job_id`` (cancelled while it waited here)."""
+        self._held.discard(job_id)
+        self.jobs.notify_finished(job_id, None)
+
+    def _holds(self, job_id: str) -> bool:
+        """Whether this process holds ``job_id`` (leased or running): it will report its end."""
+        return job_id in self._held
+
+    def _adopt_submitted(self, job: JobRecord | None) -> None:
+        """A job this process just submitted, inserted already leased by it (None: it was not)."""
+        self._claimed = max(0, self._claimed - 1)
+        if job is not None:
+            self._adopt(job)
+            self._wake.set()
 
     def capacity_changed(self) -> None:
         """A worker or a limit slot may have freed: try the waiting jobs again."""
@@ -161,7 +189,10 @@ class Scheduler:
 
     def cancel_running(self, job_id: str) -> None:
         """Drop a cancelled job this process holds: waiting, forget it; placed or running, cancel it."""
+        before = len(self._waiting)
         self._waiting = [a for a in self._waiting if a.job.id != job_id]
+        if len(self._waiting) < before:
+            self._drop(job_id)
         attempt = self._running.get(job_id)
         if attempt is None:
             attempt = next((a for a in self._placing if a.job.id == job_id), None)
@@ -235,7 +266,8 @@ class Scheduler:
         except SerializationError as exc:
             self._tasks.spawn(self._fail_pending(job, exc), name=f"fail {job.id}")
             return
-        self._waiting.append(_Attempt(job, task, policy))
+        bisect.insort(self._waiting, _Attempt(job, task, policy), key=_due_order)
+        self._held.add(job.id)
 
     def _expire(self) -> None:
         """Fail the waiting jobs whose dispatch deadline passed (they never ran)."""
@@ -273,6 +305,7 @@ class Scheduler:
         attempt.runner = None
         if attempt.job.id in self._cancelled:
             self._cancelled.discard(attempt.job.id)
+            self._drop(attempt.job.id)
             return
         bisect.insort(self._waiting, attempt, key=_due_order)
 
@@ -295,6 +328,7 @@ class Scheduler:
         except asyncio.CancelledError:
             if not attempt.cancel_requested:
                 raise
+            self._drop(job.id)
             return
         except Exception as exc:
             await self._fail_pending(job, exc)
@@ -330,6 +364,7 @@ class Scheduler:
             final = await self._record(attempt, outcome)
         finally:
             self._running.pop(job.id, None)
+            self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
 
     async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> JobRecord | None:
@@ -361,14 +396,15 @@ class Scheduler:
         if not await self.store.finish(job.id, self.owner, state, now, outcome=data, error=error):
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
             return None
-        return dataclasses.replace(
-            job, state=state, attempts=job.attempts + 1, started_at=attempt.started, finished_at=now,
-            owner="", error=error, outcome=data,
+        return JobRecord(
+            job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
+            job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
         )
 
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
         outcome = _raised(error, job.routine)
         await self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString())
+        self._held.discard(job.id)
         self.jobs.notify_finished(job.id, None)
 
     def __repr__(self) -> str:

@@ -70,7 +70,15 @@ _COLUMNS: Final[str] = (
 
 _STOP: Final[object] = object()
 
+_SINGLE: Final[str] = "single"
+"""An operation of one statement (a write or a read): it needs no savepoint of its own."""
+
 Op = Callable[[sqlite3.Connection], Any]
+
+_INSERT: Final[str] = (
+    "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
+    "owner) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
@@ -183,7 +191,13 @@ class SQLiteStore:
         results: list[tuple[asyncio.Future[Any], bool, Any]] = []
         try:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            for op, _, future in work:
+            for op, kind, future in work:
+                if kind is _SINGLE:  # one statement: atomic by itself, no savepoint needed
+                    try:
+                        results.append((future, True, op(connection)))
+                    except Exception as exc:
+                        results.append((future, False, _translate(exc, self.url)))
+                    continue
                 connection.execute("SAVEPOINT op")
                 try:
                     results.append((future, True, op(connection)))
@@ -214,7 +228,12 @@ class SQLiteStore:
             except RuntimeError:
                 pass  # that loop closed: nobody waits any more
 
-    async def _run(self, op: Op, *, write: bool) -> Any:
+    async def _run(self, op: Op, *, write: bool | str) -> Any:
+        """Run ``op(connection)`` on the store's thread in the next transaction.
+
+        ``write``: False for a read, True for a write of several statements,
+        `_SINGLE` for a write of one statement.
+        """
         if self._thread is None:
             raise StoreError(f"store {self.url} is not open")
         future = asyncio.get_running_loop().create_future()
@@ -279,8 +298,15 @@ class SQLiteStore:
 
     # -- writes ----------------------------------------------------------------------
 
-    async def submit(self, job: NewJob, max_active: int | None = None) -> tuple[JobRecord, bool]:
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
+                  job.queue, job.key, job.workflow, owner)
+
         def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
+            if max_active is None:  # the common case: one statement when the id is new
+                row = db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + _COLUMNS, values).fetchone()
+                if row is not None:
+                    return _record(row), True
             row = db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job.id,)).fetchone()
             if row is not None and row[2] in ACTIVE_STATES:
                 return _record(row), False
@@ -291,13 +317,7 @@ class SQLiteStore:
                 )
             if row is not None:
                 db.execute("DELETE FROM jobs WHERE id = ?", (job.id,))
-            db.execute(
-                "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, "
-                "queue, key, workflow) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
-                 job.queue, job.key, job.workflow),
-            )
-            return _record(db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job.id,)).fetchone()), True
+            return _record(db.execute(_INSERT + " RETURNING " + _COLUMNS, values).fetchone()), True
 
         return await self._run(op, write=True)
 
@@ -321,7 +341,7 @@ class SQLiteStore:
         await self._run(op, write=True)
 
     async def _update(self, sql: str, args: tuple[Any, ...]) -> bool:
-        return await self._run(lambda db: db.execute(sql, args).rowcount == 1, write=True)
+        return await self._run(lambda db: db.execute(sql, args).rowcount == 1, write=_SINGLE)
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
         return await self._update(

@@ -94,8 +94,11 @@ class JobStore(Protocol):
         """Release connections and threads; idempotent."""
         ...
 
-    async def submit(self, job: NewJob, max_active: int | None = None) -> tuple[JobRecord, bool]:
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         """Insert ``job`` as pending: ``(record, True)``; an active job with its id: ``(that, False)``.
+
+        A new job is inserted already leased by ``owner`` when one is given
+        (the submitting process dispatches it itself, without a lease round trip).
 
         Raises:
             AdmissionRejected: ``max_active`` jobs are already active (checked in the same transaction).
