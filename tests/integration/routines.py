@@ -327,3 +327,21 @@ async def die_once(directory, name):
 @pool.routine
 async def big_result(size):
     return b"x" * size
+
+
+def _load_only_on_a_worker():
+    if "LEAKYPOOL_UID" not in os.environ:  # spawned workers have one; the dispatching process does not
+        raise RuntimeError("this result cannot be loaded outside a worker")
+    return "loaded"
+
+
+class WorkerOnlyResult:
+    """Pickles fine; unpickling it in the dispatching process raises (a corrupt result, as seen there)."""
+
+    def __reduce__(self):
+        return (_load_only_on_a_worker, ())
+
+
+@pool.routine
+async def corrupt_result():
+    return WorkerOnlyResult()

@@ -203,3 +203,40 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+async def test_a_corrupt_result_or_an_unimportable_routine_should_fail_that_job_only(tmp_path):
+    module = tmp_path / "caller_only_module.py"
+    module.write_text("import pool\n\n@pool.routine\nasync def hidden(x):\n    return x\n")
+    async with one_slot_store_pool(tmp_path):  # workers start before the module is importable
+        sys.path.insert(0, str(tmp_path))
+        try:
+            import caller_only_module
+        finally:
+            sys.path.remove(str(tmp_path))
+        try:
+            unimportable = await caller_only_module.hidden.submit(1)
+            corrupt = await routines.corrupt_result.submit()
+            fine = await routines.add.submit(1, 1)
+            with pytest.raises(pool.SerializationError, match="caller_only_module"):
+                await unimportable.result(timeout=30)
+            with pytest.raises(pool.SerializationError, match="cannot be loaded outside a worker"):
+                await corrupt.result(timeout=30)
+            assert await fine.result(timeout=30) == 2
+            assert (await unimportable.refresh()).state == "failed"
+            assert (await corrupt.refresh()).state == "succeeded"  # the worker's result was fine; reading it here fails
+        finally:
+            sys.modules.pop("caller_only_module", None)
+
+
+async def test_jobs_that_find_no_worker_should_grow_a_pool_with_max_workers(tmp_path):
+    gate = tmp_path / "go"
+    async with Signals() as signals, pool.WorkerPool(
+        spawn=1, max_workers=2, idle_timeout=30, backpressure=TaskCountBackpressure(1), store=store_url(tmp_path)
+    ) as p:
+        jobs = [await routines.hold_until.submit(str(gate), signals.address, f"j{i}") for i in range(2)]
+        await signals.wait("start j0")
+        await signals.wait("start j1")  # both run at once: the pool grew by one worker on overflow
+        assert len(p.pids) == 2 and p.stats().grown == 1
+        gate.touch()
+        assert [await job.result(timeout=30) for job in jobs] == ["j0", "j1"]
