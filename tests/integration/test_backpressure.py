@@ -14,8 +14,8 @@ from tests.integration.signals import Signals
 pytestmark = pytest.mark.integration
 
 
-async def test_rejected_task_should_never_start():
-    async with Signals() as signals, pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1)):
+async def test_rejected_task_should_never_start(one_slot_pool):
+    async with Signals() as signals, one_slot_pool(1):
         first = asyncio.ensure_future(routines.sleep(60, signals.address, "first"))
         await signals.wait("started first")
         with pytest.raises(pool.NoWorkersAvailable) as info:
@@ -73,8 +73,8 @@ async def test_raising_hook_should_reject_transiently_log_and_keep_serving(capfd
     assert "backpressure hook" in err and "RuntimeError: hook bug" in err
 
 
-async def test_rejection_should_rotate_to_a_worker_with_room():
-    async with Signals() as signals, pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(1)):
+async def test_rejection_should_rotate_to_a_worker_with_room(one_slot_pool):
+    async with Signals() as signals, one_slot_pool(2):
         first = asyncio.ensure_future(routines.sleep(60, signals.address, "a"))
         busy_pid = int((await signals.wait("started a")).split()[-1])
         for _ in range(10):

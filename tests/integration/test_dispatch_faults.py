@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 import pool
-from balancer import RoundRobinLoadBalancer
+from balancer import PriorityLoadBalancer
 from tests.integration import routines
 
 pytestmark = pytest.mark.integration
@@ -45,13 +45,43 @@ async def test_hard_error_should_evict_the_worker_and_rotate_to_the_next():
             assert impostor.uid not in p.workers and len(p.workers) == 1  # ...UNIMPLEMENTED evicted it
 
 
-async def test_unreachable_worker_should_be_kept_as_transient():
-    dead = pool.WorkerMetadata(uid=uuid.UUID(int=1), address="127.0.0.1:1")  # nothing listens there
-    async with pool.WorkerPool(spawn=1, discovery=pool.StaticDiscovery(workers=[dead]), loadbalancer=RoundRobinLoadBalancer()) as p:
+class Recording:
+    """A balancer that drives PriorityLoadBalancer and records what it offered and what came back."""
+
+    def __init__(self) -> None:
+        self.offered: list[uuid.UUID] = []
+        self.thrown: list[tuple[uuid.UUID, BaseException]] = []
+
+    async def delegate(self, task, *, context):
+        inner = PriorityLoadBalancer().delegate(task, context=context)
+        try:
+            uid = await anext(inner)
+            while True:
+                self.offered.append(uid)
+                try:
+                    accepted = yield uid
+                except Exception as exc:
+                    self.thrown.append((uid, exc))
+                    uid = await inner.athrow(exc)
+                    continue
+                uid = await inner.asend(accepted)
+        except StopAsyncIteration:
+            return
+        finally:
+            await inner.aclose()
+
+
+async def test_unreachable_worker_should_be_offered_rejected_as_transient_and_kept():
+    dead = pool.WorkerMetadata(uid=uuid.UUID(int=1), address="127.0.0.1:1")  # nothing listens there; lowest uid
+    recording = Recording()
+    async with pool.WorkerPool(spawn=1, discovery=pool.StaticDiscovery(workers=[dead]), loadbalancer=recording) as p:
         await p.wait_for_workers(2, timeout=30)
         for _ in range(4):
             assert await routines.add(1, 2) == 3
-        assert dead.uid in p.workers  # UNAVAILABLE is transient (dropped only after 10 s unreachable)
+        assert recording.offered.count(dead.uid) == 4  # offered first every time (priority order)...
+        thrown = [exc for uid, exc in recording.thrown if uid == dead.uid]
+        assert len(thrown) == 4 and all(isinstance(exc, pool.WorkerRejected) for exc in thrown)  # ...transient
+        assert dead.uid in p.workers  # kept (set aside only after 10 s unreachable)
 
 
 async def test_balancer_bug_should_propagate_and_change_no_membership():

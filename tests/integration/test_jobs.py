@@ -9,12 +9,10 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import pool
-from backpressure import TaskCountBackpressure
 from tests.integration import routines
 from tests.integration.child import Child
 from tests.integration.helpers import eventually
@@ -23,16 +21,8 @@ from tests.integration.signals import Signals
 pytestmark = pytest.mark.integration
 
 
-def store_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'jobs.db'}"
-
-
-def one_slot_store_pool(tmp_path, **kwargs) -> pool.WorkerPool:
-    return pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1), store=store_url(tmp_path), **kwargs)
-
-
-async def test_submit_should_commit_a_job_whose_result_any_process_on_the_store_can_read(tmp_path):
-    async with one_slot_store_pool(tmp_path) as p:
+async def test_submit_should_commit_a_job_whose_result_any_process_on_the_store_can_read(tmp_path, one_slot_store_pool, store_url):
+    async with one_slot_store_pool() as p:
         job = await routines.add.submit(1, 2)
         assert job.state == "pending" and job.attempts == 0
         assert await job.result(timeout=30) == 3
@@ -42,13 +32,13 @@ async def test_submit_should_commit_a_job_whose_result_any_process_on_the_store_
         same = await p.jobs.get(job.id)
         assert same is not None and same.state == "succeeded" and await same.result() == 3
         assert [j.id for j in await p.jobs.list("succeeded")] == [job.id]
-    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store_url(tmp_path)) as other:
+    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store_url) as other:
         again = await other.jobs.get(job.id)  # another pool (process) on the same file, no workers needed
         assert again is not None and await again.result(timeout=5) == 3
 
 
-async def test_failed_job_should_re_raise_the_routines_own_exception(tmp_path):
-    async with one_slot_store_pool(tmp_path):
+async def test_failed_job_should_re_raise_the_routines_own_exception(tmp_path, one_slot_store_pool):
+    async with one_slot_store_pool():
         job = await routines.fail.submit("kaput")
         with pytest.raises(ValueError, match="kaput") as info:
             await job.result(timeout=30)
@@ -57,9 +47,9 @@ async def test_failed_job_should_re_raise_the_routines_own_exception(tmp_path):
         assert job.state == "failed" and "ValueError: kaput" in job.error
 
 
-async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_while_it_waits(tmp_path):
+async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_while_it_waits(tmp_path, one_slot_store_pool):
     gate = tmp_path / "go"
-    async with Signals() as signals, one_slot_store_pool(tmp_path) as p:
+    async with Signals() as signals, one_slot_store_pool() as p:
         first = await routines.hold_until.submit(str(gate), signals.address, "first")
         others = [await routines.add.submit(i, i) for i in range(5)]
         await signals.wait("start first")  # the routine's first line ran; it is blocked now
@@ -76,9 +66,9 @@ async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_wh
         assert max(observed) <= 1
 
 
-async def test_jobs_should_wait_for_a_worker_and_fail_with_capacity_timeout_past_their_deadline(tmp_path):
+async def test_jobs_should_wait_for_a_worker_and_fail_with_capacity_timeout_past_their_deadline(tmp_path, store_url):
     discovery = pool.StaticDiscovery()
-    async with pool.WorkerPool(spawn=0, discovery=discovery, store=store_url(tmp_path)) as p:
+    async with pool.WorkerPool(spawn=0, discovery=discovery, store=store_url) as p:
         patient = await routines.mark.options(dispatch_deadline=120).submit(str(tmp_path), "patient")
         hasty = await routines.mark.options(dispatch_deadline=0.5).submit(str(tmp_path), "hasty")
         with pytest.raises(pool.CapacityTimeout, match=r"mark\(\) found no worker within 0.5s"):
@@ -92,8 +82,8 @@ async def test_jobs_should_wait_for_a_worker_and_fail_with_capacity_timeout_past
         assert p.stats().capacity_timeouts == 0  # calls' counter: jobs report through the store
 
 
-async def test_fifty_concurrent_submits_of_one_job_id_should_run_the_routine_once(tmp_path):
-    async with pool.WorkerPool(spawn=2, store=store_url(tmp_path)):
+async def test_fifty_concurrent_submits_of_one_job_id_should_run_the_routine_once(tmp_path, store_url):
+    async with pool.WorkerPool(spawn=2, store=store_url):
         jobs = await asyncio.gather(
             *(routines.mark.options(job_id="convert:a.pdf").submit(str(tmp_path), "once", 0.2) for _ in range(50))
         )
@@ -102,9 +92,9 @@ async def test_fifty_concurrent_submits_of_one_job_id_should_run_the_routine_onc
         assert routines.executions(str(tmp_path), "once") == (1, 1)
 
 
-async def test_cancel_should_stop_a_pending_job_before_it_runs_and_a_running_one_on_its_worker(tmp_path):
+async def test_cancel_should_stop_a_pending_job_before_it_runs_and_a_running_one_on_its_worker(tmp_path, one_slot_store_pool):
     gate = tmp_path / "never"
-    async with Signals() as signals, one_slot_store_pool(tmp_path) as p:
+    async with Signals() as signals, one_slot_store_pool() as p:
         running = await routines.hold_until.submit(str(gate), signals.address, "r")
         pending = await routines.mark.submit(str(tmp_path), "pending-one")
         await signals.wait("start r")
@@ -118,8 +108,8 @@ async def test_cancel_should_stop_a_pending_job_before_it_runs_and_a_running_one
     assert routines.executions(str(tmp_path), "pending-one") == (0, 0)
 
 
-async def test_retries_should_rerun_a_job_on_a_listed_exception_and_after_a_lost_worker(tmp_path):
-    async with pool.WorkerPool(spawn=1, store=store_url(tmp_path)):
+async def test_retries_should_rerun_a_job_on_a_listed_exception_and_after_a_lost_worker(tmp_path, store_url):
+    async with pool.WorkerPool(spawn=1, store=store_url):
         flaky = await routines.flaky.options(retries=2, retry_backoff=0.01, retry_on=KeyError).submit(
             str(tmp_path), "flaky", 2
         )
@@ -134,7 +124,7 @@ async def test_retries_should_rerun_a_job_on_a_listed_exception_and_after_a_lost
         assert (await survivor.refresh()).attempts == 2
 
 
-async def test_bad_input_should_fail_where_it_was_made(tmp_path):
+async def test_bad_input_should_fail_where_it_was_made(tmp_path, one_slot_store_pool):
     with pytest.raises(pool.ConfigError, match="store"):
         async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), use_env=False) as p:
             await routines.add.submit(1, 2)
@@ -143,7 +133,7 @@ async def test_bad_input_should_fail_where_it_was_made(tmp_path):
     with pytest.raises(pool.ConfigError, match="not-a-db"):
         async with pool.WorkerPool(spawn=1, store=f"sqlite:///{bad}"):
             pass
-    async with one_slot_store_pool(tmp_path) as p:
+    async with one_slot_store_pool() as p:
         with pytest.raises(pool.SerializationError):
             await routines.add.submit(threading.Lock(), 1)
         assert (await p.jobs.counts())["pending"] == 0  # nothing was stored
@@ -153,9 +143,9 @@ async def test_bad_input_should_fail_where_it_was_made(tmp_path):
         assert await (await routines.add.submit(2, 2)).result(timeout=30) == 4  # the store still works
 
 
-async def test_restart_after_a_crash_mid_drain_should_lose_no_job_and_rerun_only_the_running_ones(tmp_path):
+async def test_restart_after_a_crash_mid_drain_should_lose_no_job_and_rerun_only_the_running_ones(tmp_path, store_url):
     """Seed 004's restart: SIGKILL the dispatching process mid-drain, start it again on the same file."""
-    url, markers, count = store_url(tmp_path), tmp_path / "markers", 500
+    url, markers, count = store_url, tmp_path / "markers", 500
     markers.mkdir()
     args = [sys.executable, "-m", "tests.integration.job_driver", url, str(markers), str(count), "0.01"]
     async with Child(args, stdout=subprocess.PIPE) as first:
@@ -205,10 +195,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_a_corrupt_result_or_an_unimportable_routine_should_fail_that_job_only(tmp_path):
+async def test_a_corrupt_result_or_an_unimportable_routine_should_fail_that_job_only(tmp_path, one_slot_store_pool):
     module = tmp_path / "caller_only_module.py"
     module.write_text("import pool\n\n@pool.routine\nasync def hidden(x):\n    return x\n")
-    async with one_slot_store_pool(tmp_path):  # workers start before the module is importable
+    async with one_slot_store_pool():  # workers start before the module is importable
         sys.path.insert(0, str(tmp_path))
         try:
             import caller_only_module
@@ -229,11 +219,9 @@ async def test_a_corrupt_result_or_an_unimportable_routine_should_fail_that_job_
             sys.modules.pop("caller_only_module", None)
 
 
-async def test_jobs_that_find_no_worker_should_grow_a_pool_with_max_workers(tmp_path):
+async def test_jobs_that_find_no_worker_should_grow_a_pool_with_max_workers(tmp_path, store_url, one_slot_pool):
     gate = tmp_path / "go"
-    async with Signals() as signals, pool.WorkerPool(
-        spawn=1, max_workers=2, idle_timeout=30, backpressure=TaskCountBackpressure(1), store=store_url(tmp_path)
-    ) as p:
+    async with Signals() as signals, one_slot_pool(max_workers=2, idle_timeout=30, store=store_url) as p:
         jobs = [await routines.hold_until.submit(str(gate), signals.address, f"j{i}") for i in range(2)]
         await signals.wait("start j0")
         await signals.wait("start j1")  # both run at once: the pool grew by one worker on overflow

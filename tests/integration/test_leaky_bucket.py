@@ -9,7 +9,6 @@ import time
 import pytest
 
 import pool
-from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from tests.integration import routines
 from tests.integration.signals import Signals
@@ -28,8 +27,8 @@ async def drive_two_callers(tasks_each: int = 40) -> collections.Counter[int]:
     return ran_on
 
 
-async def test_priority_should_keep_two_callers_on_the_two_lowest_uid_workers():
-    async with pool.WorkerPool(spawn=4, backpressure=TaskCountBackpressure(1), loadbalancer=PriorityLoadBalancer()) as p:
+async def test_priority_should_keep_two_callers_on_the_two_lowest_uid_workers(one_slot_pool):
+    async with one_slot_pool(4, loadbalancer=PriorityLoadBalancer()) as p:
         by_uid = sorted(p.workers.values(), key=lambda m: m.uid.int)
         ran_on = await drive_two_callers()
     assert sum(ran_on.values()) == 80  # no call failed
@@ -37,18 +36,16 @@ async def test_priority_should_keep_two_callers_on_the_two_lowest_uid_workers():
     assert ran_on[by_uid[0].pid] >= 40  # the lowest is never passed over while it has room
 
 
-async def test_round_robin_should_spread_the_same_load_over_all_workers():
-    async with pool.WorkerPool(spawn=4, backpressure=TaskCountBackpressure(1), loadbalancer=RoundRobinLoadBalancer()) as p:
+async def test_round_robin_should_spread_the_same_load_over_all_workers(one_slot_pool):
+    async with one_slot_pool(4, loadbalancer=RoundRobinLoadBalancer()) as p:
         pids = {m.pid for m in p.workers.values()}
         ran_on = await drive_two_callers()
     assert sum(ran_on.values()) == 80
     assert set(ran_on) == pids
 
 
-async def test_fourth_call_should_get_no_workers_available_quickly_and_harm_no_one():
-    async with Signals() as signals, pool.WorkerPool(
-        spawn=3, backpressure=TaskCountBackpressure(1), loadbalancer=PriorityLoadBalancer()
-    ):
+async def test_fourth_call_should_get_no_workers_available_quickly_and_harm_no_one(one_slot_pool):
+    async with Signals() as signals, one_slot_pool(3, loadbalancer=PriorityLoadBalancer()):
         long = [asyncio.ensure_future(routines.sleep(1.5, signals.address, f"long{i}")) for i in range(3)]
         for i in range(3):
             await signals.wait(f"started long{i}")

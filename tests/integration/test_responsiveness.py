@@ -8,7 +8,6 @@ import time
 import pytest
 
 import pool
-from backpressure import TaskCountBackpressure
 from tests.integration import routines
 from tests.integration.signals import Signals
 
@@ -34,8 +33,8 @@ async def test_busy_worker_should_accept_a_new_dispatch_promptly_while_a_routine
                 await asyncio.sleep(0.05)  # the worker's own report; no event carries it (bounded)
 
 
-async def test_busy_worker_should_reject_a_new_dispatch_promptly_while_a_routine_spins():
-    async with Signals() as signals, pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1)):
+async def test_busy_worker_should_reject_a_new_dispatch_promptly_while_a_routine_spins(one_slot_pool):
+    async with Signals() as signals, one_slot_pool(1):
         spinning = asyncio.ensure_future(routines.spin(2.0, signals.address))
         await signals.wait("spinning")
         t0 = time.perf_counter()

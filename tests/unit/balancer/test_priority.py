@@ -71,10 +71,12 @@ class TestPriorityLoadBalancer:
         """Test that an empty pool yields nothing (the pool then raises NoWorkersAvailable)."""
         assert await drive(PriorityLoadBalancer(), Context([], ordered_hint=False), lambda uid, i: "ok") == []
 
-    def test_order_should_match_the_canonical_string_order(self):
-        """Test the documented equivalence: uid.int order == str(uid) order."""
-        members = [uuid.uuid4() for _ in range(200)]
-        assert sorted(members, key=lambda u: u.int) == sorted(members, key=str)
+    @given(st.lists(st.uuids(), unique=True, min_size=1, max_size=30), st.booleans())
+    def test_delegate_should_offer_workers_in_canonical_string_order(self, members, hint):
+        """Test the documented order (str(uid), as uid.int) with and without the roster's sorted hint."""
+        context = Context(members, ordered_hint=hint)
+        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: "busy"))
+        assert [uid for uid, _ in log] == sorted(members, key=str)
 
     def test_instance_should_be_stateless_and_interchangeable(self):
         """Test no attributes at all, equality, hashing, and pickling by reference."""

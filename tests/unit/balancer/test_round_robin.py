@@ -43,7 +43,13 @@ class TestRoundRobinLoadBalancer:
         log = await drive(RoundRobinLoadBalancer(), context, lambda uid, i: "broken")
         assert len(log) == 3 and not context.workers
 
-    def test_pickle_should_drop_the_cursors(self):
-        """Test that it pickles (cursors are per-process state and start afresh)."""
-        restored = pickle.loads(pickle.dumps(RoundRobinLoadBalancer()))
-        assert isinstance(restored, RoundRobinLoadBalancer)
+    async def test_pickle_should_drop_the_cursors(self):
+        """Test that a copy starts afresh at the lowest uid while the original keeps its cursor."""
+        members = [uuid.UUID(int=n) for n in (1, 2, 3)]
+        context = Context(members, ordered_hint=True)
+        balancer = RoundRobinLoadBalancer()
+        assert (await drive(balancer, context, lambda uid, i: "ok"))[-1][0].int == 1  # the cursor moves on
+        restored = pickle.loads(pickle.dumps(balancer))
+        assert len(balancer._cursors) == 1 and len(restored._cursors) == 0
+        assert (await drive(restored, context, lambda uid, i: "ok"))[-1][0].int == 1  # afresh
+        assert (await drive(balancer, context, lambda uid, i: "ok"))[-1][0].int == 2  # the original goes on

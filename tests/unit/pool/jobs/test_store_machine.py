@@ -14,7 +14,7 @@ import tempfile
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from pool._jobs._sqlite import SQLiteStore
 from pool._jobs._store import TERMINAL_STATES, NewJob
