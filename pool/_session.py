@@ -56,12 +56,22 @@ class Outbox:
     value is copied into the message once, not once per wrapping message.
     """
 
-    __slots__ = ("_batch", "_ready", "_closing")
+    __slots__ = ("_batch", "_after", "_ready", "_closing")
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
+        self._after: list[Callable[[], None]] = []  # to run once the next batch has been written
         self._ready = asyncio.Event()
         self._closing = False
+
+    def after_write(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the batch being built has been handed to the transport.
+
+        Also runs if the stream fails first (so whatever waits on it learns of
+        the failure), never before the batch's frames left.
+        """
+        self._after.append(callback)
+        self._ready.set()
 
     def frame(self, call_id: int) -> pb.Frame:
         """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
@@ -82,14 +92,30 @@ class Outbox:
         frame arrived, so whatever they add (a burst of dispatches, several
         routines finishing) leaves in the same message.
         """
-        while True:
-            await self._ready.wait()
-            batch, self._batch = self._batch, pb.Frames()
-            self._ready.clear()
-            if batch.frames:
-                await write(batch)
-            if self._closing and not self._batch.frames:
-                return
+        after: list[Callable[[], None]] = []
+        try:
+            while True:
+                await self._ready.wait()
+                batch, self._batch = self._batch, pb.Frames()
+                after, self._after = self._after, []
+                self._ready.clear()
+                if batch.frames:
+                    await write(batch)
+                _run_all(after)
+                after = []
+                if self._closing and not self._batch.frames:
+                    return
+        finally:
+            _run_all(after + self._after)
+            self._after = []
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            _log.exception("after-write callback %r failed", callback)
 
 
 class OutgoingCall:
@@ -255,9 +281,19 @@ class Session:
             step.value = value
         step.SetInParent()
 
-    def accept(self, call_id: int) -> None:
-        """Accept a call the peer opened."""
+    def accept(self, call_id: int, then: Callable[[], None] | None = None) -> None:
+        """Accept a call the peer opened; run ``then`` once the Accept has left (or the stream failed).
+
+        Starting the routine only after its Accept left means a worker that
+        dies while running user code is always, for the dispatcher, a worker
+        lost *after* accepting (`WorkerBroken`), never one that did not answer.
+        """
         self._frame(call_id).accept.SetInParent()
+        if then is not None:
+            if self.failure is not None:
+                then()
+            else:
+                self._outbox.after_write(then)
 
     def reject(self, call_id: int, code: int, message: str) -> None:
         """Reject a call the peer opened, with a gRPC status code."""

@@ -235,7 +235,9 @@ class Scheduler:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
-                pass
+                # The backstop: a worker's verdict may change with no event we
+                # see (a hook on memory or time), so probe again now and then.
+                self._no_worker = False
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
@@ -314,10 +316,14 @@ class Scheduler:
     async def _attend(self, attempt: _Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
         job = attempt.job
+        epoch = self._capacity_epoch
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
-            self._no_worker = True
+            if epoch == self._capacity_epoch:
+                self._no_worker = True  # wait for the next capacity event
+            else:
+                self._wake.set()  # capacity freed while this placement was refused: try again now
             self._window = 1
             self._starved()
             self._put_back(attempt)
@@ -336,7 +342,7 @@ class Scheduler:
         finally:
             self._placing.discard(attempt)
         if call is None:
-            attempt.blocked_at = self._capacity_epoch  # a limit is full: wait for a slot to free
+            attempt.blocked_at = epoch  # a limit was full: wait for a slot to free (unless one freed since)
             self._put_back(attempt)
             return
         self._cancelled.discard(job.id)

@@ -224,10 +224,9 @@ class WorkerService:
         session = hosted.session
         if verdict is Verdict.ACCEPT:
             peer.hosted[hosted.id] = hosted
-            session.accept(hosted.id)
             if self.admission.admit():
                 self.lifecycle.busy()
-            self._runner.start(hosted)
+            session.accept(hosted.id, then=lambda: self._runner.start(hosted))
             return
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import pool
 
@@ -13,12 +14,21 @@ async def until_members(p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool
     await p._membership.until(lambda: predicate(p), timeout)
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 30.0, interval: float = 0.01) -> None:
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0, interval: float = 0.01
+) -> None:
     """Wait until ``condition()`` holds, checking every ``interval`` s, at most ``timeout`` s.
 
     For state that no event announces (a pool's queue length, a worker's own
-    report, a process that is not our child). Raises TimeoutError.
+    report, a process that is not our child, a server's answer):
+    ``condition`` may be a plain function or an ``async def`` one. Raises
+    TimeoutError.
     """
     async with asyncio.timeout(timeout):
-        while not condition():
+        while True:
+            held = condition()
+            if inspect.isawaitable(held):
+                held = await held
+            if held:
+                return
             await asyncio.sleep(interval)

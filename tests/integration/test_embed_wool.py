@@ -17,6 +17,7 @@ import pytest
 
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
+from tests.integration.helpers import eventually
 
 wool = pytest.importorskip("wool", reason="the wool extra is not installed (pip install -e '.[wool]')")
 
@@ -30,9 +31,7 @@ async def test_priority_and_task_count_should_concentrate_load_in_wool():
     async with wool.WorkerPool(spawn=4, worker=worker, loadbalancer=PriorityLoadBalancer()):
         await wool_routines.short_task(0)  # wool connects lazily: the first dispatch starts it
         proxy = wool.__proxy__.get()
-        async with asyncio.timeout(60):
-            while len(proxy.workers) < 4:
-                await asyncio.sleep(0.05)  # wool offers no membership event; poll, bounded
+        await eventually(lambda: len(proxy.workers) >= 4, timeout=60, interval=0.05)  # wool has no membership event
         by_uid = sorted(proxy.workers, key=lambda m: m.uid.int)
         ran_on: collections.Counter[int] = collections.Counter()
 

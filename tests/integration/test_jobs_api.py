@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.integration.child import Child
+from tests.integration.helpers import eventually
 from tests.integration.test_api_server import free_port
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install -e '.[web]')")
@@ -51,10 +52,12 @@ async def test_jobs_api_should_accept_attach_refuse_and_survive_a_crash(tmp_path
     server = await serve(store, port)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            async with asyncio.timeout(120):
-                while (body := (await client.get("/jobs/convert:b.pdf")).json())["state"] != "succeeded":
-                    await asyncio.sleep(0.05)
-            assert body["result"]["file"] == "b.pdf"
+
+            async def succeeded() -> bool:
+                return (await client.get("/jobs/convert:b.pdf")).json()["state"] == "succeeded"
+
+            await eventually(succeeded, timeout=120, interval=0.05)  # revived and run by the new server
+            assert (await client.get("/jobs/convert:b.pdf")).json()["result"]["file"] == "b.pdf"
             job = (await client.get("/jobs/convert:a.pdf")).json()
             assert job["state"] in ("pending", "running")  # revived after the crash, still there
         server.signal(signal.SIGINT)

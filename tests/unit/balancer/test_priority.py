@@ -71,11 +71,12 @@ class TestPriorityLoadBalancer:
         """Test that an empty pool yields nothing (the pool then raises NoWorkersAvailable)."""
         assert await drive(PriorityLoadBalancer(), Context([], ordered_hint=False), lambda uid, i: "ok") == []
 
-    @given(st.lists(st.uuids(), unique=True, min_size=1, max_size=30), st.booleans())
+    @pytest.mark.parametrize("hint", [False, True], ids=["without-ascending_uids", "with-ascending_uids"])
+    @given(members=st.lists(st.uuids(), unique=True, min_size=1, max_size=30))
     def test_delegate_should_offer_workers_in_canonical_string_order(self, members, hint):
-        """Test the documented order (str(uid), as uid.int) with and without the roster's sorted hint."""
-        context = Context(members, ordered_hint=hint)
-        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: "busy"))
+        """Test that random uids are offered in str(uid) order, whether or not the context has ``ascending_uids``."""
+        context = Context(members, ordered_hint=hint)  # members in random (insertion) order
+        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: "busy"))  # all busy: every uid offered
         assert [uid for uid, _ in log] == sorted(members, key=str)
 
     def test_instance_should_be_stateless_and_interchangeable(self):

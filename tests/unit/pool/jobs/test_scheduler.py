@@ -1,0 +1,51 @@
+"""Tests for the job scheduler's decisions, with a real SQLite store and a scripted placement."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pool
+from pool._jobs._scheduler import Scheduler
+from pool._jobs._sqlite import SQLiteStore
+from tests.integration import routines
+
+
+class Script:
+    """A placement whose answers the test controls: each call waits for the test to say what happens."""
+
+    def __init__(self) -> None:
+        self.calls: asyncio.Queue[asyncio.Future[object]] = asyncio.Queue()
+
+    async def place(self, task):
+        answer = asyncio.get_running_loop().create_future()
+        await self.calls.put(answer)
+        result = await answer
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+async def test_capacity_freed_during_a_refused_placement_should_retry_at_once(tmp_path):
+    """Test the lost wake-up: a refusal that raced a capacity event must not park the job."""
+    script = Script()
+    scheduler = Scheduler(
+        SQLiteStore(str(tmp_path / "jobs.db")), script.place, lambda: None,
+        lease_ttl=600, default_deadline=600, max_pending=None,
+    )
+    await scheduler.store.open()
+    try:
+        await scheduler.start()
+        job = await scheduler.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options)
+        first = await asyncio.wait_for(scheduler_call(script), 5)
+        scheduler.capacity_changed()  # a worker freed while the placement was being refused...
+        first.set_result(pool.NoWorkersAvailable("busy"))
+        second = await asyncio.wait_for(scheduler_call(script), 5)  # ...so it is offered again, unprompted
+        second.set_result(None)  # (a limit is full this time: it waits for the next event)
+        assert (await job.refresh()).state == "pending"
+    finally:
+        await scheduler.aclose()
+        await scheduler.store.close()
+
+
+async def scheduler_call(script: Script) -> asyncio.Future[object]:
+    return await script.calls.get()
