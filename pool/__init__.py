@@ -65,6 +65,7 @@ __all__ = sorted(
         "StoreError",
         "Job",
         "JobStore",
+        "PostgresStore",
         "SQLiteStore",
         "Task",
         "WorkerBroken",
@@ -82,7 +83,13 @@ __all__ = sorted(
 )
 
 
-_LAZY = {"LanDiscovery": "._discovery._lan", "Job": "._jobs", "JobStore": "._jobs", "SQLiteStore": "._jobs"}
+_LAZY = {
+    "LanDiscovery": "._discovery._lan",
+    "Job": "._jobs",
+    "JobStore": "._jobs",
+    "PostgresStore": "._jobs",
+    "SQLiteStore": "._jobs",
+}
 """Public names whose modules load on first use: zeroconf (~0.1 s) and the job
 machinery (sqlite3) are needed by few pools and by no worker."""
 

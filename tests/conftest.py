@@ -117,3 +117,30 @@ def _describe(pids: set[int]) -> str:
         except OSError:
             out.append(f"{pid}: ?")
     return "; ".join(out)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL cluster for the whole session (skipped, with the reason, where none is installed)."""
+    from tests import pg
+
+    if pg.find_bindir() is None:
+        pytest.skip("PostgreSQL is not installed here; tools/install_postgres.sh installs it")
+    with pg.server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request) -> str:
+    """A fresh, empty database on the session's server, for this test."""
+    import re
+
+    name = "t_" + re.sub(r"\W", "_", request.node.name)[-40:].lower() + f"_{os.getpid()}_{id(request) % 10_000}"
+    postgres_server.psql(f"CREATE DATABASE {name} OWNER {postgres_server_user()}")
+    return postgres_server.url(name)
+
+
+def postgres_server_user() -> str:
+    from tests import pg
+
+    return pg.USER

@@ -2,6 +2,7 @@
 
     _store       the store protocol and its records (no I/O)
     _sqlite      SQLiteStore: the embedded default, one file, its own thread
+    _postgres    PostgresStore: several hosts (asyncpg, the postgres extra)
     _open        store= URL or object -> a store
     _codec       a job's payload (the call and its retry policy)
     _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
@@ -13,8 +14,9 @@ from __future__ import annotations
 from ._job import Job as Job
 from ._job import Jobs as Jobs
 from ._open import open_store as open_store
+from ._postgres import PostgresStore as PostgresStore
 from ._scheduler import Scheduler as Scheduler
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._store import JobStore as JobStore
 
-__all__ = ["Job", "JobStore", "Jobs", "SQLiteStore", "Scheduler", "open_store"]
+__all__ = ["Job", "JobStore", "Jobs", "PostgresStore", "SQLiteStore", "Scheduler", "open_store"]

@@ -20,7 +20,9 @@ def open_store(store: object) -> JobStore | None:
 
             return SQLiteStore.from_url(store)
         if store.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(f"store: PostgreSQL stores are not available in this release, got {store!r}")
+            from ._postgres import PostgresStore
+
+            return PostgresStore.from_url(store)
         raise ConfigError(f"store: expected sqlite:///PATH or postgresql://..., got {store!r}")
     if isinstance(store, JobStore):
         return store

@@ -115,15 +115,8 @@ async def test_burst_should_neither_lose_nor_repeat_a_call():
         assert (s.admitted, s.running, s.waiting_for_worker, s.dispatched) == (0, 0, 0, 120)
 
 
-async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it():
-    async with pool.WorkerPool(
-        spawn=1,
-        max_workers=3,
-        idle_timeout=0.5,
-        backpressure=TaskCountBackpressure(1),
-        loadbalancer=PriorityLoadBalancer(),
-        queue_depth=50,
-    ) as p:
+async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it(one_slot_pool):
+    async with one_slot_pool(max_workers=3, idle_timeout=0.5, loadbalancer=PriorityLoadBalancer(), queue_depth=50) as p:
         (base,) = p.workers
         results = await asyncio.gather(*(routines.span(0.5, i) for i in range(16)))
         assert len({r[1] for r in results}) == 3  # the burst ran on three workers
@@ -133,10 +126,8 @@ async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it():
         assert await routines.add(1, 1) == 2
 
 
-async def test_pool_should_grow_even_without_a_queue():
-    async with Signals() as signals, pool.WorkerPool(
-        spawn=1, max_workers=2, idle_timeout=30, backpressure=TaskCountBackpressure(1)
-    ) as p:
+async def test_pool_should_grow_even_without_a_queue(one_slot_pool):
+    async with Signals() as signals, one_slot_pool(max_workers=2, idle_timeout=30) as p:
         held = asyncio.ensure_future(routines.span(30, "held", signals.address))
         await signals.wait("start held")
         with pytest.raises(pool.NoWorkersAvailable):

@@ -13,7 +13,6 @@ import signal
 import pytest
 
 import pool
-from backpressure import TaskCountBackpressure
 from pool import _fleet
 from tests.integration import routines
 from tests.integration.helpers import eventually, until_members
@@ -40,12 +39,10 @@ async def test_replacement_that_dies_before_ready_should_be_retried_until_the_po
         assert p._fleet.owed == 0
 
 
-async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being_replaced(monkeypatch):
+async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being_replaced(monkeypatch, one_slot_pool):
     """Test that a replacement owed during its back-off counts, so growth cannot go past max_workers."""
     monkeypatch.setattr(_fleet, "RESPAWN_BACKOFF_S", (0.0, 1.0))
-    async with pool.WorkerPool(
-        spawn=1, max_workers=1, queue_depth=10, backpressure=TaskCountBackpressure(1), dispatch_deadline=60
-    ) as p:
+    async with one_slot_pool(max_workers=1, queue_depth=10, dispatch_deadline=60) as p:
         sizes: list[int] = []
         ready = p._fleet._on_ready
 

@@ -1,6 +1,6 @@
-"""The job store contract, run against every backend (today: SQLite files).
+"""The job store contract, run against every backend: SQLite files and a real PostgreSQL server.
 
-One parametrised suite: a backend plugs in by adding a param to `backends`.
+One parametrised suite: a backend plugs in by adding a param to the `backend` fixture.
 """
 
 from __future__ import annotations
@@ -14,18 +14,32 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
+from pool._jobs._postgres import PostgresStore
 from pool._jobs._sqlite import SCHEMA_VERSION, SQLiteStore
 from pool._jobs._store import JobStore, NewJob
 
 NOW = 1_000_000.0
 
-backends = pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path) -> tuple[str, str]:
+    """(kind, where): a SQLite file, or a fresh database on the session's PostgreSQL server."""
+    if request.param == "postgres":
+        return "postgres", request.getfixturevalue("postgres_url")
+    return "sqlite", str(tmp_path / "jobs.db")
+
+
+def backends(cls):
+    return cls
 
 
 @contextlib.asynccontextmanager
-async def opened(backend: str, tmp_path, name: str = "jobs.db") -> AsyncIterator[JobStore]:
-    assert backend == "sqlite"
-    store = SQLiteStore(str(tmp_path / name))
+async def opened(backend, tmp_path, name: str = "jobs.db") -> AsyncIterator[JobStore]:
+    if isinstance(backend, tuple) and backend[0] == "postgres":
+        store: JobStore = PostgresStore(backend[1])
+    elif isinstance(backend, tuple):
+        store = SQLiteStore(backend[1])
+    else:
+        store = SQLiteStore(str(tmp_path / name))
     await store.open()
     try:
         yield store
