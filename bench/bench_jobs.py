@@ -9,7 +9,10 @@
 
 Prints one JSON object. Run from the repository root::
 
-    python -m bench.bench_jobs [--quick] [--only g,h,i,j]
+    python -m bench.bench_jobs [--quick] [--only g,h,i,j] [--postgres auto|URL]
+
+With ``--postgres``, (g) and (h) also run on PostgreSQL (``auto`` starts a
+throwaway server as the tests do; it needs PostgreSQL installed).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ async def job_roundtrip() -> None:
     await job.result(timeout=600)
 
 
-async def throughput(directory: str, total: int) -> dict[str, object]:
-    async with pool.WorkerPool(spawn=WORKERS, store=f"sqlite:///{directory}/g.db") as p:
+async def throughput(store: str, total: int) -> dict[str, object]:
+    async with pool.WorkerPool(spawn=WORKERS, store=store) as p:
         await concurrent(routines.noop, 500, TP_CONCURRENCY)  # warm the workers
         calls_elapsed, call_errors = await concurrent(routines.noop, total, TP_CONCURRENCY)
         await concurrent(job_roundtrip, 500, TP_CONCURRENCY)
@@ -62,8 +65,8 @@ async def throughput(directory: str, total: int) -> dict[str, object]:
     }
 
 
-async def latency(directory: str, n: int) -> dict[str, object]:
-    async with pool.WorkerPool(spawn=WORKERS, store=f"sqlite:///{directory}/h.db"):
+async def latency(store: str, n: int) -> dict[str, object]:
+    async with pool.WorkerPool(spawn=WORKERS, store=store):
         for _ in range(50):
             await job_roundtrip()
         samples = []
@@ -145,16 +148,22 @@ async def backlog_memory(directory: str, big: int) -> dict[str, object]:
     return result
 
 
-async def main(quick: bool, only: set[str]) -> dict[str, object]:
+async def main(quick: bool, only: set[str], postgres: str | None) -> dict[str, object]:
     scale = 10 if quick else 1
-    result: dict[str, object] = {"runtime": "leakypool jobs (SQLite)", "quick": quick}
+    result: dict[str, object] = {"runtime": "leakypool jobs", "quick": quick}
     with tempfile.TemporaryDirectory(prefix="leakypool-bench-") as directory:
         if "g" in only:
-            log("(g) job throughput")
-            result["g_job_throughput"] = await throughput(directory, TP_CALLS // scale)
+            log("(g) job throughput, SQLite")
+            result["g_job_throughput"] = await throughput(f"sqlite:///{directory}/g.db", TP_CALLS // scale)
+            if postgres:
+                log("(g) job throughput, PostgreSQL")
+                result["g_job_throughput_postgres"] = await throughput(postgres + "_g", TP_CALLS // scale)
         if "h" in only:
-            log("(h) sequential job latency")
-            result["h_job_latency"] = await latency(directory, 1000 // scale)
+            log("(h) sequential job latency, SQLite")
+            result["h_job_latency"] = await latency(f"sqlite:///{directory}/h.db", 1000 // scale)
+            if postgres:
+                log("(h) sequential job latency, PostgreSQL")
+                result["h_job_latency_postgres"] = await latency(postgres + "_h", 1000 // scale)
         if "i" in only:
             log("(i) seed-000 burst as jobs")
             result["i_burst_jobs"] = await burst(directory, 3704 // scale, 2.29)
@@ -168,5 +177,16 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--only", default="g,h,i,j", help="comma-separated workloads (default g,h,i,j)")
+    parser.add_argument("--postgres", help="also run (g), (h) on PostgreSQL: 'auto' (a throwaway server) or a URL "
+                        "prefix: databases PREFIX_g and PREFIX_h must exist")
     args = parser.parse_args()
-    print(json.dumps(uvloop.run(main(args.quick, set(args.only.split(",")))), indent=2))
+    only = set(args.only.split(","))
+    if args.postgres == "auto":
+        from tests import pg
+
+        with pg.server() as server:
+            for suffix in ("g", "h"):
+                server.psql(f"CREATE DATABASE bench_{suffix} OWNER {pg.USER}")
+            print(json.dumps(uvloop.run(main(args.quick, only, server.url("bench"))), indent=2))
+    else:
+        print(json.dumps(uvloop.run(main(args.quick, only, args.postgres)), indent=2))
