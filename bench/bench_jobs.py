@@ -46,21 +46,29 @@ async def job_roundtrip() -> None:
     await job.result(timeout=600)
 
 
-async def throughput(store: str, total: int) -> dict[str, object]:
+async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, object]:
+    """Calls and jobs in alternating rounds on one pool (the machine drifts: ratios per round compare)."""
+    calls, jobs, errors = [], [], []
     async with pool.WorkerPool(spawn=WORKERS, store=store) as p:
         await concurrent(routines.noop, 500, TP_CONCURRENCY)  # warm the workers
-        calls_elapsed, call_errors = await concurrent(routines.noop, total, TP_CONCURRENCY)
         await concurrent(job_roundtrip, 500, TP_CONCURRENCY)
-        jobs_elapsed, job_errors = await concurrent(job_roundtrip, total, TP_CONCURRENCY)
+        for _ in range(rounds):
+            elapsed, call_errors = await concurrent(routines.noop, total, TP_CONCURRENCY)
+            calls.append(total / elapsed)
+            elapsed, job_errors = await concurrent(job_roundtrip, total, TP_CONCURRENCY)
+            jobs.append(total / elapsed)
+            errors.append({"calls": call_errors, "jobs": job_errors})
         counts = await p.jobs.counts()
-    calls_per_s, jobs_per_s = total / calls_elapsed, total / jobs_elapsed
+    ratios = sorted(j / c for j, c in zip(jobs, calls))
     return {
         "n": total,
         "concurrency": TP_CONCURRENCY,
-        "calls_per_s": round(calls_per_s, 1),
-        "jobs_per_s": round(jobs_per_s, 1),
-        "jobs_over_calls": round(jobs_per_s / calls_per_s, 3),
-        "errors": {"calls": call_errors, "jobs": job_errors},
+        "rounds": rounds,
+        "calls_per_s_median": round(sorted(calls)[rounds // 2], 1),
+        "jobs_per_s_median": round(sorted(jobs)[rounds // 2], 1),
+        "jobs_over_calls_median": round(ratios[rounds // 2], 3),
+        "jobs_over_calls_range": [round(ratios[0], 3), round(ratios[-1], 3)],
+        "errors": errors,
         "store_counts": counts,
     }
 

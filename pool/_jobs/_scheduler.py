@@ -182,10 +182,11 @@ class Scheduler:
             self._wake.set()
 
     def capacity_changed(self) -> None:
-        """A worker or a limit slot may have freed: try the waiting jobs again."""
+        """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
         self._no_worker = False
         self._capacity_epoch += 1
-        self._wake.set()
+        if self._waiting:  # nothing waits here: in-memory calls ending cost the scheduler nothing
+            self._wake.set()
 
     def cancel_running(self, job_id: str) -> None:
         """Drop a cancelled job this process holds: waiting, forget it; placed or running, cancel it."""
