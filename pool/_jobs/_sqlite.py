@@ -1,11 +1,9 @@
 """`SQLiteStore`: the embedded default job store, one file, on a thread of its own.
 
 The standard library's ``sqlite3`` blocks, so one thread per store owns the
-connection and the event loop never waits on disk. Writes are *group
-committed*: whatever operations queued up while the thread was busy run in
-one transaction (each in a SAVEPOINT, so one failing operation rolls back
-only itself), then one COMMIT, then every caller is woken in one hop to the
-loop. A burst of 256 submits costs a handful of commits, not 256.
+connection (`SQLiteThread`) and the event loop never waits on disk; its
+writes are group committed, a burst of 256 submits costs a handful of
+commits, not 256.
 
 WAL mode lets readers and one writer work at once, and several processes
 may share the file (``BEGIN IMMEDIATE`` takes the write lock up front, so
@@ -17,25 +15,16 @@ the cost of an fsync per commit).
 
 from __future__ import annotations
 
-import asyncio
 import os
-import queue
 import sqlite3
-import threading
-from collections.abc import Callable
 from typing import Any, Final
 
 from .._errors import AdmissionRejected, ConfigError, StoreError
+from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 
 SCHEMA_VERSION: Final[int] = 1
 """The schema this release writes; an older file is migrated, a newer one refused."""
-
-BATCH_OPS: Final[int] = 1024
-"""Operations one transaction takes at most (the rest wait for the next)."""
-
-BUSY_TIMEOUT_S: Final[float] = 5.0
-"""How long a write waits for another process's lock before it fails with StoreError."""
 
 _SCHEMA: Final[tuple[str, ...]] = (
     """CREATE TABLE jobs (
@@ -68,13 +57,6 @@ _COLUMNS: Final[str] = (
     "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
 )
 
-_STOP: Final[object] = object()
-
-_SINGLE: Final[str] = "single"
-"""An operation of one statement (a write or a read): it needs no savepoint of its own."""
-
-Op = Callable[[sqlite3.Connection], Any]
-
 _INSERT: Final[str] = (
     "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
     "owner) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -102,8 +84,7 @@ class SQLiteStore:
         self.path = os.path.abspath(path)
         self.url = f"sqlite:///{self.path}"
         self._synchronous = synchronous
-        self._ops: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._thread: SQLiteThread | None = None
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -136,8 +117,7 @@ class SQLiteStore:
             return
         if os.path.isdir(self.path):
             raise ConfigError(f"store {self.url}: is a directory, not a database file")
-        self._thread = threading.Thread(target=self._serve, name="leakypool-sqlite", daemon=True)
-        self._thread.start()
+        self._thread = SQLiteThread(self.path, self.url, self._synchronous)
         try:
             await self._run(self._prepare, write=True)
         except StoreError as exc:
@@ -150,95 +130,13 @@ class SQLiteStore:
     async def close(self) -> None:
         """Finish what is queued, close the connection, stop the thread; idempotent."""
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._ops.put(_STOP)
-        await asyncio.get_running_loop().run_in_executor(None, thread.join)
-
-    def _serve(self) -> None:
-        connection: sqlite3.Connection | None = None
-        error: BaseException | None = None
-        try:
-            connection = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute(f"PRAGMA synchronous = {self._synchronous}")
-        except sqlite3.Error as exc:
-            error = exc
-        while True:
-            batch = [self._ops.get()]
-            while len(batch) < BATCH_OPS:
-                try:
-                    batch.append(self._ops.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(item is _STOP for item in batch)
-            work = [item for item in batch if item is not _STOP]
-            if work:
-                if connection is None or error is not None:
-                    self._fail(work, _translate(error, self.url) if error else StoreError(self.url), error)
-                else:
-                    self._transaction(connection, work)
-            if stop:
-                if connection is not None:
-                    connection.close()
-                return
-
-    def _transaction(self, connection: sqlite3.Connection, work: list[Any]) -> None:
-        write = any(item[1] for item in work)
-        results: list[tuple[asyncio.Future[Any], bool, Any]] = []
-        try:
-            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            for op, kind, future in work:
-                if kind is _SINGLE:  # one statement: atomic by itself, no savepoint needed
-                    try:
-                        results.append((future, True, op(connection)))
-                    except Exception as exc:
-                        results.append((future, False, _translate(exc, self.url)))
-                    continue
-                connection.execute("SAVEPOINT op")
-                try:
-                    results.append((future, True, op(connection)))
-                except Exception as exc:
-                    connection.execute("ROLLBACK TO op")
-                    results.append((future, False, _translate(exc, self.url)))
-                connection.execute("RELEASE op")
-            connection.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            self._fail(work, _translate(exc, self.url), exc)
-            return
-        self._settle(results)
-
-    def _fail(self, work: list[Any], error: BaseException, cause: BaseException | None) -> None:
-        error.__cause__ = cause
-        self._settle([(future, False, error) for _, _, future in work])
-
-    @staticmethod
-    def _settle(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for result in results:
-            by_loop.setdefault(result[0].get_loop(), []).append(result)
-        for loop, batch in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_resolve, batch)
-            except RuntimeError:
-                pass  # that loop closed: nobody waits any more
+        if thread is not None:
+            await thread.stop()
 
     async def _run(self, op: Op, *, write: bool | str) -> Any:
-        """Run ``op(connection)`` on the store's thread in the next transaction.
-
-        ``write``: False for a read, True for a write of several statements,
-        `_SINGLE` for a write of one statement.
-        """
         if self._thread is None:
             raise StoreError(f"store {self.url} is not open")
-        future = asyncio.get_running_loop().create_future()
-        self._ops.put((op, write, future))
-        return await future
+        return await self._thread.run(op, write=write)
 
     # -- schema ----------------------------------------------------------------------
 
@@ -341,7 +239,7 @@ class SQLiteStore:
         await self._run(op, write=True)
 
     async def _update(self, sql: str, args: tuple[Any, ...]) -> bool:
-        return await self._run(lambda db: db.execute(sql, args).rowcount == 1, write=_SINGLE)
+        return await self._run(lambda db: db.execute(sql, args).rowcount == 1, write=SINGLE)
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
         return await self._update(
@@ -431,24 +329,3 @@ class SQLiteStore:
 
 def _count_active(db: sqlite3.Connection) -> int:
     return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
-
-
-def _resolve(batch: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for future, ok, value in batch:
-        if future.done():
-            continue
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-
-def _translate(exc: BaseException, url: str) -> BaseException:
-    """Our errors pass; a database error becomes a `StoreError` naming the store and the cause."""
-    if not isinstance(exc, sqlite3.Error):
-        return exc
-    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
-        return ConfigError(f"store {url}: not a SQLite database ({exc})")
-    error = StoreError(f"store {url}: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
-    return error
