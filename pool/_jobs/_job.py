@@ -153,6 +153,7 @@ class Jobs:
         claim: Callable[[], str],
         adopt: Callable[[JobRecord | None], None],
         holds: Callable[[str], bool],
+        wake: Callable[[], None],
         cancel_running: Callable[[str], None],
         max_pending: int | None,
         default_deadline: float,
@@ -161,6 +162,7 @@ class Jobs:
         self._claim = claim
         self._adopt = adopt
         self._holds = holds
+        self._wake = wake
         self._cancel_running = cancel_running
         self._max_pending = max_pending
         self._default_deadline = default_deadline
@@ -188,8 +190,11 @@ class Jobs:
             queue=task.queue,
             key=task.key,
             workflow=task.workflow,
+            concurrency=task.concurrency,
+            total=task.total,
         )
-        owner = self._claim()
+        # A job with limits is leased through the store's limit check; one without may be kept at once.
+        owner = "" if (task.queue or task.workflow) else self._claim()
         record: JobRecord | None = None
         try:
             record, created = await self.store.submit(new, self._max_pending, owner)  # the ceiling: same transaction
@@ -197,6 +202,8 @@ class Jobs:
             if owner:
                 self._adopt(record if record is not None and created else None)
         assert record is not None
+        if created and not owner:
+            self._wake()  # in the store, not kept here: lease it (its limits are checked there)
         return Job(self, record)
 
     async def get(self, job_id: str) -> Job | None:

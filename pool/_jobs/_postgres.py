@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._errors import AdmissionRejected, ConfigError, StoreError
-from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
+from ._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
 
 SCHEMA_VERSION: Final[int] = 1
 """The schema this release writes; a newer one is refused, untouched."""
@@ -53,7 +53,9 @@ _SCHEMA: Final[tuple[str, ...]] = (
         cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
         queue TEXT NOT NULL DEFAULT '',
         key TEXT NOT NULL DEFAULT '',
-        workflow TEXT NOT NULL DEFAULT ''
+        workflow TEXT NOT NULL DEFAULT '',
+        concurrency INTEGER NOT NULL DEFAULT 0,
+        total INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX leakypool_jobs_due ON leakypool_jobs (state, owner, next_at, created_at)",
     "CREATE INDEX leakypool_jobs_owned ON leakypool_jobs (owner) WHERE owner <> ''",
@@ -67,8 +69,21 @@ _COLUMNS: Final[str] = (
 
 _INSERT: Final[str] = (
     "INSERT INTO leakypool_jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, "
-    "key, workflow, owner) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+    "key, workflow, owner, concurrency, total) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 )
+
+_LOCK_LEASE: Final[int] = 0x6C70_0003
+"""Advisory lock key: leases of jobs with limits count held slots one process at a time."""
+
+_FREE_DUE: Final[str] = (
+    "SELECT id, next_at, created_at FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
+    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+_ANY_LIMITED_DUE: Final[str] = (
+    "SELECT EXISTS (SELECT 1 FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
+    "AND (queue <> '' OR workflow <> ''))"
+)
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="leakypool_jobs", now="$1", limit="$2")
 
 _DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
 
@@ -205,7 +220,7 @@ class PostgresStore:
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
-                  job.queue, job.key, job.workflow, owner)
+                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
         if max_active is None:
             row = await self._call("fetchrow", _INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + _COLUMNS, *values)
             if row is not None:
@@ -240,15 +255,35 @@ class PostgresStore:
             raise
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
-        rows = await self._call(
-            "fetch",
-            f"UPDATE leakypool_jobs SET owner = $1 WHERE id IN (SELECT id FROM leakypool_jobs "
-            f"WHERE state = 'pending' AND owner = '' AND next_at <= $2 ORDER BY next_at, created_at, id "
-            f"LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING {_COLUMNS}",
-            owner,
-            now,
-            limit,
-        )
+        """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
+
+        Jobs with limits are counted against what every process holds, so
+        those leases take a transaction-scoped advisory lock: two processes
+        never count the same slot free. Jobs without limits need no lock.
+        """
+        if self._pool is None:
+            raise StoreError(f"store {_redacted(self.url)} is not open")
+        try:
+            async with self._pool.acquire() as db, db.transaction():
+                free = await db.fetch(_FREE_DUE, now, limit)
+                limited = []
+                if await db.fetchval(_ANY_LIMITED_DUE, now):
+                    await db.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_LEASE)
+                    limited = await db.fetch(_LIMITED_DUE, now, limit)
+                chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (r[1], r[2], r[0]))
+                ids = [r[0] for r in chosen[:limit]]
+                rows = await db.fetch(
+                    f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
+                    f"AND state = 'pending' RETURNING {_COLUMNS}",
+                    owner,
+                    ids,
+                )
+        except StoreError:
+            raise
+        except Exception as exc:
+            if type(exc).__module__.startswith("asyncpg") or isinstance(exc, OSError):
+                raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
+            raise
         return sorted((_record(row) for row in rows), key=lambda r: (r.next_at, r.created_at, r.id))
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:

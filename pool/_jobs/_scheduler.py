@@ -110,6 +110,7 @@ class Scheduler:
         self._window = MAX_PLACING  # placements allowed at once
         self._capacity_epoch = 0
         self._claimed = 0  # submissions in flight that will arrive leased to this process
+        self._gave_back = False  # a job with limits went back to the store for want of a worker
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
@@ -118,6 +119,7 @@ class Scheduler:
             claim=self._claim,
             adopt=self._adopt_submitted,
             holds=self._holds,
+            wake=self.wake,
             cancel_running=self.cancel_running,
             max_pending=max_pending,
             default_deadline=default_deadline,
@@ -185,7 +187,8 @@ class Scheduler:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
         self._no_worker = False
         self._capacity_epoch += 1
-        if self._waiting:  # nothing waits here: in-memory calls ending cost the scheduler nothing
+        if self._waiting or self._gave_back:  # else in-memory calls ending cost the scheduler nothing
+            self._gave_back = False
             self._wake.set()
 
     def cancel_running(self, job_id: str) -> None:
@@ -321,6 +324,15 @@ class Scheduler:
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
+            if job.queue or job.workflow:
+                # Do not sit on a shared limit slot while no worker has room here:
+                # give the job back, so a process with room can take it.
+                await self.store.unlease(self.owner, [job.id])
+                self._drop(job.id)
+                self._gave_back = True
+                self._window = 1
+                self._starved()
+                return
             if epoch == self._capacity_epoch:
                 self._no_worker = True  # wait for the next capacity event
             else:
@@ -373,6 +385,8 @@ class Scheduler:
             self._running.pop(job.id, None)
             self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
+            if job.queue or job.workflow:
+                self._wake.set()  # a shared limit slot is free now: lease what it lets through
 
     async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> JobRecord | None:
         """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""

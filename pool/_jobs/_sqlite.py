@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from .._errors import AdmissionRejected, ConfigError, StoreError
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
-from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
+from ._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
 
 SCHEMA_VERSION: Final[int] = 1
 """The schema this release writes; an older file is migrated, a newer one refused."""
@@ -45,7 +45,9 @@ _SCHEMA: Final[tuple[str, ...]] = (
         cancel_requested INTEGER NOT NULL DEFAULT 0,
         queue TEXT NOT NULL DEFAULT '',
         key TEXT NOT NULL DEFAULT '',
-        workflow TEXT NOT NULL DEFAULT ''
+        workflow TEXT NOT NULL DEFAULT '',
+        concurrency INTEGER NOT NULL DEFAULT 0,
+        total INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX jobs_due ON jobs (state, owner, next_at, created_at)",
     "CREATE INDEX jobs_owned ON jobs (owner) WHERE owner != ''",
@@ -59,7 +61,7 @@ _COLUMNS: Final[str] = (
 
 _INSERT: Final[str] = (
     "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
-    "owner) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "owner, concurrency, total) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -198,7 +200,7 @@ class SQLiteStore:
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
-                  job.queue, job.key, job.workflow, owner)
+                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
 
         def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
             if max_active is None:  # the common case: one statement when the id is new
@@ -220,12 +222,22 @@ class SQLiteStore:
         return await self._run(op, write=True)
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
-        sql = (
-            f"UPDATE jobs SET owner = ? WHERE rowid IN (SELECT rowid FROM jobs WHERE state = 'pending' AND owner = '' "
-            f"AND next_at <= ? ORDER BY next_at, created_at, id LIMIT ?) RETURNING {_COLUMNS}"
-        )
-        rows = await self._run(lambda db: db.execute(sql, (owner, now, limit)).fetchall(), write=True)
-        return sorted((_record(row) for row in rows), key=lambda r: (r.next_at, r.created_at, r.id))
+        """Due jobs, oldest first: any without limits, and those whose limits fit (see LIMITED_DUE_SQL).
+
+        The write transaction (BEGIN IMMEDIATE) is the lease lock: leases of
+        all processes on this file run one at a time.
+        """
+
+        def op(db: sqlite3.Connection) -> list[JobRecord]:
+            free = db.execute(_FREE_DUE, (now, limit)).fetchall()
+            limited = db.execute(_LIMITED_DUE, (now, limit)).fetchall()
+            chosen = sorted(free + limited, key=lambda r: (r[1], r[2], r[0]))[:limit]
+            rows = []
+            for job_id, _, _ in chosen:
+                rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
+            return [_record(row) for row in rows]
+
+        return await self._run(op, write=True)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
@@ -325,6 +337,13 @@ class SQLiteStore:
             db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
 
         await self._run(op, write=True)
+
+
+_FREE_DUE: Final[str] = (
+    "SELECT id, next_at, created_at FROM jobs WHERE state = 'pending' AND owner = '' AND next_at <= ? "
+    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT ?"
+)
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", now="?", limit="?")
 
 
 def _count_active(db: sqlite3.Connection) -> int:

@@ -35,7 +35,11 @@ class NewJob:
         created_at: Submission time, Unix seconds.
         deadline: Unix time by which it must have started, or fail.
         max_attempts: 1 + retries.
-        queue, key, workflow: Its limits, for stats (opaque here).
+        queue, key, workflow: Its limits: `lease` takes a job only while
+            fewer than ``concurrency`` jobs of its queue and key, fewer than
+            ``total`` of its queue (0: no cap), and no other job of its
+            workflow are held by any process.
+        concurrency, total: The queue's limits (0 for a job without a queue).
     """
 
     id: str
@@ -47,6 +51,41 @@ class NewJob:
     queue: str = ""
     key: str = ""
     workflow: str = ""
+    concurrency: int = 0
+    total: int = 0
+
+
+LIMITED_DUE_SQL: Final[str] = """
+WITH held AS (
+    SELECT queue, key, workflow FROM {table}
+    WHERE owner <> '' AND state IN ('pending', 'running') AND (queue <> '' OR workflow <> '')
+), held_key AS (SELECT queue, key, count(*) AS n FROM held WHERE queue <> '' GROUP BY queue, key
+), held_queue AS (SELECT queue, count(*) AS n FROM held WHERE queue <> '' GROUP BY queue
+), held_flow AS (SELECT workflow, count(*) AS n FROM held WHERE workflow <> '' GROUP BY workflow
+), due AS (
+    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at,
+        row_number() OVER (PARTITION BY queue, key ORDER BY next_at, created_at, id) AS nth_key,
+        row_number() OVER (PARTITION BY queue ORDER BY next_at, created_at, id) AS nth_queue,
+        row_number() OVER (PARTITION BY workflow ORDER BY next_at, created_at, id) AS nth_flow
+    FROM {table}
+    WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND (queue <> '' OR workflow <> '')
+)
+SELECT due.id, due.next_at, due.created_at FROM due
+LEFT JOIN held_key ON held_key.queue = due.queue AND held_key.key = due.key
+LEFT JOIN held_queue ON held_queue.queue = due.queue
+LEFT JOIN held_flow ON held_flow.workflow = due.workflow
+WHERE (due.queue = '' OR coalesce(held_key.n, 0) + due.nth_key <= due.concurrency)
+  AND (due.queue = '' OR due.total = 0 OR coalesce(held_queue.n, 0) + due.nth_queue <= due.total)
+  AND (due.workflow = '' OR coalesce(held_flow.n, 0) + due.nth_flow <= 1)
+ORDER BY due.next_at, due.created_at, due.id LIMIT {limit}
+"""
+"""Due jobs with limits that fit, counting what every process holds (pending leased or running).
+
+A candidate's rank among the due jobs of its key, queue and workflow is
+added to what is held, so one lease never takes more than fits; a rank
+taken by a job that another limit keeps out only makes it more cautious,
+never exceed a limit. Run inside the lease transaction, under the lease
+lock, so two processes never count the same slot free."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -345,3 +345,13 @@ class WorkerOnlyResult:
 @pool.routine
 async def corrupt_result():
     return WorkerOnlyResult()
+
+
+@pool.routine
+async def interval(directory, name, key, seconds):
+    """Sleep; record ``start end key pid`` in directory/name (one line per execution)."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    with open(os.path.join(directory, name), "a") as f:
+        f.write(f"{start} {time.time()} {key} {os.getpid()}\n")
+    return name

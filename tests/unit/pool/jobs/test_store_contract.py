@@ -47,8 +47,10 @@ async def opened(backend, tmp_path, name: str = "jobs.db") -> AsyncIterator[JobS
         await store.close()
 
 
-def job(job_id: str = "a", *, created: float = NOW, deadline: float = NOW + 60, attempts: int = 1) -> NewJob:
-    return NewJob(job_id, "mod.fn", b"payload", created, deadline, attempts, "q", "k", "w")
+def job(
+    job_id: str = "a", *, created: float = NOW, deadline: float = NOW + 60, attempts: int = 1, **limits: object
+) -> NewJob:
+    return NewJob(job_id, "mod.fn", b"payload", created, deadline, attempts, **limits)  # type: ignore[arg-type]
 
 
 @backends
@@ -110,6 +112,23 @@ class TestJobStore:
             await asyncio.gather(drain(one, "one"), drain(two, "two"))
             assert not set(leased["one"]) & set(leased["two"])
             assert len(leased["one"]) + len(leased["two"]) == 300
+
+    async def test_lease_should_hold_queue_key_and_workflow_limits_across_owners(self, backend, tmp_path):
+        """Test that leases count what every owner holds: per key, per queue total, per workflow."""
+        async with opened(backend, tmp_path) as store:
+            for i in range(6):  # keys a, b, c twice each; queue total 2; concurrency 1 per key
+                await store.submit(job(f"q{i}", created=NOW + i, queue="q", key="abc"[i % 3], concurrency=1, total=2))
+            for i in range(3):
+                await store.submit(job(f"w{i}", created=NOW + i, workflow="order-1"))
+            await store.submit(job("free", created=NOW + 9))
+            one = [j.id for j in await store.lease("one", 100, NOW + 10)]
+            assert one == ["q0", "w0", "q1", "free"]  # two of the queue (total), one of the workflow, the free one
+            assert await store.lease("two", 100, NOW + 10) == []  # nothing more fits, whoever asks
+            await store.mark_running("q0", "one", NOW)
+            await store.finish("q0", "one", "succeeded", NOW, outcome=None)
+            assert [j.id for j in await store.lease("two", 100, NOW + 10)] == ["q2"]  # key c: a slot freed
+            await store.unlease("one", ["w0"])  # given back: the workflow's next in line is w0 again
+            assert [j.id for j in await store.lease("two", 100, NOW + 10)] == ["w0"]
 
     async def test_writes_should_be_fenced_on_owner_and_state(self, backend, tmp_path):
         """Test that a process that lost a job cannot move it."""

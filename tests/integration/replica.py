@@ -1,0 +1,42 @@
+"""One of several dispatching processes (API replicas) sharing one job store, for tests.
+
+    python -m tests.integration.replica STORE_URL MARKERS FIRST COUNT TOTAL [LEASE_TTL]
+
+Submits jobs ``j<FIRST>`` .. ``j<FIRST+COUNT-1>`` of ``routines.interval`` in
+the queue ``shared`` (1 per key, 3 in all; keys ``k0``..``k9``), prints
+``SUBMITTED``, then waits until all TOTAL jobs (whoever runs them) are final
+and prints ``DRAINED``. One worker, four tasks at a time: without the
+store's limits, three replicas would run up to twelve at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pool
+from backpressure import TaskCountBackpressure
+from tests.integration import routines
+
+SHARED = pool.Queue("shared", concurrency=1, total=3)
+
+
+async def main(url: str, markers: str, first: int, count: int, total: int, ttl: float) -> None:
+    async with pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(4), store=url, lease_ttl=ttl) as p:
+        await asyncio.gather(*(
+            routines.interval.options(queue=SHARED, key=f"k{i % 10}", job_id=f"j{i}").submit(
+                markers, f"j{i}", f"k{i % 10}", 0.01
+            )
+            for i in range(first, first + count)
+        ))
+        print("SUBMITTED", flush=True)
+        for i in range(total):
+            while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet
+                await asyncio.sleep(0.05)
+            await job.result(timeout=600)
+        print("DRAINED", flush=True)
+
+
+if __name__ == "__main__":
+    ttl = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), ttl))

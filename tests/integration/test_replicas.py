@@ -1,0 +1,84 @@
+"""Several dispatching processes (real subprocesses) on one store: shared backlog, shared limits, survivors.
+
+Run for a SQLite file and for a real PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.child import Child
+from tests.integration.helpers import eventually
+from tests.integration.routines import max_overlap
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(request, tmp_path) -> str:
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def replica(url: str, markers, first: int, count: int, total: int, ttl: float = 10.0) -> Child:
+    args = [
+        sys.executable, "-m", "tests.integration.replica", url, str(markers), str(first), str(count), str(total), str(ttl)
+    ]
+    return Child(args, stdout=subprocess.PIPE)
+
+
+def recorded(markers) -> dict[str, list[tuple[float, float, str, int]]]:
+    runs: dict[str, list[tuple[float, float, str, int]]] = {}
+    for name in os.listdir(markers):
+        with open(markers / name) as f:
+            for line in f.read().splitlines():
+                start, end, key, pid = line.split()
+                runs.setdefault(name, []).append((float(start), float(end), key, int(pid)))
+    return runs
+
+
+async def test_three_replicas_should_share_one_backlog_and_its_limits_exactly(shared_store, tmp_path):
+    markers, total = tmp_path / "markers", 600
+    markers.mkdir()
+    async with contextlib.AsyncExitStack() as stack:
+        replicas = [
+            await stack.enter_async_context(replica(shared_store, markers, i * 200, 200, total)) for i in range(3)
+        ]
+        for r in replicas:
+            assert (await asyncio.wait_for(r.stdout.readline(), 120)).startswith(b"SUBMITTED")
+        for r in replicas:
+            assert (await asyncio.wait_for(r.stdout.readline(), 300)).startswith(b"DRAINED")
+            assert await r.wait(60) == 0
+    runs = recorded(markers)
+    assert sorted(runs) == sorted(f"j{i}" for i in range(total))  # every job ran...
+    assert all(len(r) == 1 for r in runs.values())  # ...once
+    spans = [(start, end) for (start, end, _, _), in runs.values()]
+    assert max_overlap(spans) <= 3  # the queue's total, across all processes
+    for key in {r[0][2] for r in runs.values()}:
+        assert max_overlap([(s, e) for (s, e, k, _), in runs.values() if k == key]) <= 1  # one per key
+    assert len({r[0][3] for r in runs.values()}) > 1  # more than one replica's worker did the work
+
+
+async def test_survivor_should_requeue_the_jobs_of_a_killed_replica(shared_store, tmp_path):
+    markers, total = tmp_path / "markers", 300
+    markers.mkdir()
+    async with replica(shared_store, markers, 0, 150, total, ttl=2.0) as survivor, replica(
+        shared_store, markers, 150, 150, total, ttl=2.0
+    ) as victim:
+        for r in (survivor, victim):
+            assert (await asyncio.wait_for(r.stdout.readline(), 120)).startswith(b"SUBMITTED")
+        await eventually(lambda: len(os.listdir(markers)) >= 30, timeout=120)  # mid-drain
+        victim.signal(signal.SIGKILL)
+        assert await victim.wait(30) == -signal.SIGKILL
+        assert (await asyncio.wait_for(survivor.stdout.readline(), 300)).startswith(b"DRAINED")
+        assert await survivor.wait(60) == 0
+    runs = recorded(markers)
+    assert sorted(runs) == sorted(f"j{i}" for i in range(total))  # none lost: the survivor revived the orphans
