@@ -22,19 +22,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, TypeVar
 
-from .. import _wire
-from .._calls import CANCEL_CONFIRM_S, Task, outcome_result
-from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, WorkerBroken
+from .._calls import CANCEL_CONFIRM_S, Task
+from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, StoreError, WorkerBroken
 from .._proto import leakypool_pb2 as pb
 from .._session import OutgoingCall
 from .._tasks import TaskOwner
-from ._codec import RetryPolicy, decode
+from ._attempt import Attempt as _Attempt
+from ._attempt import Outage, decide, describe as _describe, due_order as _due_order, raised as _raised
+from ._codec import decode
 from ._job import Jobs
 from ._store import JobRecord, JobStore
 
@@ -43,33 +43,15 @@ _log = logging.getLogger("leakypool.jobs")
 LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
 
-RESULT_LIMIT_BYTES: Final[int] = 16 * 1024 * 1024
-"""A job whose pickled result is larger fails (the store keeps results, not blobs of any size)."""
 
 MAX_PLACING: Final[int] = 256
 """Jobs being offered to workers at once (each awaits one worker's Accept)."""
 
-MAX_BACKOFF_S: Final[float] = 300.0
-"""Retry back-off grows exponentially up to this."""
-
-_random = random.Random()
 
 
-class _Attempt:
-    __slots__ = ("job", "task", "policy", "runner", "cancel_requested", "blocked_at", "started")
-
-    def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
-        self.job = job
-        self.task = task
-        self.policy = policy
-        self.runner: asyncio.Task[None] | None = None
-        self.cancel_requested = False
-        self.blocked_at = -1  # the capacity epoch in which its limit was full
-        self.started: float | None = None
 
 
-def _due_order(attempt: _Attempt) -> tuple[float, float, str]:
-    return attempt.job.next_at, attempt.job.created_at, attempt.job.id
+T = TypeVar("T")
 
 
 class Scheduler:
@@ -219,22 +201,35 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------
 
     async def _keep_lease(self) -> None:
+        outage = Outage("renewing the owner lease")
         while True:
-            await asyncio.sleep(self._ttl / 3)
-            now = time.time()
-            await self.store.heartbeat(self.owner, now, self._ttl)
-            if await self.store.recover(now):
-                self.wake()
-            for job_id in await self.store.cancel_requested(self.owner):
-                self.cancel_running(job_id)
+            await asyncio.sleep(self._ttl / 3 if not outage.since else outage.delay())
+            try:
+                now = time.time()
+                await self.store.heartbeat(self.owner, now, self._ttl)
+                if await self.store.recover(now):
+                    self.wake()
+                for job_id in await self.store.cancel_requested(self.owner):
+                    self.cancel_running(job_id)
+            except StoreError as exc:
+                outage.failed(exc)
+            else:
+                outage.over()
 
     async def _run(self) -> None:
+        outage = Outage("leasing jobs")
         while not self._closing:
             self._wake.clear()
-            leased_all = await self._fill()
-            if leased_all and not self._closing:
-                continue  # a full batch: there may be more due
-            timeout = await self._next_wait()
+            try:
+                leased_all = await self._fill()
+                timeout = 0.0 if leased_all else await self._next_wait()  # a full batch: more may be due
+            except StoreError as exc:
+                outage.failed(exc)
+                await asyncio.sleep(outage.delay())  # the store is back soon, or this keeps trying
+                continue
+            outage.over()
+            if self._closing or not timeout:
+                continue
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -251,7 +246,7 @@ class Scheduler:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
         else:
             due = await self.store.oldest_due(now)
-            if due is not None:
+            if due is not None and due > now:  # due already but not leased: its limits are full; wait for an event
                 wait = min(wait, due - now)
         return max(0.0, wait)
 
@@ -366,7 +361,14 @@ class Scheduler:
         final: JobRecord | None = None
         try:
             attempt.started = time.time()
-            if not await self.store.mark_running(job.id, self.owner, attempt.started):
+            try:
+                marked = await self.store.mark_running(job.id, self.owner, attempt.started)
+            except StoreError as exc:
+                _log.warning("job %s: cannot mark it running (%s); giving it back", job.id, exc)
+                await call.abort(CANCEL_CONFIRM_S)
+                await self._persist(f"giving back job {job.id}", lambda: self.store.unlease(self.owner, [job.id]))
+                return
+            if not marked:
                 call.cancel()  # cancelled (or taken) meanwhile
                 return
             try:
@@ -391,30 +393,23 @@ class Scheduler:
     async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> JobRecord | None:
         """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""
         job = attempt.job
-        if outcome.kind == pb.Outcome.RETURN and len(outcome.value) > RESULT_LIMIT_BYTES:
-            error = SerializationError(
-                f"the result of {job.routine}() is {len(outcome.value):,} bytes, over the "
-                f"{RESULT_LIMIT_BYTES:,}-byte limit of a stored job result"
-            )
-            outcome = _raised(error, job.routine)
-        if outcome.kind == pb.Outcome.RETURN:
-            return await self._finish(attempt, "succeeded", outcome, "")
-        ok, error = outcome_result(outcome, job.routine)
-        retriable = isinstance(error, WorkerBroken) or isinstance(error, attempt.policy.retry_on)
-        attempts = job.attempts + 1
-        if retriable and attempts < job.max_attempts:
-            delay = min(MAX_BACKOFF_S, attempt.policy.retry_backoff * 2 ** (attempts - 1))
-            delay *= 0.5 + _random.random()  # jitter: retries of a burst do not land together
-            await self.store.retry(job.id, self.owner, time.time() + delay, _describe(error))
-            _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, attempts, _describe(error), delay)
-            return None
-        return await self._finish(attempt, "failed", outcome, _describe(error))
+        verdict = decide(job, attempt.policy, outcome)
+        if verdict.retry_in is None:
+            return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error)
+        due = time.time() + verdict.retry_in
+        await self._persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
+        _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
+                  verdict.retry_in)
+        return None
 
     async def _finish(self, attempt: _Attempt, state: str, outcome: pb.Outcome | None, error: str) -> JobRecord | None:
         job = attempt.job
         data = None if outcome is None else outcome.SerializeToString()
         now = time.time()
-        if not await self.store.finish(job.id, self.owner, state, now, outcome=data, error=error):
+        finished = await self._persist(
+            f"recording job {job.id}", lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error)
+        )
+        if not finished:
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
             return None
         return JobRecord(
@@ -422,20 +417,32 @@ class Scheduler:
             job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
         )
 
+    async def _persist(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
+        """Run a store write until it succeeds: an outcome is never dropped for a store outage.
+
+        While the store is away the owner lease is not renewed either; if the
+        outage outlasts it, another process revives the job and this write
+        then finds the job no longer ours (and says so).
+        """
+        outage = Outage(what)
+        while True:
+            try:
+                result = await write()
+            except StoreError as exc:
+                outage.failed(exc)
+                await asyncio.sleep(outage.delay())
+                continue
+            outage.over()
+            return result
+
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
         outcome = _raised(error, job.routine)
-        await self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString())
+        await self._persist(
+            f"failing job {job.id}",
+            lambda: self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString()),
+        )
         self._held.discard(job.id)
         self.jobs.notify_finished(job.id, None)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.store!r} owner={self.owner} [{self.waiting} waiting, {self.running} running]>"
-
-
-def _raised(error: BaseException, name: str) -> pb.Outcome:
-    value, tb = _wire.pack_exception(error, name)
-    return pb.Outcome(kind=pb.Outcome.RAISE, value=value, traceback=tb)
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"

@@ -252,3 +252,29 @@ class TestSQLiteFiles:
         for bad in ("sqlite:///", "sqlite://host/x.db", "postgres://x"):
             with pytest.raises(pool.ConfigError, match="expected sqlite:///"):
                 SQLiteStore.from_url(bad)
+
+
+class TestPostgresStore:
+    async def test_open_should_fail_in_one_line_when_unreachable_or_refused(self, postgres_server, postgres_url):
+        """Test an unreachable server and wrong credentials: one ConfigError line, the password redacted."""
+        from tests import pg
+
+        closed_port = f"postgresql://{pg.USER}:{pg.PASSWORD}@127.0.0.1:1/nope"
+        wrong_password = postgres_server.url(postgres_url.rsplit("/", 1)[1], password="wrong-password")
+        for url, message in [(closed_port, "cannot connect"), (wrong_password, "password authentication failed")]:
+            with pytest.raises(pool.ConfigError, match=message) as info:
+                await PostgresStore(url).open()
+            text = str(info.value)
+            assert "\n" not in text and pg.PASSWORD not in text and "wrong-password" not in text
+
+    async def test_open_should_refuse_a_newer_schema_and_leave_it_untouched(self, postgres_server, postgres_url):
+        """Test that a database from a newer release is refused, not damaged."""
+        store = PostgresStore(postgres_url)
+        await store.open()
+        await store.submit(job("kept"))
+        await store.close()
+        database = postgres_url.rsplit("/", 1)[1]
+        postgres_server.psql("UPDATE leakypool_schema SET version = version + 1", database)
+        with pytest.raises(pool.ConfigError, match="is newer than this release"):
+            await PostgresStore(postgres_url).open()
+        assert postgres_server.psql("SELECT id FROM leakypool_jobs", database).split() == ["kept"]

@@ -1,0 +1,120 @@
+"""One attempt of a job, and what to do with its outcome: the scheduler's I/O-free decisions.
+
+    outcome ──> decide() ──> succeeded                   (a value, within RESULT_LIMIT_BYTES)
+                         ├─> failed                      (the routine's error, or ours)
+                         └─> retry in N s                (WorkerBroken, or a type in retry_on,
+                                                          while attempts remain: exponential, jittered)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from typing import Final
+
+from .. import _wire
+from .._calls import Task, outcome_result
+from .._errors import SerializationError, WorkerBroken
+from .._proto import leakypool_pb2 as pb
+from ._codec import RetryPolicy
+from ._store import JobRecord
+
+_log = logging.getLogger("leakypool.jobs")
+
+RESULT_LIMIT_BYTES: Final[int] = 16 * 1024 * 1024
+"""A job whose pickled result is larger fails (the store keeps results, not blobs of any size)."""
+
+MAX_BACKOFF_S: Final[float] = 300.0
+"""Retry back-off grows exponentially up to this."""
+
+RETRY_STORE_MIN_S: Final[float] = 0.05
+"""First wait before trying the store again after it failed."""
+
+RETRY_STORE_MAX_S: Final[float] = 5.0
+"""Longest wait between tries while the store is away."""
+
+_random = random.Random()
+
+
+class Attempt:
+    """One leased job on its way to a worker, and back."""
+
+    __slots__ = ("job", "task", "policy", "runner", "cancel_requested", "blocked_at", "started")
+
+    def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
+        self.job = job
+        self.task = task
+        self.policy = policy
+        self.runner: asyncio.Task[None] | None = None
+        self.cancel_requested = False
+        self.blocked_at = -1  # the capacity epoch in which its limit was full
+        self.started: float | None = None
+
+
+def due_order(attempt: Attempt) -> tuple[float, float, str]:
+    return attempt.job.next_at, attempt.job.created_at, attempt.job.id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to write for an attempt's outcome: a final state, or a retry after ``retry_in`` seconds."""
+
+    state: str
+    outcome: pb.Outcome | None
+    error: str
+    retry_in: float | None = None
+
+
+def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
+    """The verdict on one attempt's outcome (``job`` as leased, before this attempt counted)."""
+    if outcome.kind == pb.Outcome.RETURN and len(outcome.value) > RESULT_LIMIT_BYTES:
+        error = SerializationError(
+            f"the result of {job.routine}() is {len(outcome.value):,} bytes, over the "
+            f"{RESULT_LIMIT_BYTES:,}-byte limit of a stored job result"
+        )
+        outcome = raised(error, job.routine)
+    if outcome.kind == pb.Outcome.RETURN:
+        return Verdict("succeeded", outcome, "")
+    _, exc = outcome_result(outcome, job.routine)
+    attempts = job.attempts + 1
+    if (isinstance(exc, WorkerBroken) or isinstance(exc, policy.retry_on)) and attempts < job.max_attempts:
+        delay = min(MAX_BACKOFF_S, policy.retry_backoff * 2 ** (attempts - 1))
+        delay *= 0.5 + _random.random()  # jitter: retries of a burst do not land together
+        return Verdict("pending", None, describe(exc), retry_in=delay)
+    return Verdict("failed", outcome, describe(exc))
+
+
+class Outage:
+    """A store outage as one task sees it: logged once when it starts and once when it ends, with back-off."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.since = 0.0
+        self._failures = 0
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.since:
+            self.since = time.monotonic()
+            _log.warning("store unavailable while %s (%s); retrying with back-off", self.what, exc)
+        self._failures += 1
+
+    def delay(self) -> float:
+        """Seconds before the next try: doubling from `RETRY_STORE_MIN_S` to `RETRY_STORE_MAX_S`."""
+        return min(RETRY_STORE_MAX_S, RETRY_STORE_MIN_S * 2 ** min(self._failures, 16))
+
+    def over(self) -> None:
+        if self.since:
+            _log.warning("store back after %.1fs (%s)", time.monotonic() - self.since, self.what)
+            self.since, self._failures = 0.0, 0
+
+
+def raised(error: BaseException, name: str) -> pb.Outcome:
+    value, tb = _wire.pack_exception(error, name)
+    return pb.Outcome(kind=pb.Outcome.RAISE, value=value, traceback=tb)
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
