@@ -166,11 +166,18 @@ class PostgresStore:
         try:
             return await getattr(self._pool, method)(sql, *args)
         except (OSError, ConnectionError) as exc:
+            await self._reconnect()
             raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
         except Exception as exc:
             if type(exc).__module__.startswith("asyncpg"):
+                await self._reconnect()
                 raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
             raise
+
+    async def _reconnect(self) -> None:
+        """After a failure, let every pooled connection be replaced (a server restart breaks them all)."""
+        if self._pool is not None:
+            await self._pool.expire_connections()
 
     # -- reads -----------------------------------------------------------------------
 

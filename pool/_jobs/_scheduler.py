@@ -363,11 +363,10 @@ class Scheduler:
             attempt.started = time.time()
             try:
                 marked = await self.store.mark_running(job.id, self.owner, attempt.started)
-            except StoreError as exc:
-                _log.warning("job %s: cannot mark it running (%s); giving it back", job.id, exc)
-                await call.abort(CANCEL_CONFIRM_S)
-                await self._persist(f"giving back job {job.id}", lambda: self.store.unlease(self.owner, [job.id]))
-                return
+            except StoreError:
+                # The write may have committed before the connection broke: ask again,
+                # and count "already running, ours" as done (the worker runs it meanwhile).
+                marked = await self._persist(f"marking job {job.id} running", lambda: self._mark_again(job, attempt))
             if not marked:
                 call.cancel()  # cancelled (or taken) meanwhile
                 return
@@ -416,6 +415,12 @@ class Scheduler:
             job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
             job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
         )
+
+    async def _mark_again(self, job: JobRecord, attempt: _Attempt) -> bool:
+        record = await self.store.get(job.id)
+        if record is not None and record.state == "running" and record.owner == self.owner:
+            return True
+        return await self.store.mark_running(job.id, self.owner, attempt.started or time.time())
 
     async def _persist(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
         """Run a store write until it succeeds: an outcome is never dropped for a store outage.
