@@ -97,12 +97,18 @@ class SQLiteThread:
                     try:
                         results.append((future, True, op(connection)))
                     except Exception as exc:
+                        if not connection.in_transaction:  # the error rolled back the whole batch
+                            self._fail(work, _translate(exc, self._url), exc)
+                            return
                         results.append((future, False, _translate(exc, self._url)))
                     continue
                 connection.execute("SAVEPOINT op")
                 try:
                     results.append((future, True, op(connection)))
                 except Exception as exc:
+                    if not connection.in_transaction:  # some errors roll back the whole transaction
+                        self._fail(work, _translate(exc, self._url), exc)
+                        return
                     connection.execute("ROLLBACK TO op")
                     results.append((future, False, _translate(exc, self._url)))
                 connection.execute("RELEASE op")

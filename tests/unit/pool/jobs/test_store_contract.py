@@ -106,7 +106,10 @@ class TestJobStore:
             leased: dict[str, list[str]] = {"one": [], "two": []}
 
             async def drain(store: JobStore, owner: str) -> None:
-                while batch := await store.lease(owner, 7, NOW):
+                for _ in range(300):  # bounded: a lease that hands out jobs twice must not loop forever
+                    batch = await store.lease(owner, 7, NOW)
+                    if not batch:
+                        return
                     leased[owner] += [j.id for j in batch]
 
             await asyncio.gather(drain(one, "one"), drain(two, "two"))
@@ -138,6 +141,7 @@ class TestJobStore:
             assert not await store.mark_running("a", "other", NOW)
             assert not await store.finish("a", "me", "succeeded", NOW, outcome=None)  # not running yet
             assert await store.mark_running("a", "me", NOW)
+            assert not await store.finish("a", "other", "succeeded", NOW, outcome=None)  # not its owner
             assert not await store.mark_running("a", "me", NOW)  # not pending any more
             assert not await store.retry("a", "other", NOW, "x")
             assert not await store.fail_pending("a", "me", NOW, "x")
