@@ -15,6 +15,7 @@ import asyncio
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -56,16 +57,32 @@ class SQLiteThread:
         self._ops.put(_STOP)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
+    def _connect(self) -> sqlite3.Connection:
+        """Open the file in WAL mode; another process switching it at the same moment is waited for."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            connection = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                # Switching to WAL takes an exclusive lock and does not wait for it
+                # (SQLite's busy handler is not used): retry while a peer holds it.
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute(f"PRAGMA synchronous = {self._synchronous}")
+                return connection
+            except sqlite3.OperationalError as exc:
+                connection.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+            except BaseException:
+                connection.close()
+                raise
+
     def _serve(self) -> None:
         connection: sqlite3.Connection | None = None
         error: BaseException | None = None
         try:
-            connection = sqlite3.connect(
-                self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute(f"PRAGMA synchronous = {self._synchronous}")
+            connection = self._connect()
         except sqlite3.Error as exc:
             error = exc
         while True:

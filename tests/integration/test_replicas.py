@@ -104,3 +104,21 @@ async def test_postgres_restart_mid_drain_should_lose_nothing_and_fail_submits_m
         results = [await job.result(timeout=120) for job in jobs]
         assert results == [f"m{i}" for i in range(200)]  # nothing lost
         assert (await p.jobs.counts())["succeeded"] == 200
+
+
+async def test_ceiling_should_refuse_exactly_what_exceeds_it_across_processes(shared_store):
+    """Test max_pending shared by three processes submitting at once: exactly the ceiling is admitted."""
+    async with contextlib.AsyncExitStack() as stack:
+        children = []
+        for name in "abc":
+            args = [sys.executable, "-m", "tests.integration.ceiling_replica", shared_store, name, "40", "50"]
+            children.append(await stack.enter_async_context(Child(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)))
+        for child in children:
+            child.process.stdin.write(b"go\n")
+            child.process.stdin.close()
+        lines = [(await asyncio.wait_for(c.stdout.readline(), 120)).decode().split() for c in children]
+        for child in children:
+            assert await child.wait(60) == 0
+    accepted = sum(int(line[1]) for line in lines)
+    rejected = sum(int(line[3]) for line in lines)
+    assert (accepted, rejected) == (50, 70)  # 120 submitted against a ceiling of 50

@@ -282,3 +282,15 @@ class TestPostgresStore:
         with pytest.raises(pool.ConfigError, match="is newer than this release"):
             await PostgresStore(postgres_url).open()
         assert postgres_server.psql("SELECT id FROM leakypool_jobs", database).split() == ["kept"]
+
+
+class TestSQLiteOpen:
+    async def test_open_should_wait_for_peers_opening_a_new_file_at_the_same_moment(self, tmp_path):
+        """Test several processes' stores (here: connections) creating one fresh file at once: no 'locked'."""
+        for i in range(20):
+            path = str(tmp_path / f"fresh{i}.db")
+            stores = [SQLiteStore(path) for _ in range(4)]
+            try:
+                await asyncio.gather(*(store.open() for store in stores))
+            finally:
+                await asyncio.gather(*(store.close() for store in stores))
