@@ -197,6 +197,7 @@ class WorkerPool:
                 job_store,
                 self._place_job,
                 self._fleet.grow,
+                lambda: len(self._roster) > 0 or self._fleet.maximum > 0,
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,

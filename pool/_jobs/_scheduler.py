@@ -62,6 +62,7 @@ class Scheduler:
         place: Dispatches a task once through the pool's limits and balancer:
             the accepted call, None if a limit is full, or NoWorkersAvailable.
         starved: Called when a job found no worker (grow the pool).
+        has_workers: Whether the pool has (or can start) a worker at all.
         lease_ttl: Seconds this process's owner lease lasts without renewal.
         default_deadline: Dispatch deadline of jobs without their own.
         max_pending: Active jobs the store may hold (the submit ceiling).
@@ -72,6 +73,7 @@ class Scheduler:
         store: JobStore,
         place: Callable[[Task], Awaitable[OutgoingCall | None]],
         starved: Callable[[], None],
+        has_workers: Callable[[], bool] = lambda: True,
         *,
         lease_ttl: float,
         default_deadline: float,
@@ -81,6 +83,7 @@ class Scheduler:
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
+        self._has_workers = has_workers
         self._ttl = lease_ttl
         self._tasks = TaskOwner("job scheduler", _log)
         self._wake = asyncio.Event()
@@ -144,6 +147,8 @@ class Scheduler:
 
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
+        if not self._has_workers():
+            return ""  # a submitter without workers leaves its jobs to the processes that have some
         if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
             self._claimed += 1
             return self.owner
@@ -319,11 +324,17 @@ class Scheduler:
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
-            if job.queue or job.workflow:
-                # Do not sit on a shared limit slot while no worker has room here:
-                # give the job back, so a process with room can take it.
-                await self.store.unlease(self.owner, [job.id])
-                self._drop(job.id)
+            if job.queue or job.workflow or not self._has_workers():
+                # Do not sit on a shared limit slot, nor on any job while this
+                # process has no worker at all: give back, so a process that
+                # has room can take it (the deadline is still checked here, at
+                # each lease).
+                given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
+                if len(given) > 1:
+                    self._waiting = []
+                await self._persist("giving jobs back", lambda: self.store.unlease(self.owner, given))
+                for job_id in given:
+                    self._drop(job_id)
                 self._gave_back = True
                 self._window = 1
                 self._starved()

@@ -122,3 +122,15 @@ async def test_ceiling_should_refuse_exactly_what_exceeds_it_across_processes(sh
     accepted = sum(int(line[1]) for line in lines)
     rejected = sum(int(line[3]) for line in lines)
     assert (accepted, rejected) == (50, 70)  # 120 submitted against a ceiling of 50
+
+
+async def test_a_submitter_without_workers_should_leave_its_jobs_to_a_process_that_has_some(shared_store):
+    """Test a worker-less API process: it neither keeps nor hoards jobs; a process with workers runs them."""
+    import pool
+    from tests.integration import routines
+
+    async with pool.WorkerPool(spawn=1, store=shared_store, lease_ttl=1.5) as runner:
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=shared_store, lease_ttl=1.5):
+            jobs = [await routines.pid.submit() for _ in range(5)]  # submitted through the worker-less pool
+            pids = {await job.result(timeout=30) for job in jobs}
+        assert pids == set(runner.pids)
