@@ -207,6 +207,22 @@ def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
     return False, WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
 
 
+def call_failure(call: OutgoingCall, name: str) -> BaseException | None:
+    """Why a finished call failed (to halt its workflow): the routine's own exception; None if it did not.
+
+    A call its caller cancelled (or timed out) did not fail: the caller chose to stop it.
+    """
+    final = call.final
+    if call.cancelled_here or final is None:
+        return None
+    if isinstance(final, BaseException):
+        return final
+    if not final.HasField("outcome") or final.outcome.kind not in (pb.Outcome.RAISE, pb.Outcome.CANCELLED):
+        return None
+    ok, error = outcome_result(final.outcome, name)
+    return None if ok else error
+
+
 def outcome_value(outcome: pb.Outcome, name: str) -> Any:
     """The value a final outcome stands for; raises the exception it carries."""
     ok, value = outcome_result(outcome, name)

@@ -37,7 +37,7 @@ from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike
 
 from ._admission import Admission
-from ._calls import RemoteGenerator, Task, call_routine, outcome_result
+from ._calls import RemoteGenerator, Task, call_failure, call_routine
 from ._config import PoolConfig
 from ._connection import WorkerConnection
 from ._discovery import DiscoveryLike
@@ -325,7 +325,7 @@ class WorkerPool:
 
     def _call_ended(self, call: OutgoingCall) -> None:
         ticket = self._tickets.pop(call)
-        self._end(ticket, _failure(call, ticket) if ticket.task.halt_on_error else None)
+        self._end(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
 
     def _end(self, ticket: Ticket, error: BaseException | None) -> None:
         self._limits.release(ticket, error)
@@ -376,7 +376,7 @@ class WorkerPool:
 
     def _job_ended(self, call: OutgoingCall) -> None:
         ticket = self._job_tickets.pop(call)
-        self._limits.release(ticket, _failure(call, ticket) if ticket.task.halt_on_error else None)
+        self._limits.release(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
         self._capacity_changed()
 
     # -- introspection -------------------------------------------------------------
@@ -436,19 +436,3 @@ class WorkerPool:
             text += f", {s.rejected} rejected, {s.capacity_timeouts} timed out"
         limits = ", ".join(f"{name}: {g.running} running, {g.waiting} waiting" for name, g in s.limits.items())
         return text + (f" | {limits}]>" if limits else "]>")
-
-
-def _failure(call: OutgoingCall, ticket: Ticket) -> BaseException | None:
-    """Why a finished call failed (to halt its workflow): the routine's own exception; None if it did not.
-
-    A call its caller cancelled (or timed out) did not fail: the caller chose to stop it.
-    """
-    final = call.final
-    if call.cancelled_here or final is None:
-        return None
-    if isinstance(final, BaseException):
-        return final
-    if not final.HasField("outcome") or final.outcome.kind not in (pb.Outcome.RAISE, pb.Outcome.CANCELLED):
-        return None
-    ok, error = outcome_result(final.outcome, ticket.task.name)
-    return None if ok else error

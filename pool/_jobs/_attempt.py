@@ -13,11 +13,12 @@ import dataclasses
 import logging
 import random
 import time
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
 from .. import _wire
 from .._calls import Task, outcome_result
-from .._errors import SerializationError, WorkerBroken
+from .._errors import SerializationError, StoreError, WorkerBroken
 from .._proto import leakypool_pb2 as pb
 from ._codec import RetryPolicy
 from ._store import JobRecord
@@ -37,6 +38,8 @@ RETRY_STORE_MAX_S: Final[float] = 5.0
 """Longest wait between tries while the store is away."""
 
 _random = random.Random()
+
+T = TypeVar("T")
 
 
 class Attempt:
@@ -109,6 +112,25 @@ class Outage:
         if self.since:
             _log.warning("store back after %.1fs (%s)", time.monotonic() - self.since, self.what)
             self.since, self._failures = 0.0, 0
+
+
+async def persist(what: str, write: Callable[[], Awaitable[T]]) -> T:
+    """Run a store write until it succeeds: an outcome is never dropped for a store outage.
+
+    While the store is away the owner lease is not renewed either; if the
+    outage outlasts it, another process revives the job and this write
+    then finds the job no longer ours (and says so).
+    """
+    outage = Outage(what)
+    while True:
+        try:
+            result = await write()
+        except StoreError as exc:
+            outage.failed(exc)
+            await asyncio.sleep(outage.delay())
+            continue
+        outage.over()
+        return result
 
 
 def raised(error: BaseException, name: str) -> pb.Outcome:

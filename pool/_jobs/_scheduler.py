@@ -33,7 +33,7 @@ from .._proto import leakypool_pb2 as pb
 from .._session import OutgoingCall
 from .._tasks import TaskOwner
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, decide, describe as _describe, due_order as _due_order, raised as _raised
+from ._attempt import Outage, decide, persist, describe as _describe, due_order as _due_order, raised as _raised
 from ._codec import decode
 from ._job import Jobs
 from ._store import JobRecord, JobStore
@@ -332,7 +332,7 @@ class Scheduler:
                 given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
                 if len(given) > 1:
                     self._waiting = []
-                await self._persist("giving jobs back", lambda: self.store.unlease(self.owner, given))
+                await persist("giving jobs back", lambda: self.store.unlease(self.owner, given))
                 for job_id in given:
                     self._drop(job_id)
                 self._gave_back = True
@@ -377,7 +377,7 @@ class Scheduler:
             except StoreError:
                 # The write may have committed before the connection broke: ask again,
                 # and count "already running, ours" as done (the worker runs it meanwhile).
-                marked = await self._persist(f"marking job {job.id} running", lambda: self._mark_again(job, attempt))
+                marked = await persist(f"marking job {job.id} running", lambda: self._mark_again(job, attempt))
             if not marked:
                 call.cancel()  # cancelled (or taken) meanwhile
                 return
@@ -407,7 +407,7 @@ class Scheduler:
         if verdict.retry_in is None:
             return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error)
         due = time.time() + verdict.retry_in
-        await self._persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
+        await persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
         _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
                   verdict.retry_in)
         return None
@@ -416,7 +416,7 @@ class Scheduler:
         job = attempt.job
         data = None if outcome is None else outcome.SerializeToString()
         now = time.time()
-        finished = await self._persist(
+        finished = await persist(
             f"recording job {job.id}", lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error)
         )
         if not finished:
@@ -433,27 +433,9 @@ class Scheduler:
             return True
         return await self.store.mark_running(job.id, self.owner, attempt.started or time.time())
 
-    async def _persist(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
-        """Run a store write until it succeeds: an outcome is never dropped for a store outage.
-
-        While the store is away the owner lease is not renewed either; if the
-        outage outlasts it, another process revives the job and this write
-        then finds the job no longer ours (and says so).
-        """
-        outage = Outage(what)
-        while True:
-            try:
-                result = await write()
-            except StoreError as exc:
-                outage.failed(exc)
-                await asyncio.sleep(outage.delay())
-                continue
-            outage.over()
-            return result
-
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
         outcome = _raised(error, job.routine)
-        await self._persist(
+        await persist(
             f"failing job {job.id}",
             lambda: self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString()),
         )
