@@ -1,12 +1,14 @@
 """Durable jobs: calls written to a store first, so they survive the dispatching process.
 
     _store       the store protocol and its records (no I/O)
-    _sqlite      SQLiteStore: the embedded default, one file, its own thread
+    _sqlite      SQLiteStore: the embedded default, one file
+    _sqlite_thread  the thread that owns its connection and group-commits
     _postgres    PostgresStore: several hosts (asyncpg, the postgres extra)
     _open        store= URL or object -> a store
     _codec       a job's payload (the call and its retry policy)
     _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
     _scheduler   leases due jobs, dispatches them like calls, records outcomes, recovers orphans
+    _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final
 
 from .._calls import CANCEL_CONFIRM_S, Task
 from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, StoreError, WorkerBroken
@@ -33,7 +33,10 @@ from .._proto import leakypool_pb2 as pb
 from .._session import OutgoingCall
 from .._tasks import TaskOwner
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, decide, persist, describe as _describe, due_order as _due_order, raised as _raised
+from ._attempt import Outage, decide, persist
+from ._attempt import describe as _describe
+from ._attempt import due_order as _due_order
+from ._attempt import raised as _raised
 from ._codec import decode
 from ._job import Jobs
 from ._store import JobRecord, JobStore
@@ -43,15 +46,8 @@ _log = logging.getLogger("leakypool.jobs")
 LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
 
-
 MAX_PLACING: Final[int] = 256
 """Jobs being offered to workers at once (each awaits one worker's Accept)."""
-
-
-
-
-
-T = TypeVar("T")
 
 
 class Scheduler:
@@ -95,7 +91,7 @@ class Scheduler:
         self._window = MAX_PLACING  # placements allowed at once
         self._capacity_epoch = 0
         self._claimed = 0  # submissions in flight that will arrive leased to this process
-        self._gave_back = False  # a job with limits went back to the store for want of a worker
+        self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
