@@ -110,25 +110,20 @@ class SQLiteThread:
         try:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             for op, kind, future in work:
-                if kind is SINGLE:  # one statement: atomic by itself, no savepoint needed
-                    try:
-                        results.append((future, True, op(connection)))
-                    except Exception as exc:
-                        if not connection.in_transaction:  # the error rolled back the whole batch
-                            self._fail(work, _translate(exc, self._url), exc)
-                            return
-                        results.append((future, False, _translate(exc, self._url)))
-                    continue
-                connection.execute("SAVEPOINT op")
+                savepoint = kind is not SINGLE  # one statement is atomic by itself
+                if savepoint:
+                    connection.execute("SAVEPOINT op")
                 try:
                     results.append((future, True, op(connection)))
                 except Exception as exc:
                     if not connection.in_transaction:  # some errors roll back the whole transaction
                         self._fail(work, _translate(exc, self._url), exc)
                         return
-                    connection.execute("ROLLBACK TO op")
+                    if savepoint:
+                        connection.execute("ROLLBACK TO op")
                     results.append((future, False, _translate(exc, self._url)))
-                connection.execute("RELEASE op")
+                if savepoint:
+                    connection.execute("RELEASE op")
             connection.execute("COMMIT")
         except sqlite3.Error as exc:
             if connection.in_transaction:

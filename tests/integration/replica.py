@@ -30,10 +30,11 @@ async def main(url: str, markers: str, first: int, count: int, total: int, ttl: 
             for i in range(first, first + count)
         ))
         print("SUBMITTED", flush=True)
-        for i in range(total):
-            while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet
-                await asyncio.sleep(0.05)
-            await job.result(timeout=600)
+        async with asyncio.timeout(600):
+            for i in range(total):
+                while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet
+                    await asyncio.sleep(0.05)  # (no event crosses processes here; bounded by the timeout)
+                await job.result()
         print("DRAINED", flush=True)
 
 
