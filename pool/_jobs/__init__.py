@@ -4,10 +4,13 @@
     _sqlite      SQLiteStore: the embedded default, one file
     _sqlite_thread  the thread that owns its connection and group-commits
     _postgres    PostgresStore: several hosts (asyncpg, the postgres extra)
+    _postgres_sql  its schema and statements
+    _batch       group commit for a networked store (concurrent writes share a statement)
     _open        store= URL or object -> a store
     _codec       a job's payload (the call and its retry policy)
     _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
-    _scheduler   leases due jobs, dispatches them like calls, records outcomes, recovers orphans
+    _scheduler   leases due jobs, dispatches them like calls, records outcomes
+    _presence    the process's owner lease, dead owners' recovery, other processes' notices
     _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
 """
 

@@ -3,23 +3,31 @@
 Same rows and the same fenced writes as the SQLite store; what changes is
 how exclusivity is had: a lease is ``UPDATE ... WHERE id IN (SELECT ...
 FOR UPDATE SKIP LOCKED)``, so two processes leasing at once take different
-jobs without waiting on each other, and a submit under a ceiling takes a
-transaction-scoped advisory lock so the active count it checks is exact
-across processes. asyncpg is asyncio-native (no thread) and speaks the
-binary protocol; it is imported only when a PostgreSQL store is used (the
-``postgres`` extra).
+jobs without waiting on each other, and a submit under a ceiling or a lease
+of jobs with limits takes a transaction-scoped advisory lock, so the count
+it checks is exact across processes. The hot writes (submit, mark running,
+finish) are group committed (`Batcher`): a burst costs a few statements,
+not one per job. Processes wake each other with LISTEN/NOTIFY (`watch`).
+asyncpg is asyncio-native (no thread) and speaks the binary protocol; it is
+imported only when a PostgreSQL store is used (the ``postgres`` extra).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 from .._errors import AdmissionRejected, ConfigError, StoreError
-from ._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from .._tasks import TaskOwner
+from . import _postgres_sql as sql
+from ._batch import Batcher
+from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 
-SCHEMA_VERSION: Final[int] = 1
-"""The schema this release writes; a newer one is refused, untouched."""
+_log = logging.getLogger("leakypool.jobs")
 
 CONNECT_TIMEOUT_S: Final[float] = 10.0
 """How long `PostgresStore.open` tries to reach the server."""
@@ -27,65 +35,12 @@ CONNECT_TIMEOUT_S: Final[float] = 10.0
 POOL_SIZE: Final[int] = 8
 """Connections one process keeps to the server."""
 
-_LOCK_SCHEMA: Final[int] = 0x6C70_0001
-"""Advisory lock key: one process creates or migrates the schema at a time."""
+LISTEN_CHECK_S: Final[float] = 10.0
+"""How often the listening connection is probed, in case its loss went unnoticed."""
 
-_LOCK_CEILING: Final[int] = 0x6C70_0002
-"""Advisory lock key: submits under a ceiling count active jobs one at a time."""
+SCHEMA_VERSION: Final[int] = sql.SCHEMA_VERSION
 
-_SCHEMA: Final[tuple[str, ...]] = (
-    "CREATE TABLE leakypool_schema (version INTEGER NOT NULL)",
-    """CREATE TABLE leakypool_jobs (
-        id TEXT PRIMARY KEY,
-        routine TEXT NOT NULL,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        max_attempts INTEGER NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        started_at DOUBLE PRECISION,
-        finished_at DOUBLE PRECISION,
-        deadline DOUBLE PRECISION NOT NULL,
-        next_at DOUBLE PRECISION NOT NULL,
-        owner TEXT NOT NULL DEFAULT '',
-        error TEXT NOT NULL DEFAULT '',
-        payload BYTEA NOT NULL,
-        outcome BYTEA,
-        cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
-        queue TEXT NOT NULL DEFAULT '',
-        key TEXT NOT NULL DEFAULT '',
-        workflow TEXT NOT NULL DEFAULT '',
-        concurrency INTEGER NOT NULL DEFAULT 0,
-        total INTEGER NOT NULL DEFAULT 0
-    )""",
-    "CREATE INDEX leakypool_jobs_due ON leakypool_jobs (state, owner, next_at, created_at)",
-    "CREATE INDEX leakypool_jobs_owned ON leakypool_jobs (owner) WHERE owner <> ''",
-    "CREATE TABLE leakypool_owners (owner TEXT PRIMARY KEY, expires_at DOUBLE PRECISION NOT NULL)",
-)
-
-_COLUMNS: Final[str] = (
-    "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, "
-    "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
-)
-
-_INSERT: Final[str] = (
-    "INSERT INTO leakypool_jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, "
-    "key, workflow, owner, concurrency, total) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
-)
-
-_LOCK_LEASE: Final[int] = 0x6C70_0003
-"""Advisory lock key: leases of jobs with limits count held slots one process at a time."""
-
-_FREE_DUE: Final[str] = (
-    "SELECT id, next_at, created_at FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
-    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
-)
-_ANY_LIMITED_DUE: Final[str] = (
-    "SELECT EXISTS (SELECT 1 FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
-    "AND (queue <> '' OR workflow <> ''))"
-)
-_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="leakypool_jobs", now="$1", limit="$2")
-
-_DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
+_Finish = tuple[str, str, str, float, "bytes | None", str]  # id, owner, state, now, outcome, error
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
@@ -107,6 +62,19 @@ class PostgresStore:
             raise ConfigError(f"store: expected postgresql://..., got {url!r}")
         self.url = url
         self._pool: Any = None
+        self._token = uuid.uuid4().hex[:16]  # names this store's notices, so it ignores its own
+        self._batchers()
+
+    def _batchers(self) -> None:
+        """The group-committed writes, and the owner of their flights."""
+        self._tasks = TaskOwner("postgres store", _log)
+        self._inserts: Batcher[tuple[NewJob, str], JobRecord | None] = Batcher(
+            "submitting jobs", self._insert_many, self._tasks
+        )
+        self._marks: Batcher[tuple[str, str, float], bool] = Batcher(
+            "marking jobs running", self._mark_many, self._tasks
+        )
+        self._finishes: Batcher[_Finish, bool] = Batcher("recording outcomes", self._finish_many, self._tasks)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -125,12 +93,7 @@ class PostgresStore:
         """
         if self._pool is not None:
             return
-        try:
-            import asyncpg
-        except ImportError:
-            raise ConfigError(
-                "store: a postgresql:// store needs asyncpg: pip install 'leakypool[postgres]'"
-            ) from None
+        asyncpg = _asyncpg()
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT_S, command_timeout=60
@@ -139,9 +102,9 @@ class PostgresStore:
             raise ConfigError(f"store {_redacted(self.url)}: cannot connect: {_one_line(exc)}") from None
         try:
             async with self._pool.acquire() as db, db.transaction():
-                await db.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_SCHEMA)
+                await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_SCHEMA)
                 if await db.fetchval("SELECT to_regclass('leakypool_schema')") is None:
-                    for statement in _SCHEMA:
+                    for statement in sql.SCHEMA:
                         await db.execute(statement)
                     await db.execute("INSERT INTO leakypool_schema VALUES ($1)", SCHEMA_VERSION)
                 version = await db.fetchval("SELECT max(version) FROM leakypool_schema")
@@ -155,45 +118,59 @@ class PostgresStore:
             raise
 
     async def close(self) -> None:
-        """Close the connections; idempotent."""
+        """End the batched writes in flight, close the connections; idempotent."""
+        await self._tasks.aclose()
+        self._batchers()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
 
-    async def _call(self, method: str, sql: str, *args: Any) -> Any:
-        if self._pool is None:
-            raise StoreError(f"store {_redacted(self.url)} is not open")
+    @contextlib.asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        """asyncpg's and the network's errors as one `StoreError` line (the password redacted)."""
         try:
-            return await getattr(self._pool, method)(sql, *args)
-        except (OSError, ConnectionError) as exc:
-            await self._reconnect()
-            raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
+            yield
+        except (AdmissionRejected, StoreError, ConfigError):
+            raise
         except Exception as exc:
-            if type(exc).__module__.startswith("asyncpg"):
-                await self._reconnect()
+            if isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("asyncpg"):
+                if self._pool is not None:
+                    await self._pool.expire_connections()  # a server restart breaks every pooled connection
                 raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
             raise
 
-    async def _reconnect(self) -> None:
-        """After a failure, let every pooled connection be replaced (a server restart breaks them all)."""
-        if self._pool is not None:
-            await self._pool.expire_connections()
+    def _db(self) -> Any:
+        if self._pool is None:
+            raise StoreError(f"store {_redacted(self.url)} is not open")
+        return self._pool
+
+    async def _call(self, method: str, statement: str, *args: Any) -> Any:
+        pool = self._db()
+        async with self._errors():
+            return await getattr(pool, method)(statement, *args)
+
+    async def _notify(self, kind: str) -> None:
+        """Tell the other processes (best effort: they also look at every tick)."""
+        try:
+            await self._call("execute", sql.NOTIFY, sql.CHANNEL, f"{self._token} {kind}")
+        except StoreError as exc:
+            _log.debug("could not notify other processes (%s): they see it at their next tick", exc)
 
     # -- reads -----------------------------------------------------------------------
 
     async def get(self, job_id: str) -> JobRecord | None:
-        row = await self._call("fetchrow", f"SELECT {_COLUMNS} FROM leakypool_jobs WHERE id = $1", job_id)
+        row = await self._call("fetchrow", f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1", job_id)
         return None if row is None else _record(row)
 
     async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
         if state is None:
             rows = await self._call(
-                "fetch", f"SELECT {_COLUMNS} FROM leakypool_jobs ORDER BY created_at, id LIMIT $1", limit
+                "fetch", f"SELECT {sql.COLUMNS} FROM leakypool_jobs ORDER BY created_at, id LIMIT $1", limit
             )
         else:
             rows = await self._call(
                 "fetch",
-                f"SELECT {_COLUMNS} FROM leakypool_jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
+                f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
                 state,
                 limit,
             )
@@ -226,19 +203,37 @@ class PostgresStore:
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        if max_active is None:
+            record = await self._inserts((job, owner))
+            if record is not None:
+                return record, True
+        created = await self._submit_one(job, max_active, owner)  # under the ceiling, or its id is taken
+        if created[1] and not owner:
+            await self._notify("due")
+        return created
+
+    async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
+        columns: list[list[Any]] = [[] for _ in range(12)]
+        for job, owner in items:
+            for column, value in zip(columns, (
+                job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.payload, job.queue,
+                job.key, job.workflow, owner, job.concurrency, job.total,
+            ), strict=True):
+                column.append(value)
+        inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
+        if any(record.owner == "" for record in inserted.values()):
+            await self._notify("due")
+        return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
+
+    async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
         values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
                   job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
-        if max_active is None:
-            row = await self._call("fetchrow", _INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + _COLUMNS, *values)
-            if row is not None:
-                return _record(row), True
-        if self._pool is None:
-            raise StoreError(f"store {_redacted(self.url)} is not open")
-        try:
-            async with self._pool.acquire() as db, db.transaction():
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
                 if max_active is not None:
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_CEILING)
-                row = await db.fetchrow(f"SELECT {_COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
+                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_CEILING)
+                row = await db.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
                 if row is not None and row[2] in ACTIVE_STATES:
                     return _record(row), False
                 if max_active is not None:
@@ -253,13 +248,7 @@ class PostgresStore:
                         )
                 if row is not None:
                     await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
-                return _record(await db.fetchrow(_INSERT + " RETURNING " + _COLUMNS, *values)), True
-        except (AdmissionRejected, StoreError):
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("asyncpg") or isinstance(exc, OSError):
-                raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
-            raise
+                return _record(await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *values)), True
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
@@ -268,29 +257,21 @@ class PostgresStore:
         those leases take a transaction-scoped advisory lock: two processes
         never count the same slot free. Jobs without limits need no lock.
         """
-        if self._pool is None:
-            raise StoreError(f"store {_redacted(self.url)} is not open")
-        try:
-            async with self._pool.acquire() as db, db.transaction():
-                free = await db.fetch(_FREE_DUE, now, limit)
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                free = await db.fetch(sql.FREE_DUE, now, limit)
                 limited = []
-                if await db.fetchval(_ANY_LIMITED_DUE, now):
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_LEASE)
-                    limited = await db.fetch(_LIMITED_DUE, now, limit)
+                if await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
+                    limited = await db.fetch(sql.LIMITED_DUE, now, limit)
                 chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (r[1], r[2], r[0]))
-                ids = [r[0] for r in chosen[:limit]]
                 rows = await db.fetch(
                     f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
-                    f"AND state = 'pending' RETURNING {_COLUMNS}",
+                    f"AND state = 'pending' RETURNING {sql.COLUMNS}",
                     owner,
-                    ids,
+                    [r[0] for r in chosen[:limit]],
                 )
-        except StoreError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("asyncpg") or isinstance(exc, OSError):
-                raise StoreError(f"store {_redacted(self.url)}: {_one_line(exc)}") from exc
-            raise
         return sorted((_record(row) for row in rows), key=lambda r: (r.next_at, r.created_at, r.id))
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
@@ -302,34 +283,43 @@ class PostgresStore:
             owner,
             next_at,
         )
+        await self._notify("due")
 
-    async def _fenced(self, sql: str, *args: Any) -> bool:
-        return await self._call("execute", sql, *args) == "UPDATE 1"
+    async def _fenced(self, statement: str, *args: Any) -> bool:
+        return await self._call("execute", statement, *args) == "UPDATE 1"
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
-        return await self._fenced(
-            "UPDATE leakypool_jobs SET state = 'running', attempts = attempts + 1, started_at = $3 "
-            "WHERE id = $1 AND owner = $2 AND state = 'pending'",
-            job_id, owner, now,
-        )
+        return await self._marks((job_id, owner, now))
+
+    async def _mark_many(self, items: list[tuple[str, str, float]]) -> list[bool]:
+        ids, owners, times = (list(column) for column in zip(*items, strict=True))
+        marked = {row[0] for row in await self._call("fetch", sql.MARK_RUNNING_MANY, ids, owners, times)}
+        return [job_id in marked for job_id, _, _ in items]
 
     async def finish(
         self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
     ) -> bool:
         if state not in TERMINAL_STATES:
             raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
-        return await self._fenced(
-            "UPDATE leakypool_jobs SET state = $3, finished_at = $4, outcome = $5, error = $6, owner = '' "
-            "WHERE id = $1 AND owner = $2 AND state = 'running'",
-            job_id, owner, state, now, outcome, error,
-        )
+        return await self._finishes((job_id, owner, state, now, outcome, error))
+
+    async def _finish_many(self, items: list[_Finish]) -> list[bool]:
+        columns = [list(column) for column in zip(*items, strict=True)]
+        rows = await self._call("fetch", sql.FINISH_MANY, *columns)
+        if any(limited for _, limited in rows):
+            await self._notify("due")  # a limit slot is free: another process may have a job waiting for it
+        finished = {row[0] for row in rows}
+        return [item[0] in finished for item in items]
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
-        return await self._fenced(
+        retried = await self._fenced(
             "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $3, error = $4 "
             "WHERE id = $1 AND owner = $2 AND state = 'running'",
             job_id, owner, next_at, error,
         )
+        if retried:
+            await self._notify("due")
+        return retried
 
     async def fail_pending(
         self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
@@ -349,11 +339,16 @@ class PostgresStore:
             f"owner = CASE WHEN state = 'pending' THEN '' ELSE owner END, "
             f"error = CASE WHEN state = 'pending' THEN 'cancelled before it ran' ELSE error END, "
             f"cancel_requested = cancel_requested OR state = 'running' "
-            f"WHERE id = $1 RETURNING {_COLUMNS}",
+            f"WHERE id = $1 RETURNING {sql.COLUMNS}",
             job_id,
             now,
         )
-        return None if row is None else _record(row)
+        if row is None:
+            return None
+        record = _record(row)
+        if record.state == "running":
+            await self._notify(f"cancel {record.owner}")  # its owner cancels it now, not at its next tick
+        return record
 
     async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
         await self._call(
@@ -364,30 +359,77 @@ class PostgresStore:
         )
 
     async def recover(self, now: float) -> list[str]:
-        if self._pool is None:
-            raise StoreError(f"store {_redacted(self.url)} is not open")
-        async with self._pool.acquire() as db, db.transaction():
-            rows = await db.fetch(
-                f"UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
-                f"WHERE state = 'running' AND {_DEAD} RETURNING id",
-                now,
-            )
-            await db.execute(f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {_DEAD}", now)
-            await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                rows = await db.fetch(
+                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
+                    f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
+                    now,
+                )
+                held = await db.execute(f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {sql.DEAD}", now)
+                await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
+        if rows or held != "UPDATE 0":
+            await self._notify("due")
         return [row[0] for row in rows]
 
     async def release_owner(self, owner: str, now: float) -> None:
-        if self._pool is None:
-            raise StoreError(f"store {_redacted(self.url)} is not open")
-        async with self._pool.acquire() as db, db.transaction():
-            await db.execute(
-                "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
-                "WHERE state = 'running' AND owner = $1",
-                owner,
-                now,
-            )
-            await db.execute("UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1", owner)
-            await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                await db.execute(
+                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
+                    "WHERE state = 'running' AND owner = $1",
+                    owner,
+                    now,
+                )
+                await db.execute("UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1", owner)
+                await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
+        await self._notify("due")
+
+    # -- notices ---------------------------------------------------------------------
+
+    async def watch(self, notice: Callable[[str, str], None]) -> None:
+        """Deliver other processes' notices until cancelled: ``("due", "")``, ``("cancel", owner)``.
+
+        Listens on a connection of its own (LISTEN/NOTIFY). Calls
+        ``notice("due", "")`` once listening, for what it may have missed.
+
+        Raises:
+            StoreError: the connection could not be made or was lost (call again).
+        """
+        asyncpg = _asyncpg()
+        async with self._errors():
+            connection = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
+        lost = asyncio.Event()
+
+        def received(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+            sender, _, message = payload.partition(" ")
+            if sender != self._token:
+                kind, _, argument = message.partition(" ")
+                notice(kind, argument)
+
+        try:
+            async with self._errors():
+                connection.add_termination_listener(lambda _connection: lost.set())
+                await connection.add_listener(sql.CHANNEL, received)
+                notice("due", "")
+                while True:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(LISTEN_CHECK_S):
+                            await lost.wait()
+                        raise StoreError(f"store {_redacted(self.url)}: the listening connection closed")
+                    await connection.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+        finally:
+            connection.terminate()
+
+
+def _asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise ConfigError("store: a postgresql:// store needs asyncpg: pip install 'leakypool[postgres]'") from None
+    return asyncpg
 
 
 def _redacted(url: str) -> str:

@@ -39,6 +39,7 @@ from ._attempt import due_order as _due_order
 from ._attempt import raised as _raised
 from ._codec import decode
 from ._job import Jobs
+from ._presence import Presence
 from ._store import JobRecord, JobStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -95,6 +96,7 @@ class Scheduler:
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
+        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running)
         self.jobs = Jobs(
             store,
             claim=self._claim,
@@ -110,14 +112,9 @@ class Scheduler:
 
     async def start(self) -> None:
         """Take the owner lease, re-queue dead owners' jobs, start leasing."""
-        now = time.time()
-        await self.store.heartbeat(self.owner, now, self._ttl)
+        await self._presence.start()
         self._started = True
-        revived = await self.store.recover(now)
-        if revived:
-            _log.warning("re-queued %d job(s) whose dispatching process died", len(revived))
         self._tasks.spawn(self._run(), name="schedule")
-        self._tasks.spawn(self._keep_lease(), name="owner lease")
 
     def stop_leasing(self) -> None:
         """Lease no more jobs (the pool is closing); running ones finish."""
@@ -127,6 +124,7 @@ class Scheduler:
     async def aclose(self) -> None:
         """Stop, and hand every job this process still holds back to the store."""
         self._closing = True
+        await self._presence.aclose()
         await self._tasks.aclose()
         for job_id in list(self._held):  # their waiters here read the store from now on
             self._drop(job_id)
@@ -200,22 +198,6 @@ class Scheduler:
         return len(self._running)
 
     # -- the loop --------------------------------------------------------------------
-
-    async def _keep_lease(self) -> None:
-        outage = Outage("renewing the owner lease")
-        while True:
-            await asyncio.sleep(self._ttl / 3 if not outage.since else outage.delay())
-            try:
-                now = time.time()
-                await self.store.heartbeat(self.owner, now, self._ttl)
-                if await self.store.recover(now):
-                    self.wake()
-                for job_id in await self.store.cancel_requested(self.owner):
-                    self.cancel_running(job_id)
-            except StoreError as exc:
-                outage.failed(exc)
-            else:
-                outage.over()
 
     async def _run(self) -> None:
         outage = Outage("leasing jobs")

@@ -16,6 +16,7 @@ what another process did since. The state machine:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Final, Literal, Protocol, runtime_checkable
 
 JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
@@ -210,4 +211,25 @@ class JobStore(Protocol):
 
     async def oldest_due(self, now: float) -> float | None:
         """The earliest ``next_at`` among unowned pending jobs, or None."""
+        ...
+
+
+@runtime_checkable
+class WatchableStore(Protocol):
+    """A store that can tell one process what the others did (optional; PostgreSQL's LISTEN/NOTIFY).
+
+    Without it, a process sees other processes' submissions, freed limit
+    slots and cancel requests at its backstop tick (``lease_ttl / 3``).
+    """
+
+    async def watch(self, notice: Callable[[str, str], None]) -> None:
+        """Call ``notice(kind, arg)`` for other processes' notices until cancelled.
+
+        Kinds: ``"due"`` (jobs may be leasable: submitted, given back, a
+        limit slot freed), ``"cancel"`` with the owner asked to cancel a
+        running job. Calls ``notice("due", "")`` once listening.
+
+        Raises:
+            StoreError: the store could not be reached or the listening was lost (call again).
+        """
         ...

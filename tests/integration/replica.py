@@ -4,15 +4,18 @@
 
 Submits jobs ``j<FIRST>`` .. ``j<FIRST+COUNT-1>`` of ``routines.interval`` in
 the queue ``shared`` (1 per key, 3 in all; keys ``k0``..``k9``), prints
-``SUBMITTED``, then waits until all TOTAL jobs (whoever runs them) are final
-and prints ``DRAINED``. One worker, four tasks at a time: without the
+``SUBMITTED <worker pid>``, then waits until all TOTAL jobs (whoever runs
+them) are final and prints ``DRAINED``. Meanwhile it prints ``REVIVED <unix
+time>`` when it re-queues a dead replica's running jobs. One worker, four tasks at a time: without the
 store's limits, three replicas would run up to twelve at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
+import time
 
 import pool
 from backpressure import TaskCountBackpressure
@@ -21,7 +24,16 @@ from tests.integration import routines
 SHARED = pool.Queue("shared", concurrency=1, total=3)
 
 
+class Revivals(logging.Handler):
+    """Prints when this process re-queues a dead replica's running jobs (for the recovery time)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("re-queued"):
+            print("REVIVED", time.time(), flush=True)
+
+
 async def main(url: str, markers: str, first: int, count: int, total: int, ttl: float) -> None:
+    logging.getLogger("leakypool.jobs").addHandler(Revivals())
     async with pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(4), store=url, lease_ttl=ttl) as p:
         await asyncio.gather(*(
             routines.interval.options(queue=SHARED, key=f"k{i % 10}", job_id=f"j{i}").submit(
@@ -29,7 +41,7 @@ async def main(url: str, markers: str, first: int, count: int, total: int, ttl: 
             )
             for i in range(first, first + count)
         ))
-        print("SUBMITTED", flush=True)
+        print("SUBMITTED", *p.pids, flush=True)
         async with asyncio.timeout(600):
             for i in range(total):
                 while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet

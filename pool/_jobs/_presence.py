@@ -1,0 +1,113 @@
+"""A dispatching process's presence on the store: its owner lease, and what it hears from the others.
+
+    every ttl/3:  heartbeat (renew the lease) ─> recover dead owners' jobs ─> poll cancel requests
+    on notice:    "due"            -> lease now (another process submitted, gave back, freed a slot)
+                  "cancel <me>"    -> poll cancel requests now
+
+The tick is the backstop; a store with notices (PostgreSQL's LISTEN/NOTIFY)
+makes other processes' submissions and cancels visible at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from .._errors import StoreError
+from .._tasks import TaskOwner
+from ._attempt import Outage
+from ._store import JobStore, WatchableStore
+
+_log = logging.getLogger("leakypool.jobs")
+
+
+class Presence:
+    """Keeps ``owner``'s lease on ``store`` alive and turns others' notices into wake-ups.
+
+    Args:
+        store: The job store.
+        owner: This process's owner id.
+        ttl: Seconds the lease lasts without renewal (renewed every ttl/3).
+        wake: Lease and dispatch now.
+        cancel: Cancel a running job this process holds.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        owner: str,
+        ttl: float,
+        *,
+        wake: Callable[[], None],
+        cancel: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self._ttl = ttl
+        self._wake = wake
+        self._cancel = cancel
+        self._tasks = TaskOwner("job presence", _log)
+        self._poll_cancels = asyncio.Event()
+        self._deaf = Outage("listening for other processes")
+
+    async def start(self) -> None:
+        """Take the lease and re-queue dead owners' jobs; keep doing both from now on."""
+        now = time.time()
+        await self.store.heartbeat(self.owner, now, self._ttl)
+        _revived(await self.store.recover(now))
+        self._tasks.spawn(self._keep(), name="owner lease")
+        if isinstance(self.store, WatchableStore):
+            self._tasks.spawn(self._listen(self.store), name="store notices")
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose()
+
+    async def _keep(self) -> None:
+        outage = Outage("renewing the owner lease")
+        clock = asyncio.get_running_loop().time
+        renew_at = clock() + self._ttl / 3
+        while True:
+            try:
+                async with asyncio.timeout_at(renew_at):
+                    await self._poll_cancels.wait()  # a notice: poll cancels now, renew on schedule
+            except TimeoutError:
+                pass
+            self._poll_cancels.clear()
+            renew = clock() >= renew_at
+            try:
+                if renew:
+                    now = time.time()
+                    await self.store.heartbeat(self.owner, now, self._ttl)
+                    _revived(await self.store.recover(now))
+                    self._wake()  # also jobs a dead owner only held (pending) are free now
+                for job_id in await self.store.cancel_requested(self.owner):
+                    self._cancel(job_id)
+            except StoreError as exc:
+                outage.failed(exc)
+                renew_at = clock() + outage.delay()
+            else:
+                outage.over()
+                if renew:
+                    renew_at = clock() + self._ttl / 3
+
+    async def _listen(self, store: WatchableStore) -> None:
+        while True:
+            try:
+                await store.watch(self._heard)
+            except StoreError as exc:
+                self._deaf.failed(exc)
+                await asyncio.sleep(self._deaf.delay())
+
+    def _heard(self, kind: str, argument: str) -> None:
+        self._deaf.over()  # listening again (watch says "due" once it is)
+        if kind == "due":
+            self._wake()
+        elif kind == "cancel" and argument == self.owner:
+            self._poll_cancels.set()
+
+
+def _revived(ids: list[str]) -> None:
+    if ids:
+        _log.warning("re-queued %d running job(s) whose dispatching process died", len(ids))

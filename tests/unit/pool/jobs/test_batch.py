@@ -1,0 +1,158 @@
+"""Tests for group commit: concurrent writes share statements; every caller gets its own result or error."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pool
+from pool._jobs._batch import Batcher
+from pool._tasks import TaskOwner
+
+
+class Recorder:
+    """A flush that records its batches; the test opens a gate to let a flight land."""
+
+    def __init__(self, fail: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        self.batches: list[list[int]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail = fail
+
+    async def flush(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        await self.gate.wait()
+        if self.fail & set(items):
+            raise pool.StoreError(f"cannot write {sorted(self.fail & set(items))}")
+        return [item * 10 for item in items]
+
+
+def batcher(recorder: Recorder, tasks: TaskOwner, **kwargs: int) -> Batcher[int, int]:
+    return Batcher("test writes", recorder.flush, tasks, **kwargs)
+
+
+async def test_writes_arriving_during_a_flight_should_share_the_next_statement():
+    """Test group commit: 1 write flies alone; the 99 that arrive meanwhile fly together."""
+    recorder, tasks = Recorder(), TaskOwner("test", logging.getLogger("test"))
+    recorder.gate.clear()
+    write = batcher(recorder, tasks, max_flights=1)
+    try:
+        first = asyncio.create_task(write(0))
+        await asyncio.sleep(0)  # the first flight takes off with item 0 alone
+        rest = [asyncio.create_task(write(i)) for i in range(1, 100)]
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        assert await first == 0
+        assert await asyncio.gather(*rest) == [i * 10 for i in range(1, 100)]
+        assert recorder.batches == [[0], list(range(1, 100))]
+    finally:
+        await tasks.aclose()
+
+
+async def test_a_failed_statement_should_fail_only_its_own_writes():
+    """Test errors: every write in the failed batch gets the store's error; other batches succeed."""
+    recorder, tasks = Recorder(fail={3}), TaskOwner("test", logging.getLogger("test"))
+    recorder.gate.clear()
+    write = batcher(recorder, tasks, max_flights=1, max_batch=4)
+    try:
+        writes = [asyncio.create_task(write(i)) for i in range(9)]
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        assert recorder.batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+        assert [isinstance(r, pool.StoreError) for r in results] == [True] * 4 + [False] * 5
+        assert results[4:] == [40, 50, 60, 70, 80]
+    finally:
+        await tasks.aclose()
+
+
+async def test_closing_the_owner_should_fail_writes_in_flight_and_queued_not_hang():
+    """Test close: a store closing mid-flight fails every unconfirmed write with StoreError."""
+    recorder, tasks = Recorder(), TaskOwner("test", logging.getLogger("test"))
+    recorder.gate.clear()
+    write = batcher(recorder, tasks, max_flights=1)
+    writes = [asyncio.create_task(write(i)) for i in range(5)]
+    await asyncio.sleep(0)
+    await tasks.aclose()
+    for result in await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 5):
+        assert isinstance(result, pool.StoreError)
+
+
+async def test_a_cancelled_caller_should_not_disturb_the_others():
+    """Test cancellation: the write still flies; the others get their results; nothing is left unread."""
+    recorder, tasks = Recorder(), TaskOwner("test", logging.getLogger("test"))
+    recorder.gate.clear()
+    write = batcher(recorder, tasks, max_flights=1)
+    try:
+        writes = [asyncio.create_task(write(i)) for i in range(3)]
+        await asyncio.sleep(0)
+        writes[1].cancel()
+        recorder.gate.set()
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        assert results[0] == 0 and results[2] == 20
+        assert isinstance(results[1], asyncio.CancelledError)
+    finally:
+        await tasks.aclose()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    arrivals=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+    max_batch=st.integers(1, 8),
+    max_flights=st.integers(1, 3),
+)
+def test_every_write_should_be_flushed_exactly_once_in_arrival_order(arrivals, max_batch, max_flights):
+    """Test the invariant: whatever the timing, each write is in exactly one batch, batches keep order and size."""
+
+    async def scenario() -> list[list[int]]:
+        recorder, tasks = Recorder(), TaskOwner("test", logging.getLogger("test"))
+        write = batcher(recorder, tasks, max_batch=max_batch, max_flights=max_flights)
+        writes = []
+        try:
+            for item, pause in enumerate(arrivals):
+                writes.append(asyncio.create_task(write(item)))
+                for _ in range(pause):
+                    await asyncio.sleep(0)
+            assert await asyncio.gather(*writes) == [i * 10 for i in range(len(arrivals))]
+        finally:
+            await tasks.aclose()
+        return recorder.batches
+
+    batches = asyncio.run(scenario())
+    flat = [item for batch in batches for item in batch]
+    assert sorted(flat) == list(range(len(arrivals)))
+    assert all(1 <= len(batch) <= max_batch for batch in batches)
+    assert all(batch == sorted(batch) for batch in batches)
+
+
+@pytest.mark.parametrize("size", [1, 300])
+async def test_postgres_batched_writes_should_match_one_at_a_time(postgres_url, size):
+    """Test the batched statements on a real server: submit, mark running, finish, each for many jobs at once."""
+    from pool._jobs._postgres import PostgresStore
+    from pool._jobs._store import NewJob
+
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        jobs = [NewJob(id=f"b{i}", routine="r", payload=b"x", created_at=1.0 + i, deadline=1e12) for i in range(size)]
+        submitted = await asyncio.gather(*(store.submit(job, owner="me") for job in jobs))
+        again = await asyncio.gather(*(store.submit(job, owner="me") for job in jobs[:3]))
+        assert [created for _, created in submitted] == [True] * size
+        assert [created for _, created in again] == [False] * min(3, size)  # the active job, not a second one
+        marked = await asyncio.gather(*(store.mark_running(job.id, "me", 5.0) for job in jobs))
+        assert marked == [True] * size
+        not_mine = await store.mark_running(jobs[0].id, "other", 6.0)
+        finished = await asyncio.gather(*(
+            store.finish(job.id, "me", "succeeded", 7.0, outcome=job.id.encode()) for job in jobs
+        ))
+        assert (not_mine, finished) == (False, [True] * size)
+        records = {r.id: r for r in await store.list(limit=size + 10)}
+        assert {(r.state, r.attempts, r.outcome, r.started_at, r.finished_at) for r in records.values()} == {
+            ("succeeded", 1, r.id.encode(), 5.0, 7.0) for r in records.values()
+        } and len(records) == size
+    finally:
+        await store.close()
