@@ -307,6 +307,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
         "job store for durable jobs (routine.submit); empty = no store",
     ),
     Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
+    Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -327,6 +328,7 @@ class PoolConfig:
     hold_slot_while_waiting: bool = False
     store: str = ""
     lease_ttl: float = 10.0
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

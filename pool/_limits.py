@@ -82,12 +82,13 @@ class Ticket:
     nested call), so a wait can tell slots its own callers hold.
     """
 
-    __slots__ = ("task", "parent", "admitted_at", "seq", "held")
+    __slots__ = ("task", "parent", "admitted_at", "accepted_at", "seq", "held")
 
     def __init__(self, task: Any, parent: Ticket | None, admitted_at: float, seq: int = 0) -> None:
         self.task = task
         self.parent = parent
         self.admitted_at = admitted_at
+        self.accepted_at = 0.0  # when a worker accepted it (monotonic), for metrics
         self.seq = seq  # arrival order at admission
         self.held: list[Gate] = []
 

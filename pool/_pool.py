@@ -41,7 +41,7 @@ from ._calls import RemoteGenerator, Task, call_failure, call_routine
 from ._config import PoolConfig
 from ._connection import WorkerConnection
 from ._discovery import DiscoveryLike
-from ._errors import CapacityTimeout, ConfigError, PoolClosed
+from ._errors import AdmissionRejected, CapacityTimeout, ConfigError, PoolClosed
 from ._fleet import LocalFleet, worker_env
 from ._limits import Limits, Ticket
 from ._membership import Membership
@@ -57,6 +57,7 @@ from ._tls import TlsCredentials
 
 if TYPE_CHECKING:
     from ._jobs import Job, Jobs, JobStore, Scheduler
+    from ._observe import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -103,6 +104,9 @@ class WorkerPool:
             Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
         lease_ttl: Seconds this process's hold on its jobs lasts without
             renewal: after a crash, its jobs are re-queued that long later.
+        metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
+            on 127.0.0.1 at this port (0: any free port, see
+            `metrics_address`). Needs the ``metrics`` extra. Default: off.
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -129,6 +133,7 @@ class WorkerPool:
         shutdown_grace: float | None = None,
         store: str | JobStore | None = None,
         lease_ttl: float | None = None,
+        metrics_port: int | None = None,
         use_env: bool = True,
     ) -> None:
         config = PoolConfig.from_env(
@@ -145,6 +150,7 @@ class WorkerPool:
             shutdown_grace=shutdown_grace,
             store=store if isinstance(store, str) else None,
             lease_ttl=lease_ttl,
+            metrics_port=metrics_port,
         )
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
@@ -205,6 +211,12 @@ class WorkerPool:
         self._token: Any = None
         self._state = "new"
         self._capacity_timeouts = 0
+        self._observer: PoolObserver | None = None
+        if config.metrics_port is not None:
+            from ._observe import PoolObserver  # prometheus-client loads only for a pool with metrics
+
+            self._observer = PoolObserver(self, config.metrics_port)
+        self._metrics = None if self._observer is None else self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -218,6 +230,8 @@ class WorkerPool:
             await self._fleet.start()
             if self._scheduler is not None:
                 await self._scheduler.start()
+            if self._observer is not None:
+                await self._observer.start()
         except BaseException:
             await self._shutdown()
             raise
@@ -242,6 +256,8 @@ class WorkerPool:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
         self._state = "closed"
         self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
+        if self._observer is not None:
+            await self._observer.aclose()
         if self._scheduler is not None:
             self._scheduler.stop_leasing()
         try:
@@ -302,7 +318,12 @@ class WorkerPool:
         """
         if self._state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
-        ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
+        try:
+            ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
+        except AdmissionRejected:
+            if self._metrics is not None:
+                self._metrics.rejected.labels(task.name).inc()
+            raise
         limit = task.dispatch_deadline or self._config.dispatch_deadline
         deadline = asyncio.timeout(limit)
         try:
@@ -312,19 +333,27 @@ class WorkerPool:
                 call = await self._admission.dispatch(ticket)
         except BaseException as exc:
             self._end(ticket, exc if isinstance(exc, Exception) else None)
+            if self._metrics is not None and isinstance(exc, AdmissionRejected):
+                self._metrics.rejected.labels(task.name).inc()
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self._capacity_timeouts += 1
+                if self._metrics is not None:
+                    self._metrics.timeouts.labels(task.name).inc()
                 raise CapacityTimeout(
                     f"{task.name}() waited {limit:g}s (dispatch_deadline) without "
                     f"starting: {self._admission.waiting} calls queued for {len(self._roster)} workers"
                 ) from None
             raise
         self._tickets[call] = ticket
+        if self._metrics is not None:
+            ticket.accepted_at = self._metrics.accepted(task.name, ticket.admitted_at)
         call.on_finish(self._call_ended)
         return call
 
     def _call_ended(self, call: OutgoingCall) -> None:
         ticket = self._tickets.pop(call)
+        if self._metrics is not None:
+            self._metrics.ended(call, ticket.task.name, ticket.accepted_at)
         self._end(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
 
     def _end(self, ticket: Ticket, error: BaseException | None) -> None:
@@ -371,11 +400,15 @@ class WorkerPool:
             self._limits.release(ticket)
             raise
         self._job_tickets[call] = ticket
+        if self._metrics is not None:
+            ticket.accepted_at = self._metrics.accepted(task.name, ticket.admitted_at)
         call.on_finish(self._job_ended)
         return call
 
     def _job_ended(self, call: OutgoingCall) -> None:
         ticket = self._job_tickets.pop(call)
+        if self._metrics is not None:
+            self._metrics.ended(call, ticket.task.name, ticket.accepted_at)
         self._limits.release(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
         self._capacity_changed()
 
@@ -402,6 +435,16 @@ class WorkerPool:
     def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
         """The pool's workers now, by uid (a snapshot)."""
         return {uid: entry[0] for uid, entry in self._roster.workers.items()}
+
+    @property
+    def has_store(self) -> bool:
+        """Whether the pool has a job store (``store=`` / ``LEAKYPOOL_STORE``)."""
+        return self._scheduler is not None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``/metrics`` and ``/status`` once open, or None without ``metrics_port``."""
+        return None if self._observer is None else self._observer.address
 
     @property
     def pids(self) -> list[int]:
