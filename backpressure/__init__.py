@@ -19,8 +19,13 @@ from collections.abc import Awaitable
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "AllOf",
+    "AnyOf",
     "BackpressureContext",
     "BackpressureLike",
+    "LatencyBackpressure",
+    "LoopLagBackpressure",
+    "MemoryBackpressure",
     "TaskCountBackpressure",
 ]
 
@@ -35,10 +40,25 @@ class BackpressureContext:
         task: The incoming task. In leakypool, a description of the call
             (``id``, ``name``, ``generator``, ``limits``), not its arguments,
             which are not decoded before the task is accepted.
+        memory_fraction: The host's memory in use, as a fraction of its
+            total (None where the pool does not measure it, e.g. in wool).
+        memory_bytes: The worker process's resident memory (or None).
+        loop_lag_s: How late the worker's I/O loop ran a timer lately, in
+            seconds (or None).
+        recent_latencies_s: Durations of the worker's latest tasks, oldest
+            first (empty where not measured).
+
+    The fields after ``task`` are optional, so a hook that reads only
+    ``active_task_count`` works unchanged in a pool that fills only the
+    first two (wool's).
     """
 
     active_task_count: int
     task: Any
+    memory_fraction: float | None = None
+    memory_bytes: int | None = None
+    loop_lag_s: float | None = None
+    recent_latencies_s: tuple[float, ...] = ()
 
 
 @runtime_checkable
@@ -57,6 +77,11 @@ class BackpressureLike(Protocol):
         ...
 
 
+from ._resources import AllOf as AllOf  # noqa: E402
+from ._resources import AnyOf as AnyOf  # noqa: E402
+from ._resources import LatencyBackpressure as LatencyBackpressure  # noqa: E402
+from ._resources import LoopLagBackpressure as LoopLagBackpressure  # noqa: E402
+from ._resources import MemoryBackpressure as MemoryBackpressure  # noqa: E402
 from ._task_count import TaskCountBackpressure as TaskCountBackpressure  # noqa: E402
 
 for _name in __all__:

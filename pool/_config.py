@@ -108,6 +108,7 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
     Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
+    Setting("metrics_port", integer(-1, 65535), "an integer in -1..65535", -1, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)"),
     Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
     Setting(
         "max_concurrent_tasks",
@@ -160,6 +161,7 @@ class WorkerConfig:
 
     host: str = "127.0.0.1"
     port: int = 0
+    metrics_port: int = -1
     tags: tuple[str, ...] = ()
     max_concurrent_tasks: int = 1
     idle_timeout: float = 0.0

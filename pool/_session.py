@@ -323,12 +323,14 @@ class Session:
         """The open call this end made with id ``call_id``, if any."""
         return self._outgoing.get(call_id)
 
-    def room(self, in_flight: int, capacity: int) -> None:
-        """Tell the peer this end has room again (a worker that turned it away)."""
+    def room(self, in_flight: int, capacity: int, memory_fraction: float | None = None, loop_lag_s: float = 0.0) -> None:
+        """Tell the peer this end has room again (a worker that turned it away), with its resource signals."""
         room = self._frame(0).room
         room.SetInParent()
         room.in_flight = in_flight
         room.capacity = capacity
+        room.memory_fraction = memory_fraction or 0.0
+        room.loop_lag_seconds = loop_lag_s
 
     def forget(self, call_id: int) -> None:
         """Stop routing replies for ``call_id`` (it was cancelled here)."""

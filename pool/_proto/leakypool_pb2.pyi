@@ -98,12 +98,16 @@ class Accept(_message.Message):
     def __init__(self) -> None: ...
 
 class Room(_message.Message):
-    __slots__ = ("in_flight", "capacity")
+    __slots__ = ("in_flight", "capacity", "memory_fraction", "loop_lag_seconds")
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     in_flight: int
     capacity: int
-    def __init__(self, in_flight: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
+    memory_fraction: float
+    loop_lag_seconds: float
+    def __init__(self, in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ...) -> None: ...
 
 class Reject(_message.Message):
     __slots__ = ("code", "message")
@@ -146,7 +150,7 @@ class StateRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerState(_message.Message):
-    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting")
+    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting", "memory_bytes", "memory_fraction", "loop_lag_seconds", "latency_p99_seconds")
     UID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +160,10 @@ class WorkerState(_message.Message):
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
     uid: str
     pid: int
     in_flight: int
@@ -165,4 +173,8 @@ class WorkerState(_message.Message):
     uptime_seconds: float
     version: str
     waiting: int
-    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ...) -> None: ...
+    memory_bytes: int
+    memory_fraction: float
+    loop_lag_seconds: float
+    latency_p99_seconds: float
+    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ...) -> None: ...

@@ -25,6 +25,7 @@ from typing import Any, Final
 from backpressure import BackpressureContext, BackpressureLike
 
 from .._rpc import RESOURCE_EXHAUSTED, UNAVAILABLE
+from ._signals import ResourceSignals
 
 
 class Verdict(enum.Enum):
@@ -55,14 +56,19 @@ class WorkerAdmission:
 
     Args:
         hook: The backpressure hook (True rejects); None accepts everything.
+        signals: The worker's resource readings, passed to the hook
+            (memory, loop lag, recent durations); None passes only the count.
         hold_slots: Count a task parked on a nested call against the hook.
             Off, a waiting task frees its slot until the nested call
             returns, so routines that call routines cannot deadlock a pool
             of workers capped at one task each.
     """
 
-    def __init__(self, hook: BackpressureLike | None, *, hold_slots: bool = False) -> None:
+    def __init__(
+        self, hook: BackpressureLike | None, *, hold_slots: bool = False, signals: ResourceSignals | None = None
+    ) -> None:
         self.hook = hook
+        self.signals = signals
         self.hold_slots = hold_slots
         self.accepting = True
         self.in_flight = 0
@@ -86,7 +92,7 @@ class WorkerAdmission:
         if self.hook is None:
             return Verdict.ACCEPT
         try:
-            verdict = self.hook(BackpressureContext(active_task_count=self.active() + self.vetting, task=task))
+            verdict = self.hook(self._context(task))
         except HOOK_ERRORS as exc:
             self.hook_error = exc
             return Verdict.HOOK_FAILED
@@ -94,6 +100,15 @@ class WorkerAdmission:
             self.vetting += 1
             return verdict
         return Verdict.BUSY if verdict else Verdict.ACCEPT
+
+    def _context(self, task: Any) -> BackpressureContext:
+        active = self.active() + self.vetting
+        signals = self.signals
+        if signals is None:
+            return BackpressureContext(active, task)
+        return BackpressureContext(
+            active, task, signals.memory_fraction, signals.memory_bytes, signals.loop_lag_s, signals.recent()
+        )
 
     def settle(self, rejected: object, error: BaseException | None = None) -> Verdict:
         """The verdict once an async hook answered ``rejected`` (or raised ``error``)."""

@@ -25,6 +25,7 @@ from backpressure import BackpressureLike, TaskCountBackpressure
 from .. import _malloc, _wire
 from .._config import ConfigError, WorkerConfig, default_registry, fail
 from .._discovery import LocalPublisher
+from .._http import ObservationServer
 from .._ids import new_uid
 from .._rpc import SERVER_OPTIONS, WorkerMetadata
 from .._version import __version__
@@ -169,6 +170,14 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     _watch_lifeline(config.lifeline_fd, service)
     info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": __version__}
     try:
+        observation = await _observe(config, service)
+    except ConfigError:
+        await server.stop(None)
+        await service.aclose()
+        raise
+    if observation is not None:
+        info["metrics_port"] = observation.address[1]
+    try:
         withdraw = _publish(config, service, info)
     except OSError as exc:
         await server.stop(None)
@@ -185,8 +194,37 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     finally:
         await server.stop(grace=1.0)
         await withdraw()
+        if observation is not None:
+            await observation.aclose()
         await service.aclose()
     return service.exit_reason
+
+
+async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationServer | None:
+    """Serve this worker's ``/metrics`` and ``/status`` on loopback if ``--metrics-port`` asks for it."""
+    if config.metrics_port < 0:
+        return None
+    from ._metrics import WorkerMetrics
+
+    service.metrics = metrics = WorkerMetrics(service.state)
+
+    async def status() -> dict[str, Any]:
+        s = service.state()
+        return {
+            "uid": s.uid, "pid": s.pid, "version": s.version, "accepting": s.accepting,
+            "in_flight": s.in_flight, "capacity": s.capacity, "waiting": s.waiting,
+            "idle_s": round(s.idle_seconds, 3), "uptime_s": round(s.uptime_seconds, 3),
+            "memory_bytes": s.memory_bytes, "memory_fraction": round(s.memory_fraction, 4),
+            "loop_lag_s": round(s.loop_lag_seconds, 4), "latency_p99_s": round(s.latency_p99_seconds, 6),
+        }
+
+    observation = ObservationServer(metrics.exposition, status)
+    try:
+        await observation.start("127.0.0.1", config.metrics_port)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-port: cannot bind 127.0.0.1:{config.metrics_port}: {exc}") from None
+    _log.info("metrics on http://127.0.0.1:%d/metrics", observation.address[1])
+    return observation
 
 
 def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any]) -> Callable[[], Awaitable[None]]:

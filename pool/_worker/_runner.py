@@ -36,7 +36,7 @@ STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested")
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started")
 
     def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
         self.session = session
@@ -47,6 +47,7 @@ class Hosted:
         self.runner: asyncio.Task[None] | None = None
         self.cancelled = False
         self.nested = 0  # nested calls it is awaiting now
+        self.started = 0.0  # when it was accepted (monotonic)
 
 
 class Code:

@@ -40,7 +40,9 @@ from .._tasks import TaskOwner
 from .._version import __version__
 from ._admission import Verdict, WorkerAdmission
 from ._lifecycle import Lifecycle
+from ._metrics import WorkerMetrics
 from ._runner import Code, Hosted, Outcome, RoutineRunner
+from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
 
 _log = logging.getLogger("leakypool.worker")
@@ -83,7 +85,9 @@ class WorkerService:
     ) -> None:
         self.uid = uid
         self.capacity = capacity
-        self.admission = WorkerAdmission(backpressure, hold_slots=hold_slot_while_waiting)
+        self.signals = ResourceSignals()
+        self.admission = WorkerAdmission(backpressure, hold_slots=hold_slot_while_waiting, signals=self.signals)
+        self.metrics: WorkerMetrics | None = None  # set by whoever serves them (--metrics-port)
         self.tasks = TaskOwner(f"worker {uid}", _log)
         self.lifecycle = Lifecycle(
             self.admission,
@@ -113,6 +117,7 @@ class WorkerService:
         self._runner = RoutineRunner(self, loop, Hop(loop), self._routines.hop)
         self._routines.start()
         self.lifecycle.start()
+        self.tasks.spawn(self.signals.run(), name="resource signals")
 
     async def aclose(self) -> None:
         """Stop the timers, the background tasks and the routine loop (after the drain)."""
@@ -188,6 +193,10 @@ class WorkerService:
             accepting=admission.accepting,
             uptime_seconds=now - self.lifecycle.started,
             version=__version__,
+            memory_bytes=self.signals.memory_bytes or 0,
+            memory_fraction=self.signals.memory_fraction or 0.0,
+            loop_lag_seconds=self.signals.loop_lag_s,
+            latency_p99_seconds=self.signals.p99(),
         )
 
     # -- CallHost: calls the dispatcher opens ------------------------------------
@@ -223,6 +232,7 @@ class WorkerService:
     def _answer(self, peer: _Peer, hosted: Hosted, verdict: Verdict) -> None:
         session = hosted.session
         if verdict is Verdict.ACCEPT:
+            hosted.started = time.monotonic()
             peer.hosted[hosted.id] = hosted
             if self.admission.admit():
                 self.lifecycle.busy()
@@ -235,6 +245,8 @@ class WorkerService:
                        hosted.task.name, exc_info=self.admission.hook_error)
         elif verdict is Verdict.BUSY:
             self.admission.turned_away(session)
+        if self.metrics is not None:
+            self.metrics.refused(verdict.name)
         message = verdict.message
         if verdict is Verdict.DRAINING:
             message = f"worker is draining ({self.exit_reason})"
@@ -268,6 +280,10 @@ class WorkerService:
         if peer is not None:
             peer.hosted.pop(hosted.id, None)
         hosted.session.outcome(hosted.id, *outcome)
+        took = time.monotonic() - hosted.started
+        self.signals.finished(took)
+        if self.metrics is not None:
+            self.metrics.ended(outcome[0], took)
         self._tell_room(self.admission.release())
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
@@ -288,7 +304,7 @@ class WorkerService:
         # Dispatchers we turned away may retry now: their queued calls move
         # at once instead of waiting for a timer.
         for session in sessions:
-            session.room(self.admission.in_flight, self.capacity)
+            session.room(self.admission.in_flight, self.capacity, self.signals.memory_fraction, self.signals.loop_lag_s)
 
     def __repr__(self) -> str:
         return f"<WorkerService {self.uid} {self.admission!r} streams={len(self._peers)}>"

@@ -13,7 +13,7 @@ WORKER = POOL / "_worker"
 
 DISPATCHING_SIDE = {
     "_admission", "_connection", "_fanout", "_fleet", "_local_worker", "_membership", "_placement",
-    "_pool", "_relay", "_roster", "_stats", "_tls", "_jobs",
+    "_pool", "_relay", "_roster", "_stats", "_tls", "_jobs", "_observe", "_metrics",
 }
 """Modules of the dispatching process that the worker side must not import."""
 

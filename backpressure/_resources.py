@@ -1,0 +1,171 @@
+"""Hooks that read the worker's resources: memory, recent task latency, event-loop lag; and their composition.
+
+Each rejects (True) only on a signal it has: a context without it (a pool
+that does not measure it, such as wool's) gets False, so these hooks never
+stop a pool that cannot feed them. Each holds a few numbers and nothing
+else, so it pickles and compares by value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable
+from typing import Any
+
+from . import BackpressureContext
+
+
+def _fraction(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{what}: expected a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _seconds(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{what}: expected seconds > 0, got {value!r}")
+    return float(value)
+
+
+class _ByValue:
+    """Equality, hashing and repr from ``__slots__`` (the hooks are values)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._key() == self._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(repr(v) for v in self._key())})"
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self._key()
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state, strict=True):
+            object.__setattr__(self, name, value)
+
+
+class MemoryBackpressure(_ByValue):
+    """Reject while the host's memory in use is at least ``max_fraction`` of its total.
+
+    Args:
+        max_fraction: In (0, 1]; e.g. 0.8 rejects at 80% in use.
+
+    Raises:
+        ValueError: not a fraction in (0, 1].
+    """
+
+    __slots__ = ("max_fraction",)
+
+    def __init__(self, max_fraction: float) -> None:
+        self.max_fraction = _fraction(max_fraction, "max_fraction")
+
+    def __call__(self, ctx: BackpressureContext) -> bool:
+        used = getattr(ctx, "memory_fraction", None)
+        return used is not None and used >= self.max_fraction
+
+
+class LatencyBackpressure(_ByValue):
+    """Reject while the p99 of the worker's last ``window`` task durations exceeds ``p99_s``.
+
+    Args:
+        p99_s: Seconds; the 99th percentile that is still fine.
+        window: Recent tasks considered (at least 1); fewer than
+            ``window`` finished tasks: no opinion yet (accept).
+
+    Raises:
+        ValueError: ``p99_s`` is not > 0, or ``window`` is not an int >= 1.
+    """
+
+    __slots__ = ("p99_s", "window")
+
+    def __init__(self, p99_s: float, window: int = 100) -> None:
+        self.p99_s = _seconds(p99_s, "p99_s")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window: expected an int >= 1, got {window!r}")
+        self.window = window
+
+    def __call__(self, ctx: BackpressureContext) -> bool:
+        latencies = getattr(ctx, "recent_latencies_s", ())
+        if len(latencies) < self.window:
+            return False
+        return p99(latencies[-self.window :]) > self.p99_s
+
+
+class LoopLagBackpressure(_ByValue):
+    """Reject while the worker's I/O loop runs timers ``max_lag_s`` late or more (it is starved).
+
+    Raises:
+        ValueError: ``max_lag_s`` is not > 0.
+    """
+
+    __slots__ = ("max_lag_s",)
+
+    def __init__(self, max_lag_s: float) -> None:
+        self.max_lag_s = _seconds(max_lag_s, "max_lag_s")
+
+    def __call__(self, ctx: BackpressureContext) -> bool:
+        lag = getattr(ctx, "loop_lag_s", None)
+        return lag is not None and lag >= self.max_lag_s
+
+
+class AnyOf(_ByValue):
+    """Reject when any of ``hooks`` rejects (e.g. a task cap OR memory pressure).
+
+    Hooks may be sync or async; if one returns an awaitable, so does this.
+    """
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, *hooks: Any) -> None:
+        _check_hooks(hooks)
+        self.hooks = tuple(hooks)
+
+    def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
+        return _combine(self.hooks, ctx, any)
+
+
+class AllOf(_ByValue):
+    """Reject only when every one of ``hooks`` rejects."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, *hooks: Any) -> None:
+        _check_hooks(hooks)
+        self.hooks = tuple(hooks)
+
+    def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
+        return _combine(self.hooks, ctx, all)
+
+
+def _check_hooks(hooks: tuple[Any, ...]) -> None:
+    if not hooks:
+        raise ValueError("expected at least one hook")
+    for hook in hooks:
+        if not callable(hook):
+            raise TypeError(f"expected backpressure hooks (callables), got {hook!r}")
+
+
+def _combine(hooks: tuple[Any, ...], ctx: BackpressureContext, rule: Any) -> bool | Awaitable[bool]:
+    verdicts = [hook(ctx) for hook in hooks]
+    if not any(inspect.isawaitable(v) for v in verdicts):
+        return rule(bool(v) for v in verdicts)
+
+    async def settle() -> bool:
+        return rule([bool(await v) if inspect.isawaitable(v) else bool(v) for v in verdicts])
+
+    return settle()
+
+
+def p99(samples: Any) -> float:
+    """The 99th percentile (nearest rank) of ``samples`` (non-empty)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
