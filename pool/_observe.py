@@ -65,7 +65,8 @@ class PoolObserver:
                 "capacity": meta.capacity if state is None else state.capacity,
                 "idle_s": None if state is None else round(state.idle_seconds, 3),
                 "accepting": None if state is None else state.accepting,
-                "memory": None,  # not reported by workers yet
+                "memory": None if state is None else state.memory_bytes,
+                "loop_lag_s": None if state is None else round(state.loop_lag_seconds, 4),
             })
         return {
             "workers": workers,

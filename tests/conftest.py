@@ -125,7 +125,7 @@ def postgres_server():
     from tests import pg
 
     if pg.find_bindir() is None:
-        pytest.skip("PostgreSQL is not installed here; tools/install_postgres.sh installs it")
+        pytest.skip("PostgreSQL is not installed here; tools/install_system_packages.sh installs it")
     with pg.server() as server:
         yield server
 

@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL server for tests: initdb + pg_ctl in a temp dir, loopback only.
 
-The project's set-up installs PostgreSQL (tools/install_postgres.sh); tests
+The project's set-up installs PostgreSQL (tools/install_system_packages.sh); tests
 start their own cluster, owned by the ``postgres`` user when they run as
 root (the server refuses root), listening on 127.0.0.1 and a unix socket in
 the temp dir, with fsync off (it is thrown away). Stopped and removed at the
@@ -69,7 +69,7 @@ def server() -> Iterator[Server]:
     """Start a cluster; yield it; stop and remove it (whatever happened)."""
     bindir = find_bindir()
     if bindir is None:
-        raise RuntimeError("PostgreSQL is not installed (tools/install_postgres.sh installs it)")
+        raise RuntimeError("PostgreSQL is not installed (tools/install_system_packages.sh installs it)")
     base = tempfile.mkdtemp(prefix="leakypool-pg-")
     as_user: list[str] = []
     if os.geteuid() == 0:  # the server refuses to run as root

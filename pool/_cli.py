@@ -1,0 +1,25 @@
+"""The ``leakypool`` command: ``leakypool status ADDRESS`` (more subcommands may follow)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+USAGE = "usage: leakypool status ADDRESS [--once | --json] [--interval S]"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    if args[0] == "status":
+        from ._status_view import main as status
+
+        return status(args[1:])
+    print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
