@@ -35,6 +35,7 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._fanout import map as map
 from ._limits import GateStats as GateStats
 from ._limits import Queue as Queue
+from ._progress import Progress as Progress
 from ._stats import PoolStats as PoolStats
 from ._pool import WorkerPool as WorkerPool
 from ._routine import Routine as Routine
@@ -76,6 +77,7 @@ __all__ = sorted(
         "WorkflowHalted",
         "GateStats",
         "PoolStats",
+        "Progress",
         "Queue",
         "map",
         "routine",

@@ -18,6 +18,8 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from ._progress import Progress, _length, reporter
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -29,6 +31,7 @@ def map(  # noqa: A001 - pool.map, by analogy with the builtin
     concurrency: int,
     ordered: bool = True,
     return_exceptions: bool = False,
+    progress: Callable[[Progress], Any] | bool | None = None,
 ) -> AsyncIterator[R | BaseException]:
     """Yield ``routine(item)`` for each item, with at most ``concurrency`` in flight.
 
@@ -40,6 +43,9 @@ def map(  # noqa: A001 - pool.map, by analogy with the builtin
         return_exceptions: Yield a failed item's exception in its place and
             go on (True), or stop at the first failure (False): cancel the
             calls in flight, dispatch nothing more, and raise it.
+        progress: Called with a `Progress` (done, failed, in flight, total)
+            after each dispatch and each end; True draws a rich progress bar
+            on stderr (the ``status`` extra).
 
     Cancelling the consumer, or closing the iterator (``aclose()``; use
     ``contextlib.aclosing`` to close it on ``break``), cancels the calls in
@@ -52,7 +58,8 @@ def map(  # noqa: A001 - pool.map, by analogy with the builtin
         raise TypeError(f"concurrency: expected an int >= 1, got {concurrency!r}")
     if concurrency < 1:
         raise ValueError(f"concurrency: expected an int >= 1, got {concurrency!r}")
-    return _window(routine, items, concurrency, ordered, return_exceptions)
+    report = reporter(progress, getattr(routine, "__name__", "map"), items)
+    return _window(routine, items, concurrency, ordered, return_exceptions, report)
 
 
 async def _window(
@@ -61,9 +68,11 @@ async def _window(
     concurrency: int,
     ordered: bool,
     return_exceptions: bool,
+    report: Callable[[Progress], Any] | None = None,
 ) -> AsyncIterator[R | BaseException]:
     source = _aiter(items)
     window: dict[int, asyncio.Task[Any]] = {}
+    counts = _Counts(report, _length(items))
     exhausted = False
     next_index = 0
     to_yield = 0
@@ -75,7 +84,7 @@ async def _window(
                 except StopAsyncIteration:
                     exhausted = True
                     break
-                window[next_index] = asyncio.ensure_future(_call(routine, item))
+                window[next_index] = asyncio.ensure_future(counts.call(routine, item))
                 next_index += 1
             if not window:
                 return
@@ -105,16 +114,48 @@ async def _window(
             await asyncio.gather(*window.values(), return_exceptions=True)
         if hasattr(source, "aclose"):
             await source.aclose()
+        counts.close()
+
+
+class _Counts:
+    """Done / failed / in flight, reported after each change (no report: nothing but three ints)."""
+
+    def __init__(self, report: Callable[[Progress], Any] | None, total: int | None) -> None:
+        self._report = report
+        self._total = total
+        self.done = self.failed = self.in_flight = 0
+
+    async def call(self, routine: Callable[[T], Awaitable[R]], item: T) -> R:
+        """``routine(item)``, counted inside its task (so the counts are right the moment it is done)."""
+        self.in_flight += 1
+        self._emit()
+        ok = False
+        try:
+            result = await routine(item)
+            ok = True
+            return result
+        finally:
+            self.in_flight -= 1
+            if ok:
+                self.done += 1
+            else:
+                self.failed += 1
+            self._emit()
+
+    def _emit(self) -> None:
+        if self._report is not None:
+            self._report(Progress(self.done, self.failed, self.in_flight, self._total))
+
+    def close(self) -> None:
+        close = getattr(self._report, "close", None)
+        if close is not None:
+            close()
 
 
 def _raise_first_failure(window: dict[int, asyncio.Task[Any]]) -> None:
     for task in window.values():
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-
-
-async def _call(routine: Callable[[T], Awaitable[R]], item: T) -> R:
-    return await routine(item)
 
 
 async def _aiter(items: Iterable[T] | AsyncIterable[T]) -> AsyncIterator[T]:

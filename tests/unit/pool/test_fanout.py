@@ -152,3 +152,41 @@ class TestMap:
         """Test that a bad window fails at the call, not at the first iteration."""
         with pytest.raises(error, match="concurrency"):
             pool.map(Probe(), [], concurrency=bad)
+
+
+class TestProgress:
+    @given(st.lists(st.integers(0, 3), max_size=25), st.integers(1, 4), st.frozensets(st.integers(0, 24)))
+    def test_progress_should_count_every_item_once_and_never_exceed_the_window(self, delays, k, fail):
+        """Test the progress reports: monotonic, in flight <= window, ending at done + failed == total."""
+        probe = Probe(delay=lambda i: delays[i] / 1000, fail=fail)
+        reports: list[pool.Progress] = []
+
+        async def run():
+            return [r async for r in pool.map(probe, list(range(len(delays))), concurrency=k,
+                                              return_exceptions=True, progress=reports.append)]
+
+        asyncio.run(run())
+        total = len(delays)
+        assert all(r.total == total and 0 <= r.in_flight <= k for r in reports)
+        ended = [r.done + r.failed for r in reports]
+        assert ended == sorted(ended)  # never goes back
+        if total:
+            last = reports[-1]
+            assert (last.done, last.failed, last.in_flight) == (total - len(fail & set(range(total))),
+                                                                len(fail & set(range(total))), 0)
+
+    async def test_progress_of_a_generator_should_have_no_total(self):
+        reports: list[pool.Progress] = []
+        results = [r async for r in pool.map(Probe(), (i for i in range(5)), concurrency=2, progress=reports.append)]
+        assert results == [0, 10, 20, 30, 40] and {r.total for r in reports} == {None}
+        assert reports[-1] == pool.Progress(done=5, failed=0, in_flight=0, total=None)
+
+    async def test_progress_true_should_draw_a_rich_bar(self, capsys):
+        results = [r async for r in pool.map(Probe(), range(7), concurrency=3, progress=True)]
+        assert results == [i * 10 for i in range(7)]
+        err = capsys.readouterr().err
+        assert "7/7" in err
+
+    def test_progress_should_be_a_callable_or_a_bool(self):
+        with pytest.raises(TypeError, match="progress"):
+            pool.map(Probe(), range(3), concurrency=1, progress="yes")
