@@ -322,7 +322,7 @@ class WorkerPool:
             ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
         except AdmissionRejected:
             if self._metrics is not None:
-                self._metrics.rejected.labels(task.name).inc()
+                self._metrics.rejected(task.name)
             raise
         limit = task.dispatch_deadline or self._config.dispatch_deadline
         deadline = asyncio.timeout(limit)
@@ -334,11 +334,11 @@ class WorkerPool:
         except BaseException as exc:
             self._end(ticket, exc if isinstance(exc, Exception) else None)
             if self._metrics is not None and isinstance(exc, AdmissionRejected):
-                self._metrics.rejected.labels(task.name).inc()
+                self._metrics.rejected(task.name)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 self._capacity_timeouts += 1
                 if self._metrics is not None:
-                    self._metrics.timeouts.labels(task.name).inc()
+                    self._metrics.timed_out(task.name)
                 raise CapacityTimeout(
                     f"{task.name}() waited {limit:g}s (dispatch_deadline) without "
                     f"starting: {self._admission.waiting} calls queued for {len(self._roster)} workers"
