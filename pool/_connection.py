@@ -45,6 +45,7 @@ class WorkerConnection:
         self.metadata = metadata
         self._host = host
         self._on_room = on_room
+        self.last_room: pb.Room | None = None  # the worker's load and signals when it last said "room"
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(
                 metadata.address,
@@ -123,7 +124,7 @@ class WorkerConnection:
     def _live_session(self) -> Session:
         session = self._session
         if session is None or session.failure is not None:
-            session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._on_room)
+            session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._room)
             stream = self._open_stream()
             self._streams.spawn(session.run(stream.read, stream.write, self._describe), name="stream")
         return session
@@ -143,6 +144,11 @@ class WorkerConnection:
     async def stop(self, grace: float, timeout: float = 5.0) -> pb.WorkerState:
         """Ask the worker to drain (``grace`` s for in-flight calls) and exit."""
         return await self._stop(pb.StopRequest(grace=grace), timeout=timeout)
+
+    def _room(self, room: pb.Room) -> None:
+        self.last_room = room
+        if self._on_room is not None:
+            self._on_room(room)
 
     async def close(self) -> None:
         """Close the stream and the channel now; open calls fail with `WorkerBroken`. Idempotent."""

@@ -51,7 +51,7 @@ from ._relay import NestedHost
 from ._routine import CallOptions, closed, opened, reset_dispatcher, set_dispatcher
 from ._rpc import WorkerMetadata
 from ._session import OutgoingCall
-from ._stats import PoolStats
+from ._stats import PoolStats, WorkerSignals
 from ._tasks import TaskOwner
 from ._tls import TlsCredentials
 
@@ -429,6 +429,11 @@ class WorkerPool:
             capacity_timeouts=self._capacity_timeouts,
             grown=self._fleet.grown,
             limits=limits,
+            worker_signals={
+                c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
+                for c in self._roster.connections()
+                if (r := c.last_room) is not None
+            },
         )
 
     @property

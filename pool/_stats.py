@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Mapping
 
 from ._limits import GateStats
@@ -24,6 +25,9 @@ class PoolStats:
         capacity_timeouts: Calls that waited past the dispatch deadline.
         grown: Workers started under load (they idle out again).
         limits: Running and waiting calls per live queue, key and workflow.
+        worker_signals: Per worker that has told this pool it has room again
+            (it had turned a call away): its load and resource signals then.
+            `WorkerPool.worker_states` asks every worker now instead.
     """
 
     workers: int
@@ -37,3 +41,14 @@ class PoolStats:
     capacity_timeouts: int
     grown: int
     limits: Mapping[str, GateStats]
+    worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSignals:
+    """A worker's load and resource signals as its last "room" frame reported them."""
+
+    in_flight: int
+    capacity: int
+    memory_fraction: float
+    loop_lag_s: float
