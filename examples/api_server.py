@@ -81,7 +81,7 @@ def make_app(workers: int, ceiling: int, deadline: float, pool_options: dict[str
 
     async def stats(request: Request) -> JSONResponse:
         s = request.app.state.pool.stats()
-        return JSONResponse({k: v for k, v in vars(s).items() if k != "limits"})
+        return JSONResponse({k: v for k, v in vars(s).items() if isinstance(v, int)})  # the counts
 
     return Starlette(routes=[Route("/work", run), Route("/stats", stats)], lifespan=lifespan)
 
