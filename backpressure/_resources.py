@@ -33,8 +33,12 @@ class _ByValue:
 
     __slots__: tuple[str, ...] = ()
 
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        return tuple(name for klass in reversed(cls.__mro__) for name in getattr(klass, "__slots__", ()))
+
     def _key(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return tuple(getattr(self, name) for name in self._fields())
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other._key() == self._key()  # type: ignore[attr-defined]
@@ -49,7 +53,7 @@ class _ByValue:
         return self._key()
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state, strict=True):
+        for name, value in zip(self._fields(), state, strict=True):
             object.__setattr__(self, name, value)
 
 
@@ -117,33 +121,38 @@ class LoopLagBackpressure(_ByValue):
         return lag is not None and lag >= self.max_lag_s
 
 
-class AnyOf(_ByValue):
+class _Composite(_ByValue):
+    """Hooks combined by a rule over their verdicts."""
+
+    __slots__ = ("hooks",)
+    _rule: Any = staticmethod(any)
+
+    def __init__(self, *hooks: Any) -> None:
+        _check_hooks(hooks)
+        self.hooks = tuple(hooks)
+
+    def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
+        return _combine(self.hooks, ctx, type(self)._rule)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.hooks))})"
+
+
+class AnyOf(_Composite):
     """Reject when any of ``hooks`` rejects (e.g. a task cap OR memory pressure).
 
     Hooks may be sync or async; if one returns an awaitable, so does this.
     """
 
-    __slots__ = ("hooks",)
-
-    def __init__(self, *hooks: Any) -> None:
-        _check_hooks(hooks)
-        self.hooks = tuple(hooks)
-
-    def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
-        return _combine(self.hooks, ctx, any)
+    __slots__ = ()
+    _rule = staticmethod(any)
 
 
-class AllOf(_ByValue):
-    """Reject only when every one of ``hooks`` rejects."""
+class AllOf(_Composite):
+    """Reject only when every one of ``hooks`` rejects (sync or async, as `AnyOf`)."""
 
-    __slots__ = ("hooks",)
-
-    def __init__(self, *hooks: Any) -> None:
-        _check_hooks(hooks)
-        self.hooks = tuple(hooks)
-
-    def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
-        return _combine(self.hooks, ctx, all)
+    __slots__ = ()
+    _rule = staticmethod(all)
 
 
 def _check_hooks(hooks: tuple[Any, ...]) -> None:

@@ -103,6 +103,8 @@ def test_hooks_should_survive_pickling_with_their_behaviour(dumps, loads):
                  LatencyBackpressure(1.5, 10))
     again = loads(dumps(hook))
     assert again == hook and hash(again) == hash(hook) and repr(again) == repr(hook)
+    assert AnyOf(TaskCountBackpressure(1)) != AnyOf(TaskCountBackpressure(2)) != AllOf(TaskCountBackpressure(2))
+    assert MemoryBackpressure(0.5) != MemoryBackpressure(0.6) and LatencyBackpressure(1, 5) != LatencyBackpressure(1, 6)
     busy = BackpressureContext(0, None, memory_fraction=0.9, loop_lag_s=0.6)
     assert again(busy) is True and again(ctx(memory_fraction=0.9, loop_lag_s=0.1)) is False
 
