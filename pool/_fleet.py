@@ -83,6 +83,7 @@ class LocalFleet:
         self._grow_after = 0.0
         self._open = False
         self.grown = 0
+        self.shrunk = 0  # grown workers that left after idling
 
     @property
     def pids(self) -> list[int]:
@@ -178,6 +179,7 @@ class LocalFleet:
         code = await worker.wait()
         self._workers.pop(worker.uid, None)
         if worker.elastic and code == 0:
+            self.shrunk += 1
             self._on_exit(worker.uid, "left after idling (grown under load)")
             return
         self._on_exit(worker.uid, f"exited with status {code}")

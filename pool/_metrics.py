@@ -195,6 +195,9 @@ class _Gauges:
         grown = CounterMetricFamily("leakypool_workers_grown", "Workers started under load.")
         grown.add_metric([], s.grown)
         yield grown
+        shrunk = CounterMetricFamily("leakypool_workers_shrunk", "Workers grown under load that left after idling.")
+        shrunk.add_metric([], s.shrunk)
+        yield shrunk
         dispatched = CounterMetricFamily("leakypool_calls_dispatched", "Calls a worker accepted (jobs too).")
         dispatched.add_metric([], s.dispatched)
         yield dispatched

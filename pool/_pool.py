@@ -429,6 +429,7 @@ class WorkerPool:
             capacity_timeouts=self._capacity_timeouts,
             grown=self._fleet.grown,
             limits=limits,
+            shrunk=self._fleet.shrunk,
             worker_signals={
                 c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
                 for c in self._roster.connections()

@@ -24,6 +24,7 @@ class PoolStats:
         rejected: Calls refused by admission (ceiling or full queue).
         capacity_timeouts: Calls that waited past the dispatch deadline.
         grown: Workers started under load (they idle out again).
+        shrunk: Workers grown under load that left after idling.
         limits: Running and waiting calls per live queue, key and workflow.
         worker_signals: Per worker that has told this pool it has room again
             (it had turned a call away): its load and resource signals then.
@@ -41,6 +42,7 @@ class PoolStats:
     capacity_timeouts: int
     grown: int
     limits: Mapping[str, GateStats]
+    shrunk: int = 0
     worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
 
 

@@ -122,7 +122,7 @@ async def test_pool_should_grow_under_a_burst_and_shrink_back_after_it(one_slot_
         assert len({r[1] for r in results}) == 3  # the burst ran on three workers
         assert p.stats().grown == 2
         await until_members(p, lambda p: len(p.workers) == 1, timeout=30)  # the grown ones idled out
-        assert list(p.workers) == [base]
+        assert list(p.workers) == [base] and p.stats().shrunk == 2
         assert await routines.add(1, 1) == 2
 
 
