@@ -53,8 +53,12 @@ async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_wh
         first = await routines.hold_until.submit(str(gate), signals.address, "first")
         others = [await routines.add.submit(i, i) for i in range(5)]
         await signals.wait("start first")  # the routine's first line ran; it is blocked now
-        await first.refresh()
-        assert first.state == "running" and first.attempts == 1
+
+        async def running() -> bool:  # the Accept is committed right after it arrives, maybe after the routine began
+            await first.refresh()
+            return first.state == "running"
+        await eventually(running, timeout=30)
+        assert first.attempts == 1
         counts = await p.jobs.counts()
         assert counts["running"] == 1 and counts["pending"] == 5  # one worker, one slot: the rest wait as pending
         observed = []
