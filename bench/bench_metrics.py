@@ -13,7 +13,6 @@ machine's noise does not drown.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import time

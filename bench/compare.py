@@ -1,15 +1,19 @@
-"""Run leakypool's benchmarks beside the peers' in one sitting and print the ratios.
+"""Run leakypool's benchmarks beside the peers' in interleaved rounds and print medians and ratios.
 
-Peers (``../shared/bench-peers``): wool 0.15.7, ProcessPoolExecutor, and a
-bare grpc.aio echo (the floor for any gRPC design). They run in their own
-virtualenv (``--peer-python``, built by ``--make-peer-venv``), one after
-another, never at the same time as ours, so they do not share the 2 cores.
+The machine's speed drifts (2x within one sitting has been seen), so one
+run of each runtime can say the opposite of the truth. Here every round runs
+each runtime once, one after another (A B C A B C ...), never two at once;
+a workload's ratio is the median of its per-round ratios, with their spread.
 
-    python -m bench.compare --make-peer-venv /tmp/venv-wool
-    python -m bench.compare --peer-python /tmp/venv-wool/bin/python [--quick]
+Runtimes: leakypool (``bench.bench_pool``; over unix sockets, and over TCP
+with ``--tcp-too``), ProcessPoolExecutor and the bare grpc.aio echo (the
+floor for a gRPC design) from ``../shared/bench-peers``, and wool 0.15.7
+when ``--peer-python`` names a venv that has it (``--make-peer-venv``).
 
-Prints one JSON object: each runtime's figures and ``ratios`` against the
-DESIGN.md targets.
+    python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--peer-python /tmp/venv-wool/bin/python]
+
+Prints one JSON object: per workload, each runtime's median, and the
+median (and range) of leakypool's per-round ratio to each peer.
 """
 
 from __future__ import annotations
@@ -17,68 +21,130 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "bench-peers"
 
+# workload -> (how to read it from each runtime's JSON, "lower" or "higher" is better)
+Reader = Callable[[dict[str, Any]], float | None]
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "a_noop_p50_us": {
+        "better": "lower",
+        "read": {
+            "leakypool": lambda r: r["a_noop_latency"]["p50_us"],
+            "processpool": lambda r: r["a_noop_latency"]["p50_us"],
+            "wool": lambda r: r["a_noop_latency"]["p50_us"],
+            "grpc_stream": lambda r: r["stream_rtt_p50_us"],
+        },
+    },
+    "b_noop_tasks_per_s": {
+        "better": "higher",
+        "read": {
+            "leakypool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+            "processpool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+            "wool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+        },
+    },
+    "d_echo_1mib_p50_ms": {
+        "better": "lower",
+        "read": {
+            "leakypool": lambda r: r["d_echo_1mib"]["p50_ms"],
+            "processpool": lambda r: r["d_echo_1mib"]["p50_ms"],
+            "wool": lambda r: r["d_echo_1mib"]["p50_ms"],
+            "grpc_stream": lambda r: r["stream_1mib_p50_ms"],
+        },
+    },
+    "e_first_result_s": {
+        "better": "lower",
+        "read": {
+            "leakypool": lambda r: r["e_cold_start_median_first_result_s"],
+            "processpool": lambda r: r.get("e_cold_start_median_first_result_s"),
+            "wool": lambda r: r.get("e_cold_start_median_first_result_s"),
+        },
+    },
+}
 
-def run_json(cmd: list[str], cwd: pathlib.Path, timeout: float = 1800) -> dict[str, Any]:
+
+def run_json(cmd: list[str], cwd: pathlib.Path, env: dict[str, str] | None = None, timeout: float = 1800) -> dict[str, Any]:
     print(f"[compare] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True, env=env).stdout
     return json.loads(out[out.index("{") :])
 
 
-def ratios(ours: dict[str, Any], wool: dict[str, Any] | None, floor: dict[str, Any] | None) -> dict[str, Any]:
-    r: dict[str, Any] = {}
-    if floor:
-        r["a_p50_vs_grpc_bidi_stream"] = round(ours["a_noop_latency"]["p50_us"] / floor["stream_rtt_p50_us"], 2)
-        r["a_p50_vs_grpc_unary"] = round(ours["a_noop_latency"]["p50_us"] / floor["unary_rtt_p50_us"], 2)
-        r["d_p50_vs_grpc_bidi_stream"] = round(ours["d_echo_1mib"]["p50_ms"] / floor["stream_1mib_p50_ms"], 2)
-        r["d_p50_vs_grpc_unary"] = round(ours["d_echo_1mib"]["p50_ms"] / floor["unary_1mib_p50_ms"], 2)
-    if wool:
-        r["a_wool_p50_over_ours"] = round(wool["a_noop_latency"]["p50_us"] / ours["a_noop_latency"]["p50_us"], 1)
-        r["b_tasks_per_s_vs_wool"] = round(
-            ours["b_noop_throughput"]["tasks_per_s"] / wool["b_noop_throughput"]["tasks_per_s"], 1
-        )
-        r["c_tasks_per_s_vs_wool"] = round(
-            ours["c_sleep_throughput"]["tasks_per_s"] / wool["c_sleep_throughput"]["tasks_per_s"], 1
-        )
-    r["e_first_result_s"] = ours["e_cold_start_first"]["first_result_s"]
-    r["targets"] = {
-        "a_p50_vs_grpc_bidi_stream": "<= 1.5",
-        "b_tasks_per_s_vs_wool": ">= 5",
-        "c_tasks_per_s_vs_wool": ">= 5",
-        "d_p50_vs_grpc_bidi_stream": "<= 1.5",
-        "e_first_result_s": "< 0.25",
+def commands(args: argparse.Namespace) -> dict[str, tuple[list[str], pathlib.Path, dict[str, str] | None]]:
+    import os
+
+    quick = ["--quick"] if args.quick else []
+    peer = args.peer_python or sys.executable
+    runs: dict[str, tuple[list[str], pathlib.Path, dict[str, str] | None]] = {
+        "leakypool": ([sys.executable, "-m", "bench.bench_pool", *quick], ROOT, None),
     }
-    return r
+    if args.tcp_too:
+        env = {**os.environ, "LEAKYPOOL_LOCAL_TRANSPORT": "tcp"}
+        runs["leakypool_tcp"] = ([sys.executable, "-m", "bench.bench_pool", *quick], ROOT, env)
+    runs["processpool"] = ([peer, "bench_processpool.py", *quick], PEERS, None)
+    runs["grpc_stream"] = ([peer, "bench_grpc_floor.py"], PEERS, None)
+    if args.peer_python and not args.skip_wool:
+        runs["wool"] = ([peer, "bench_wool.py", "--skip-tuned", *quick], PEERS, None)
+    return runs
+
+
+def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for workload, spec in WORKLOADS.items():
+        per_runtime: dict[str, list[float]] = {}
+        for name in rounds[0]:
+            read = spec["read"].get(name.removesuffix("_tcp"))
+            if read is None:
+                continue
+            values = [read(r[name]) for r in rounds]
+            if all(v is not None for v in values):
+                per_runtime[name] = values  # type: ignore[assignment]
+        entry: dict[str, Any] = {"better": spec["better"], "median": {k: statistics.median(v) for k, v in per_runtime.items()}}
+        ours = [k for k in per_runtime if k.startswith("leakypool")]
+        ratios: dict[str, Any] = {}
+        for mine in ours:
+            for peer, values in per_runtime.items():
+                if peer.startswith("leakypool") and peer == mine:
+                    continue
+                per_round = [m / p for m, p in zip(per_runtime[mine], values, strict=True)]
+                ratios[f"{mine}/{peer}"] = {
+                    "median": round(statistics.median(per_round), 3),
+                    "range": [round(min(per_round), 3), round(max(per_round), 3)],
+                }
+        entry["ratios"] = ratios
+        out[workload] = entry
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--quick", action="store_true", help="1/10 sizes")
+    parser.add_argument("--tcp-too", action="store_true", help="also leakypool with local workers over TCP")
+    parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)")
     parser.add_argument("--make-peer-venv", metavar="DIR", help="create that venv and exit")
-    parser.add_argument("--quick", action="store_true", help="1/10 sizes (smoke run)")
-    parser.add_argument("--skip-wool", action="store_true", help="only the bare gRPC floor")
+    parser.add_argument("--skip-wool", action="store_true")
     args = parser.parse_args()
     if args.make_peer_venv:
         subprocess.run([sys.executable, "-m", "venv", args.make_peer_venv], check=True)
         pip = pathlib.Path(args.make_peer_venv) / "bin" / "pip"
-        subprocess.run([str(pip), "install", "-q", "wool==0.15.7", "uvloop"], check=True)
+        subprocess.run([str(pip), "install", "-q", "wool==0.15.7", "uvloop", "grpcio"], check=True)
         return
-    quick = ["--quick"] if args.quick else []
-    result: dict[str, Any] = {"leakypool": run_json([sys.executable, "-m", "bench.bench_pool", *quick], ROOT)}
-    result["balancer"] = run_json([sys.executable, "-m", "bench.bench_balancer"], ROOT)
-    peer = args.peer_python
-    if peer:
-        result["grpc_floor"] = run_json([peer, "bench_grpc_floor.py"], PEERS)
-        if not args.skip_wool:
-            result["wool"] = run_json([peer, "bench_wool.py", "--skip-tuned", *quick], PEERS)
-    result["ratios"] = ratios(result["leakypool"], result.get("wool"), result.get("grpc_floor"))
-    print(json.dumps(result, indent=2))
+    if args.rounds < 1:
+        parser.error("--rounds: expected at least 1")
+    runs = commands(args)
+    rounds = []
+    for number in range(args.rounds):
+        print(f"[compare] round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
+        rounds.append({name: run_json(cmd, cwd, env) for name, (cmd, cwd, env) in runs.items()})
+    print(json.dumps({"rounds": args.rounds, "quick": args.quick, "runtimes": list(runs),
+                      "workloads": summarize(rounds), "raw": rounds}, indent=2))
 
 
 if __name__ == "__main__":

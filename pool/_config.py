@@ -108,6 +108,7 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
     Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
+    Setting("unix_socket", text, "a socket path", "", "serve on this unix socket instead of --host/--port (a pool's own workers do)"),
     Setting("metrics_port", integer(-1, 65535), "an integer in -1..65535", -1, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)"),
     Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
     Setting(
@@ -161,6 +162,7 @@ class WorkerConfig:
 
     host: str = "127.0.0.1"
     port: int = 0
+    unix_socket: str = ""
     metrics_port: int = -1
     tags: tuple[str, ...] = ()
     max_concurrent_tasks: int = 1
@@ -231,6 +233,8 @@ class WorkerConfig:
             raise ConfigError("--tls-cert and --tls-key: expected both or neither, got only one")
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
+        if self.unix_socket and (self.tls_cert or self.discovery == "lan"):
+            raise ConfigError("--unix-socket: serves this host only; drop --tls-cert and --discovery lan")
         return self
 
 
@@ -309,6 +313,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
         "job store for durable jobs (routine.submit); empty = no store",
     ),
     Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
+    Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
@@ -330,6 +335,7 @@ class PoolConfig:
     hold_slot_while_waiting: bool = False
     store: str = ""
     lease_ttl: float = 10.0
+    local_transport: str = "unix"
     metrics_port: int | None = None
 
     @classmethod
@@ -344,6 +350,8 @@ class PoolConfig:
             if value is not None and not isinstance(value, str):
                 _check_explicit(setting, value)
         config = cls(**resolve(POOL_SETTINGS, explicit, environ))
+        if config.local_transport not in ("unix", "tcp"):
+            raise ConfigError(f"local_transport: expected unix or tcp, got {config.local_transport!r}")
         if config.max_workers is not None and config.spawn is not None and config.max_workers < config.spawn:
             raise ConfigError(f"max_workers: expected at least spawn ({config.spawn}), got {config.max_workers}")
         return config

@@ -15,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -53,6 +56,10 @@ class LocalFleet:
         shutdown_grace: Seconds in-flight calls get when the fleet stops.
         on_ready: Called with each worker's metadata once it serves.
         on_exit: Called with a worker's uid and why, once it exited.
+        transport: ``"unix"``: each worker serves a unix socket in a
+            directory only this user can enter (mode 0700), removed on
+            `stop`; no port another local user could reach (a worker's
+            port runs code). ``"tcp"``: 127.0.0.1 and a free port.
     """
 
     def __init__(
@@ -66,8 +73,11 @@ class LocalFleet:
         shutdown_grace: float,
         on_ready: Callable[[WorkerMetadata], None],
         on_exit: Callable[[uuid.UUID, str], None],
+        transport: str = "unix",
     ) -> None:
         self._env = dict(env)
+        self._transport = transport
+        self._socket_dir: str | None = None
         self.minimum = minimum
         self.maximum = maximum
         self._idle_timeout = idle_timeout
@@ -108,6 +118,8 @@ class LocalFleet:
             WorkerStartError: one did not (the others are stopped again by `stop`).
         """
         self._open = True
+        if self._transport == "unix" and self.maximum > 0:
+            self._socket_dir = socket_directory()
         results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -156,12 +168,17 @@ class LocalFleet:
             raise
         finally:
             self._workers.clear()
+            if self._socket_dir is not None:
+                shutil.rmtree(self._socket_dir, ignore_errors=True)
+                self._socket_dir = None
 
     async def _spawn(self, *, elastic: bool) -> LocalWorker:
         uid = new_uid()
         env = self._env | {"LEAKYPOOL_UID": str(uid)}
         if elastic:
             env["LEAKYPOOL_IDLE_TIMEOUT"] = repr(self._idle_timeout)
+        if self._socket_dir is not None:
+            env["LEAKYPOOL_UNIX_SOCKET"] = os.path.join(self._socket_dir, f"{uid}.sock")
         worker = LocalWorker(uid, env, elastic=elastic)
         self._workers[uid] = worker
         try:
@@ -208,6 +225,17 @@ class LocalFleet:
         finally:
             if not self._open:
                 self._owed = 0
+
+
+def socket_directory() -> str:
+    """A new directory for workers' unix sockets, mode 0700 (``mkdtemp``), short enough for a socket path.
+
+    A socket path may hold about 107 bytes; a long ``TMPDIR`` falls back to /tmp.
+    """
+    base = tempfile.gettempdir()
+    if len(base) > 40:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="leakypool-", dir=base)
 
 
 def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:

@@ -111,7 +111,7 @@ class LocalWorker:
         info: dict[str, Any] = json.loads(line[len("READY ") :])
         self.metadata = WorkerMetadata(
             uid=self.uid,
-            address=f"127.0.0.1:{info['port']}",
+            address=f"unix:{info['unix_socket']}" if info.get("unix_socket") else f"127.0.0.1:{info['port']}",
             pid=info["pid"],
             version=info.get("version", ""),
             tags=frozenset(info.get("tags", ())),

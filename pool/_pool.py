@@ -104,6 +104,9 @@ class WorkerPool:
             Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
         lease_ttl: Seconds this process's hold on its jobs lasts without
             renewal: after a crash, its jobs are re-queued that long later.
+        local_transport: How the pool reaches the workers it spawns:
+            ``"unix"`` (default; a unix socket in a private directory, no
+            port) or ``"tcp"`` (127.0.0.1).
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
@@ -134,6 +137,7 @@ class WorkerPool:
         store: str | JobStore | None = None,
         lease_ttl: float | None = None,
         metrics_port: int | None = None,
+        local_transport: str | None = None,
         use_env: bool = True,
     ) -> None:
         config = PoolConfig.from_env(
@@ -151,6 +155,7 @@ class WorkerPool:
             store=store if isinstance(store, str) else None,
             lease_ttl=lease_ttl,
             metrics_port=metrics_port,
+            local_transport=local_transport,
         )
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
@@ -175,6 +180,7 @@ class WorkerPool:
             shutdown_grace=config.shutdown_grace,
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
+            transport=config.local_transport,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),

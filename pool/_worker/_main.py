@@ -145,7 +145,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     )
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((service.handler(),))
-    address = _bind_address(config.host, config.port)
+    address = f"unix:{config.unix_socket}" if config.unix_socket else _bind_address(config.host, config.port)
     try:
         credentials = _credentials(config)
     except OSError as exc:
@@ -156,7 +156,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         else:
             port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
-        raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
+        flags = "--unix-socket" if config.unix_socket else "--host/--port"
+        raise ConfigError(f"{flags}: cannot bind {address}: {exc}") from None
     await server.start()
     service.start()
     if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
@@ -169,6 +170,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
     info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": __version__}
+    if config.unix_socket:
+        info["unix_socket"] = config.unix_socket
     try:
         observation = await _observe(config, service)
     except ConfigError:
@@ -186,7 +189,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     _report_ready(config.ready_fd, info)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
-        uid, _bind_address(config.host, port), capacity or "unlimited", config.tls,
+        uid, address if config.unix_socket else _bind_address(config.host, port), capacity or "unlimited", config.tls,
         ",".join(config.tags) or "-", config.discovery,
     )
     try:

@@ -84,12 +84,12 @@ async def test_killed_worker_should_be_replaced():
         assert await routines.pid() != metadata.pid
 
 
-async def test_garbage_on_the_worker_port_should_not_hurt_it():
-    async with pool.WorkerPool(spawn=1) as p:
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+async def test_garbage_on_the_worker_port_should_not_hurt_it(transport):
+    async with pool.WorkerPool(spawn=1, local_transport=transport) as p:
         (metadata,) = p.workers.values()
-        host, port = metadata.address.rsplit(":", 1)
         for payload in (os.urandom(4096), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512)):
-            with socket.create_connection((host, int(port)), timeout=5) as conn:
+            with _connect(metadata.address) as conn:
                 conn.sendall(payload)
                 conn.shutdown(socket.SHUT_WR)
                 conn.settimeout(5)
@@ -100,3 +100,14 @@ async def test_garbage_on_the_worker_port_should_not_hurt_it():
                     pass
         assert await routines.add(20, 22) == 42
         assert p.pids == [metadata.pid]
+
+
+def _connect(address: str) -> socket.socket:
+    """A raw connection to a worker's address: ``unix:PATH`` or ``HOST:PORT``."""
+    if address.startswith("unix:"):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(5)
+        conn.connect(address.removeprefix("unix:"))
+        return conn
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=5)

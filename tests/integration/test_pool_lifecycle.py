@@ -24,7 +24,7 @@ async def test_spawn_should_start_that_many_workers():
     async with pool.WorkerPool(spawn=3) as p:
         assert len(p.workers) == 3
         assert len(set(p.pids)) == 3
-        assert all(m.local and m.address.startswith("127.0.0.1:") for m in p.workers.values())
+        assert all(m.local and m.address.startswith("unix:") for m in p.workers.values())  # the default transport
 
 
 async def test_spawn_should_default_to_one_worker_per_cpu():
