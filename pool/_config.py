@@ -313,6 +313,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
         "job store for durable jobs (routine.submit); empty = no store",
     ),
     Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
+    Setting("worker_template", boolean, "a boolean (1/0, true/false)", True, "fork spawned workers from one preloaded template process (off: a fresh interpreter each)"),
     Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
 )
@@ -336,6 +337,7 @@ class PoolConfig:
     store: str = ""
     lease_ttl: float = 10.0
     local_transport: str = "unix"
+    worker_template: bool = True
     metrics_port: int | None = None
 
     @classmethod

@@ -17,6 +17,9 @@ import base64
 import logging
 import os
 import shutil
+import signal
+import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -29,7 +32,9 @@ from . import _wire
 from ._config import PoolConfig, WorkerConfig
 from ._rpc import WorkerMetadata
 from ._ids import new_uid
+from ._errors import WorkerStartError
 from ._local_worker import LocalWorker
+from ._template import WorkerTemplate
 from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
@@ -60,6 +65,9 @@ class LocalFleet:
             directory only this user can enter (mode 0700), removed on
             `stop`; no port another local user could reach (a worker's
             port runs code). ``"tcp"``: 127.0.0.1 and a free port.
+        template: Fork workers from a preloaded template process (one
+            interpreter start and one round of imports for all of them);
+            without it, or if it fails, each worker is a fresh interpreter.
     """
 
     def __init__(
@@ -74,10 +82,13 @@ class LocalFleet:
         on_ready: Callable[[WorkerMetadata], None],
         on_exit: Callable[[uuid.UUID, str], None],
         transport: str = "unix",
+        template: bool = True,
     ) -> None:
         self._env = dict(env)
         self._transport = transport
         self._socket_dir: str | None = None
+        self._use_template = template
+        self._template: WorkerTemplate | None = None
         self.minimum = minimum
         self.maximum = maximum
         self._idle_timeout = idle_timeout
@@ -120,6 +131,14 @@ class LocalFleet:
         self._open = True
         if self._transport == "unix" and self.maximum > 0:
             self._socket_dir = socket_directory()
+        if self._use_template and self.maximum > 0 and template_supported():
+            template = WorkerTemplate(template_env())
+            try:
+                await template.start(self._startup_timeout)
+            except WorkerStartError as exc:
+                _log.warning("no worker template (%s); each worker starts a fresh interpreter", exc)
+            else:
+                self._template = template
         results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -168,6 +187,9 @@ class LocalFleet:
             raise
         finally:
             self._workers.clear()
+            template, self._template = self._template, None
+            if template is not None:
+                await template.aclose()
             if self._socket_dir is not None:
                 shutil.rmtree(self._socket_dir, ignore_errors=True)
                 self._socket_dir = None
@@ -182,7 +204,7 @@ class LocalFleet:
         worker = LocalWorker(uid, env, elastic=elastic)
         self._workers[uid] = worker
         try:
-            metadata = await worker.start(self._startup_timeout)
+            metadata = await worker.start(self._startup_timeout, self._template)
         except BaseException:
             self._workers.pop(uid, None)
             raise
@@ -225,6 +247,18 @@ class LocalFleet:
         finally:
             if not self._open:
                 self._owed = 0
+
+
+def template_supported() -> bool:
+    """Whether this platform has what the template needs (Linux: pidfds, fd passing, fork)."""
+    return hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds")
+
+
+def template_env() -> dict[str, str]:
+    """The template's environment: ours without LEAKYPOOL_* (each worker gets its own settings)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LEAKYPOOL_")} | {
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path))
+    }
 
 
 def socket_directory() -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -33,8 +34,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._config import PREFIX
+from ._process import watch_exit
+from ._template import ForkedProcess, WorkerTemplate
 from ._rpc import WorkerMetadata
 from ._errors import WorkerStartError
+
+_log = logging.getLogger("leakypool.pool")
 
 
 class LocalWorker:
@@ -50,7 +55,7 @@ class LocalWorker:
         self.uid = uid
         self.elastic = elastic
         self._env = env
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._exited: asyncio.Future[int] | None = None
         self._lifeline: int | None = None
         self.metadata: WorkerMetadata | None = None
@@ -66,8 +71,8 @@ class LocalWorker:
         """The exit status, once reaped."""
         return None if self._process is None else self._process.returncode
 
-    async def start(self, timeout: float) -> WorkerMetadata:
-        """Spawn the child and wait (at most ``timeout`` s) until it serves.
+    async def start(self, timeout: float, template: WorkerTemplate | None = None) -> WorkerMetadata:
+        """Spawn the child (forked from ``template`` when it runs) and wait (at most ``timeout`` s) until it serves.
 
         Raises:
             WorkerStartError: it exited, or said nothing, in time (it is
@@ -77,12 +82,23 @@ class LocalWorker:
         life_r, life_w = os.pipe()
         env = _child_env(self._env, ready_w, life_r)
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "worker_main"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                pass_fds=(ready_w, life_r),
-            )
+            pid = None
+            if template is not None and template.alive:
+                try:
+                    pid = await template.fork(env, (ready_w, life_r))
+                except WorkerStartError as exc:
+                    _log.warning("starting worker %s from a fresh interpreter: %s", self.uid, exc)
+            if template is not None and pid is not None:
+                self._process = ForkedProcess(pid, template)
+                self._exited = self._process.exited
+            else:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "worker_main"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(ready_w, life_r),
+                )
+                self._exited = watch_exit(self._process)
         except BaseException:
             for fd in (ready_r, ready_w, life_r, life_w):
                 os.close(fd)
@@ -92,7 +108,6 @@ class LocalWorker:
                 os.close(ready_w)
                 os.close(life_r)
         self._lifeline = life_w
-        self._exited = _watch_exit(self._process)
         try:
             async with asyncio.timeout(timeout):
                 line = await _read_line(ready_r)
@@ -169,30 +184,6 @@ class LocalWorker:
 
     def __repr__(self) -> str:
         return f"<LocalWorker {self.uid} pid={self.pid} returncode={self.returncode}>"
-
-
-def _watch_exit(process: subprocess.Popen[bytes]) -> asyncio.Future[int]:
-    """A future for ``process``'s exit status; it is reaped as soon as it exits."""
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[int] = loop.create_future()
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): a thread waits instead
-        task = asyncio.ensure_future(asyncio.to_thread(process.wait))
-        task.add_done_callback(lambda t: exited.done() or exited.set_result(t.result()))
-        return exited
-
-    def readable() -> None:
-        code = process.poll()
-        if code is None:
-            return
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        if not exited.done():
-            exited.set_result(code)
-
-    loop.add_reader(pidfd, readable)
-    return exited
 
 
 def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> dict[str, str]:

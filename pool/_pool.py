@@ -107,6 +107,8 @@ class WorkerPool:
         local_transport: How the pool reaches the workers it spawns:
             ``"unix"`` (default; a unix socket in a private directory, no
             port) or ``"tcp"`` (127.0.0.1).
+        worker_template: Fork spawned workers from one preloaded template
+            process (default True): N workers cost one interpreter start.
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
@@ -138,6 +140,7 @@ class WorkerPool:
         lease_ttl: float | None = None,
         metrics_port: int | None = None,
         local_transport: str | None = None,
+        worker_template: bool | None = None,
         use_env: bool = True,
     ) -> None:
         config = PoolConfig.from_env(
@@ -156,6 +159,7 @@ class WorkerPool:
             lease_ttl=lease_ttl,
             metrics_port=metrics_port,
             local_transport=local_transport,
+            worker_template=worker_template,
         )
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
@@ -181,6 +185,7 @@ class WorkerPool:
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             transport=config.local_transport,
+            template=config.worker_template,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),

@@ -59,7 +59,10 @@ async def check(p: pool.WorkerPool, call, expected: type[BaseException], match: 
         await asyncio.wait_for(call(), BOUND_S)
     assert time.perf_counter() - t0 < BOUND_S
     if worker_dies:  # replaced (after its back-off): a new pid, the old one gone
-        await until_members(p, lambda p: len(p.workers) == 1 and not set(p.pids) & before, timeout=BOUND_S)
+        await until_members(  # the pool's member is the replacement (not the dead one, not yet evicted)
+            p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and not set(p.pids) & before,
+            timeout=BOUND_S,
+        )
     else:  # the same worker goes on
         assert set(p.pids) == before
     assert await asyncio.wait_for(routines.add(1, 2), BOUND_S) == 3  # the pool still serves

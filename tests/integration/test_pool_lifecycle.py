@@ -98,7 +98,7 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
 
             async def main():
                 async with pool.WorkerPool(spawn=2) as p:
-                    print(" ".join(map(str, p.pids)), flush=True)
+                    print(" ".join(map(str, [*p.pids, p._fleet._template.pid])), flush=True)
                     await asyncio.sleep(3600)
 
             asyncio.run(main())
@@ -108,7 +108,7 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
     async with Child([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=os.getcwd()) as child:
         line = await asyncio.wait_for(child.stdout.readline(), 60)
         pids = [int(x) for x in line.split()]
-        assert len(pids) == 2
+        assert len(pids) == 3  # two workers and the template they were forked from
         child.signal(signal.SIGKILL)
         await child.wait(30)
     # Orphans are re-parented to init; they notice the lifeline closing and exit. No event

@@ -1,0 +1,213 @@
+"""The pool's side of the worker template: start it once, ask it to fork workers, hear when they exit.
+
+See ``pool/_worker/_template.py`` for the template itself. The pool talks
+to it over a SOCK_SEQPACKET socketpair (one message per request or notice)
+read on the pool's event loop. A forked worker is not the pool's child, so
+its exit is watched through a pidfd (readable when it exits, child or not)
+and its status comes from the template, which reaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ._errors import WorkerStartError
+from ._process import watch_exit
+from ._tasks import TaskOwner
+
+_log = logging.getLogger("leakypool.pool")
+
+STATUS_WAIT_S: Final[float] = 5.0
+"""After a worker's pidfd says it exited, how long to wait for the template to report its status."""
+
+
+class WorkerTemplate:
+    """A running template process of this pool.
+
+    Args:
+        env: The environment the template (and so each worker, before its own settings) starts from.
+    """
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = dict(env)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._channel: socket.socket | None = None
+        self._tasks = TaskOwner("worker template", _log)
+        self._replies: collections.deque[asyncio.Future[int]] = collections.deque()
+        self._statuses: dict[int, asyncio.Future[int]] = {}
+        self._lock = asyncio.Lock()
+        self.alive = False
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    async def start(self, timeout: float) -> None:
+        """Start the template and wait until it has imported everything.
+
+        Raises:
+            WorkerStartError: it did not say READY in time (it is killed and reaped).
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "pool._worker._template", str(theirs.fileno())],
+                env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._channel = ours
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                hello = await loop.sock_recv(ours, 4096)
+            if not hello:
+                raise WorkerStartError(f"the worker template exited with status {self._process.wait()} before it was ready")
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, TimeoutError):
+                raise WorkerStartError(f"the worker template did not start within {timeout:g}s") from None
+            raise
+        self.alive = True
+        self._tasks.spawn(self._read(), name="worker template replies")
+
+    async def fork(self, env: Mapping[str, str], fds: tuple[int, int]) -> int:
+        """A new worker with ``env`` (its whole environment) and ``fds`` (READY pipe, lifeline); its pid.
+
+        Raises:
+            WorkerStartError: the template is gone.
+        """
+        if not self.alive or self._channel is None:
+            raise WorkerStartError("the worker template is not running")
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[int] = loop.create_future()
+        async with self._lock:  # requests and their replies stay in order
+            self._replies.append(reply)
+            try:
+                socket.send_fds(self._channel, [json.dumps(dict(env)).encode()], list(fds))
+            except OSError as exc:
+                self._replies.remove(reply)
+                raise WorkerStartError(f"the worker template is gone: {exc}") from None
+        return await reply
+
+    def status(self, pid: int) -> asyncio.Future[int]:
+        """A future for worker ``pid``'s exit status, as the template reports it."""
+        future = self._statuses.get(pid)
+        if future is None:
+            future = self._statuses[pid] = asyncio.get_running_loop().create_future()
+        return future
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._channel is not None
+        try:
+            while True:
+                try:
+                    data = await loop.sock_recv(self._channel, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                message: dict[str, Any] = json.loads(data)
+                if "pid" in message:
+                    reply = self._replies.popleft()
+                    if not reply.done():
+                        reply.set_result(message["pid"])
+                elif "exited" in message:
+                    future = self.status(message["exited"])
+                    if not future.done():
+                        future.set_result(message["code"])
+        finally:
+            self.alive = False
+            gone = WorkerStartError("the worker template exited")
+            while self._replies:
+                reply = self._replies.popleft()
+                if not reply.done():
+                    reply.set_exception(gone)
+            if self._process is not None and self._process.poll() is None:
+                pass  # closing: aclose reaps it
+            else:
+                _log.warning("the worker template exited; workers start from a fresh interpreter from now on")
+
+    async def aclose(self) -> None:
+        """Close the socket (the template exits; its workers keep their own lifelines) and reap it."""
+        self.alive = False
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        await self._tasks.aclose()
+        process, self._process = self._process, None
+        if process is not None:
+            exited = watch_exit(process)
+            try:
+                await asyncio.wait_for(asyncio.shield(exited), 10)
+            except TimeoutError:
+                process.kill()
+                await exited
+        for future in self._statuses.values():
+            if not future.done():
+                future.set_result(-1)  # nobody will report it now
+
+
+class ForkedProcess:
+    """A worker the template forked, with the part of `subprocess.Popen` a `LocalWorker` uses.
+
+    Signals go through a pidfd opened at once, so a recycled pid is never
+    signalled; ``exited`` resolves when the pidfd says the process ended,
+    with the status the template reports (-1 if it cannot).
+    """
+
+    def __init__(self, pid: int, template: WorkerTemplate) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._template = template
+        self._gone = False
+        loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[int] = loop.create_future()
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self._pidfd = None
+            self._ended()
+            return
+        loop.add_reader(self._pidfd, self._ended)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self._gone or self._pidfd is None:
+            return
+        signal.pidfd_send_signal(self._pidfd, sig)
+
+    def _ended(self) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        loop = asyncio.get_running_loop()
+        if self._pidfd is not None:
+            loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        status = self._template.status(self.pid)
+        if not self._template.alive and not status.done():
+            self._settle(-1)  # the template is gone: nobody reaps it for us, nobody reports its status
+            return
+        timer = loop.call_later(STATUS_WAIT_S, self._settle, -1)
+        status.add_done_callback(lambda f: (timer.cancel(), self._settle(f.result())))
+
+    def _settle(self, code: int) -> None:
+        if not self.exited.done():
+            self.returncode = code
+            self.exited.set_result(code)

@@ -1,0 +1,126 @@
+"""The worker template: one interpreter that imports the worker side once, then forks workers on request.
+
+    python -m pool._worker._template FD
+
+Starting a worker costs an interpreter start and ~100 ms of imports (grpc,
+protobuf, cloudpickle, uvloop, this package). The pool starts this process
+once; every worker after that is a ``fork()`` of it, already imported.
+
+It is safe to fork because this process never starts a thread, an event
+loop, a gRPC channel or server: it only imports, then waits on a
+socketpair (``FD``, SOCK_SEQPACKET) in plain blocking calls. Each request
+carries the worker's environment (JSON) and two file descriptors (SCM_RIGHTS):
+the worker's READY pipe and its lifeline to the pool. The child sets that
+environment as its whole ``os.environ`` and runs the worker as
+``worker_main`` would; so each worker keeps its own lifeline (it exits when
+the pool dies, whatever happens to the template).
+
+Replies: ``{"pid": N}`` per request, in order, and ``{"exited": N, "code":
+C}`` when a worker exits (the template is their parent and reaps them).
+When the pool closes the socket, the template exits; its workers go on
+until their own lifelines close.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+
+MAX_MESSAGE = 1 << 20
+
+
+def main(fd: int) -> int:
+    import pool._worker._main  # noqa: F401 - the point: pay the imports once, here
+    from pool._worker import _main as worker
+
+    channel = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wake the select; the loop reaps
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the pool's to handle
+    channel.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        readable, _, _ = select.select([channel, wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+            _reap(channel)
+        if channel in readable:
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, 2)
+            except ConnectionError:
+                message, fds = b"", []
+            if not message:
+                return 0  # the pool is gone or done with us
+            if threading.active_count() != 1 or _native_threads() != 1:  # never fork a process with threads
+                raise RuntimeError("the worker template has a thread; refusing to fork")
+            pid = os.fork()
+            if pid == 0:
+                _child(worker, json.loads(message), fds, channel, wake_r, wake_w)
+            for descriptor in fds:
+                os.close(descriptor)
+            channel.send(json.dumps({"pid": pid}).encode())
+
+
+def _native_threads() -> int:
+    """Threads of this process as the kernel sees them (C libraries' too); 1 where /proc is missing."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _reap(channel: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            channel.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+        except OSError:
+            pass  # the pool is gone; keep reaping
+
+
+def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, wake_r: int, wake_w: int) -> None:
+    """In the forked child: become a worker with ``env`` and the passed pipes; never return."""
+    code = 1
+    try:
+        channel.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        ready_fd, lifeline_fd = fds
+        os.environ.clear()
+        os.environ.update(env)
+        os.environ["LEAKYPOOL_READY_FD"] = str(ready_fd)
+        os.environ["LEAKYPOOL_LIFELINE_FD"] = str(lifeline_fd)
+        for path in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
+            if path and path not in sys.path:
+                sys.path.insert(0, path)  # the pool's import path now, not when the template started
+        code = worker.main([])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

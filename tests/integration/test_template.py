@@ -1,0 +1,64 @@
+"""Workers forked from a preloaded template: they run routines, are reaped, and outlive neither pool nor template's loss."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import pool
+from tests.integration import routines
+from tests.integration.helpers import eventually, until_members
+
+pytestmark = pytest.mark.integration
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_with_the_pool():
+    async with pool.WorkerPool(spawn=3) as p:
+        template = p._fleet._template.pid
+        assert {parent_of(pid) for pid in p.pids} == {template} and parent_of(template) == os.getpid()
+        assert sorted({await routines.pid() for _ in range(30)}) <= sorted(p.pids)
+        assert await routines.add(2, 2) == 4
+        pids = p.pids
+    assert not any(alive(pid) for pid in [*pids, template])  # reaped (by the template), then the template itself
+
+
+async def test_without_the_template_each_worker_should_be_our_own_child():
+    async with pool.WorkerPool(spawn=2, worker_template=False) as p:
+        assert p._fleet._template is None
+        assert {parent_of(pid) for pid in p.pids} == {os.getpid()}
+        assert await routines.add(1, 2) == 3
+
+
+async def test_a_killed_worker_should_be_replaced_and_a_lost_template_should_not_stop_the_pool():
+    async with pool.WorkerPool(spawn=1) as p:
+        (first,) = p.pids
+        template = p._fleet._template
+        os.kill(first, signal.SIGKILL)  # the template reaps it and reports -9: replaced from the template
+        await until_members(p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids
+                            and first not in p.pids)
+        (second,) = p.pids
+        assert parent_of(second) == template.pid
+        os.kill(template.pid, signal.SIGKILL)  # the template is gone: its worker goes on (its lifeline is ours)
+        await eventually(lambda: not template.alive, timeout=30)
+        assert await routines.add(1, 1) == 2
+        os.kill(second, signal.SIGKILL)  # replaced from a fresh interpreter now
+        await until_members(p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids
+                            and second not in p.pids, timeout=60)
+        (third,) = p.pids
+        assert parent_of(third) == os.getpid()
+        assert await routines.add(2, 3) == 5
