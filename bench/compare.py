@@ -6,11 +6,11 @@ each runtime once, one after another (A B C A B C ...), never two at once;
 a workload's ratio is the median of its per-round ratios, with their spread.
 
 Runtimes: leakypool (``bench.bench_pool``; over unix sockets, and over TCP
-with ``--tcp-too``), ProcessPoolExecutor and the bare grpc.aio echo (the
+with ``--tcp-too``, and without the worker template with ``--no-template-too``), ProcessPoolExecutor and the bare grpc.aio echo (the
 floor for a gRPC design) from ``../shared/bench-peers``, and wool 0.15.7
 when ``--peer-python`` names a venv that has it (``--make-peer-venv``).
 
-    python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--peer-python /tmp/venv-wool/bin/python]
+    python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--no-template-too] [--peer-python PY]
 
 Prints one JSON object: per workload, each runtime's median, and the
 median (and range) of leakypool's per-round ratio to each peer.
@@ -87,6 +87,9 @@ def commands(args: argparse.Namespace) -> dict[str, tuple[list[str], pathlib.Pat
     if args.tcp_too:
         env = {**os.environ, "LEAKYPOOL_LOCAL_TRANSPORT": "tcp"}
         runs["leakypool_tcp"] = ([sys.executable, "-m", "bench.bench_pool", *quick], ROOT, env)
+    if args.no_template_too:
+        env = {**os.environ, "LEAKYPOOL_WORKER_TEMPLATE": "0"}
+        runs["leakypool_no_template"] = ([sys.executable, "-m", "bench.bench_pool", *quick], ROOT, env)
     runs["processpool"] = ([peer, "bench_processpool.py", *quick], PEERS, None)
     runs["grpc_stream"] = ([peer, "bench_grpc_floor.py"], PEERS, None)
     if args.peer_python and not args.skip_wool:
@@ -99,7 +102,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     for workload, spec in WORKLOADS.items():
         per_runtime: dict[str, list[float]] = {}
         for name in rounds[0]:
-            read = spec["read"].get(name.removesuffix("_tcp"))
+            read = spec["read"].get("leakypool" if name.startswith("leakypool") else name)
             if read is None:
                 continue
             values = [read(r[name]) for r in rounds]
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--tcp-too", action="store_true", help="also leakypool with local workers over TCP")
+    parser.add_argument("--no-template-too", action="store_true", help="also leakypool with each worker a fresh interpreter")
     parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)")
     parser.add_argument("--make-peer-venv", metavar="DIR", help="create that venv and exit")
     parser.add_argument("--skip-wool", action="store_true")
