@@ -73,7 +73,8 @@ class WorkerTemplate:
             async with asyncio.timeout(timeout):
                 hello = await loop.sock_recv(ours, 4096)
             if not hello:
-                raise WorkerStartError(f"the worker template exited with status {self._process.wait()} before it was ready")
+                code = await watch_exit(self._process)
+                raise WorkerStartError(f"the worker template exited with status {code} before it was ready")
         except BaseException as exc:
             await self.aclose()
             if isinstance(exc, TimeoutError):
@@ -107,6 +108,10 @@ class WorkerTemplate:
         if future is None:
             future = self._statuses[pid] = asyncio.get_running_loop().create_future()
         return future
+
+    def forget(self, pid: int) -> None:
+        """Worker ``pid``'s status has been read: drop it (pids are recycled)."""
+        self._statuses.pop(pid, None)
 
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
@@ -209,5 +214,6 @@ class ForkedProcess:
 
     def _settle(self, code: int) -> None:
         if not self.exited.done():
+            self._template.forget(self.pid)
             self.returncode = code
             self.exited.set_result(code)

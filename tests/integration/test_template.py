@@ -9,6 +9,7 @@ import pytest
 
 import pool
 from tests.integration import routines
+from tests.integration.child import alive
 from tests.integration.helpers import eventually, until_members
 
 pytestmark = pytest.mark.integration
@@ -17,14 +18,6 @@ pytestmark = pytest.mark.integration
 def parent_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_with_the_pool():
