@@ -46,6 +46,11 @@ async def test_jobs_api_should_accept_attach_refuse_and_survive_a_crash(tmp_path
             refused = await client.post("/jobs", params={"file": "d.pdf"})
             assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
             assert (await client.get("/jobs/nope")).status_code == 404
+
+            async def a_runs() -> bool:  # the crash must catch a.pdf running (on a loaded machine it may start late)
+                return (await client.get("/jobs/convert:a.pdf")).json()["state"] == "running"
+
+            await eventually(a_runs, timeout=60, interval=0.05)
     finally:
         server.signal(signal.SIGKILL)  # a crash: the three accepted jobs are in the store
         await server.__aexit__(None, None, None)
