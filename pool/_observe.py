@@ -33,7 +33,17 @@ class PoolObserver:
         return self._server.address
 
     async def start(self) -> None:
-        await self._server.start("127.0.0.1", self._port)
+        """Serve on 127.0.0.1.
+
+        Raises:
+            ConfigError: the port cannot be bound (in use, or not allowed).
+        """
+        from ._errors import ConfigError
+
+        try:
+            await self._server.start("127.0.0.1", self._port)
+        except OSError as exc:
+            raise ConfigError(f"metrics_port: cannot bind 127.0.0.1:{self._port}: {exc.strerror or exc}") from None
 
     async def aclose(self) -> None:
         await self._server.aclose()

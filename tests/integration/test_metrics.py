@@ -82,6 +82,15 @@ async def test_status_should_describe_workers_calls_and_jobs(one_slot_pool, stor
         assert m[("leakypool_jobs", (("state", "succeeded"),))] == 1
 
 
+async def test_a_metrics_port_in_use_should_fail_at_pool_start_in_one_line(one_slot_pool):
+    async with one_slot_pool(metrics_port=0) as p:
+        taken = p.metrics_address[1]
+        with pytest.raises(pool.ConfigError, match=f"metrics_port: cannot bind 127.0.0.1:{taken}") as caught:
+            async with one_slot_pool(metrics_port=taken):
+                pass  # pragma: no cover - not reached
+        assert "\n" not in str(caught.value)
+
+
 async def test_a_pool_without_metrics_port_should_serve_nothing(one_slot_pool):
     async with one_slot_pool() as p:
         assert p.metrics_address is None
