@@ -135,7 +135,7 @@ class LocalFleet:
             template = WorkerTemplate(template_env())
             try:
                 await template.start(self._startup_timeout)
-            except WorkerStartError as exc:
+            except (WorkerStartError, OSError) as exc:
                 _log.warning("no worker template (%s); each worker starts a fresh interpreter", exc)
             else:
                 self._template = template
