@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 import uuid
@@ -33,7 +32,7 @@ from ._config import PoolConfig, WorkerConfig
 from ._rpc import WorkerMetadata
 from ._ids import new_uid
 from ._errors import WorkerStartError
-from ._local_worker import LocalWorker
+from ._local_worker import LocalWorker, child_env
 from ._template import WorkerTemplate
 from ._tasks import TaskOwner
 
@@ -132,7 +131,7 @@ class LocalFleet:
         if self._transport == "unix" and self.maximum > 0:
             self._socket_dir = socket_directory()
         if self._use_template and self.maximum > 0 and template_supported():
-            template = WorkerTemplate(template_env())
+            template = WorkerTemplate(child_env())
             try:
                 await template.start(self._startup_timeout)
             except (WorkerStartError, OSError) as exc:
@@ -252,13 +251,6 @@ class LocalFleet:
 def template_supported() -> bool:
     """Whether this platform has what the template needs (Linux: pidfds, fd passing, fork)."""
     return hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds")
-
-
-def template_env() -> dict[str, str]:
-    """The template's environment: ours without LEAKYPOOL_* (each worker gets its own settings)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LEAKYPOOL_")} | {
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path))
-    }
 
 
 def socket_directory() -> str:

@@ -186,17 +186,23 @@ class LocalWorker:
         return f"<LocalWorker {self.uid} pid={self.pid} returncode={self.returncode}>"
 
 
-def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> dict[str, str]:
-    """The child's environment: ours without LEAKYPOOL_*, plus its settings and sys.path."""
+def child_env(settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A worker process's environment: ours without LEAKYPOOL_*, plus ``settings`` and sys.path.
+
+    Also the worker template's (it starts with no settings; each fork gets its own).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
-    env.update(settings)
-    env[PREFIX + "READY_FD"] = str(ready_fd)
-    env[PREFIX + "LIFELINE_FD"] = str(lifeline_fd)
+    env.update(settings or {})
     # What this process can import, the worker can import: routines pickled
     # by reference (tests.integration.routines.add) resolve there too.
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
+
+
+def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> dict[str, str]:
+    """`child_env` plus the READY pipe and the lifeline of one worker."""
+    return child_env(settings) | {PREFIX + "READY_FD": str(ready_fd), PREFIX + "LIFELINE_FD": str(lifeline_fd)}
 
 
 async def _read_line(fd: int) -> str:
