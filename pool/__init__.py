@@ -12,11 +12,8 @@
 
 from __future__ import annotations
 
-from ._calls import Task as Task
-from ._discovery import DiscoveryEvent as DiscoveryEvent
-from ._discovery import DiscoveryLike as DiscoveryLike
-from ._discovery import LocalDiscovery as LocalDiscovery
-from ._discovery import StaticDiscovery as StaticDiscovery
+from typing import TYPE_CHECKING
+
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import CapacityTimeout as CapacityTimeout
 from ._errors import ConfigError as ConfigError
@@ -32,17 +29,29 @@ from ._errors import WorkerBroken as WorkerBroken
 from ._errors import WorkerRejected as WorkerRejected
 from ._errors import WorkerStartError as WorkerStartError
 from ._errors import WorkflowHalted as WorkflowHalted
-from ._fanout import map as map
-from ._limits import GateStats as GateStats
-from ._limits import Queue as Queue
-from ._progress import Progress as Progress
-from ._stats import PoolStats as PoolStats
-from ._pool import WorkerPool as WorkerPool
-from ._routine import Routine as Routine
-from ._routine import routine as routine
-from ._rpc import WorkerMetadata as WorkerMetadata
-from ._tls import TlsCredentials as TlsCredentials
 from ._version import __version__ as __version__
+
+if TYPE_CHECKING:  # loaded on first use: see _LAZY
+    from ._calls import Task as Task
+    from ._discovery import DiscoveryEvent as DiscoveryEvent
+    from ._discovery import DiscoveryLike as DiscoveryLike
+    from ._discovery import LocalDiscovery as LocalDiscovery
+    from ._discovery import StaticDiscovery as StaticDiscovery
+    from ._discovery._lan import LanDiscovery as LanDiscovery
+    from ._fanout import map as map
+    from ._jobs import Job as Job
+    from ._jobs import JobStore as JobStore
+    from ._jobs import PostgresStore as PostgresStore
+    from ._jobs import SQLiteStore as SQLiteStore
+    from ._limits import GateStats as GateStats
+    from ._limits import Queue as Queue
+    from ._pool import WorkerPool as WorkerPool
+    from ._progress import Progress as Progress
+    from ._routine import Routine as Routine
+    from ._routine import routine as routine
+    from ._rpc import WorkerMetadata as WorkerMetadata
+    from ._stats import PoolStats as PoolStats
+    from ._tls import TlsCredentials as TlsCredentials
 
 __all__ = sorted(
     [
@@ -85,15 +94,31 @@ __all__ = sorted(
 )
 
 
-_LAZY = {
-    "LanDiscovery": "._discovery._lan",
+_LAZY: dict[str, str] = {
+    "DiscoveryEvent": "._discovery",
+    "DiscoveryLike": "._discovery",
+    "GateStats": "._limits",
     "Job": "._jobs",
     "JobStore": "._jobs",
+    "LanDiscovery": "._discovery._lan",
+    "LocalDiscovery": "._discovery",
+    "PoolStats": "._stats",
     "PostgresStore": "._jobs",
+    "Progress": "._progress",
+    "Queue": "._limits",
+    "Routine": "._routine",
     "SQLiteStore": "._jobs",
+    "StaticDiscovery": "._discovery",
+    "Task": "._calls",
+    "TlsCredentials": "._tls",
+    "WorkerMetadata": "._rpc",
+    "WorkerPool": "._pool",
+    "map": "._fanout",
+    "routine": "._routine",
 }
-"""Public names whose modules load on first use: zeroconf (~0.1 s) and the job
-machinery (sqlite3) are needed by few pools and by no worker."""
+"""Public names whose modules load on first use, so ``import pool`` is cheap: a
+worker imports only the side it runs (no gRPC client, no jobs, no zeroconf),
+and a pool only what it uses (zeroconf ~0.1 s, the job machinery)."""
 
 
 def __getattr__(name: str) -> object:
@@ -102,10 +127,18 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    obj = getattr(importlib.import_module(module, __name__), name)
-    obj.__module__ = __name__
-    globals()[name] = obj
-    return obj
+    loaded = importlib.import_module(module, __name__)
+    for other, where in _LAZY.items():  # every public name of that module at once
+        if where == module:
+            obj = getattr(loaded, other)
+            if getattr(obj, "__module__", "").startswith("pool."):
+                obj.__module__ = __name__
+            globals()[other] = obj
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _fixup_module_metadata() -> None:

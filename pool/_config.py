@@ -108,7 +108,7 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
     Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
-    Setting("unix_socket", text, "a socket path", "", "serve on this unix socket instead of --host/--port (a pool's own workers do)"),
+    Setting("unix_socket", text, "a socket path", "", "serve on this unix socket instead of --host/--port, with framed messages instead of gRPC (a pool's own workers do)"),
     Setting("metrics_port", integer(-1, 65535), "an integer in -1..65535", -1, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)"),
     Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
     Setting(

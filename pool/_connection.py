@@ -1,4 +1,8 @@
-"""The dispatcher's connection to one worker: a gRPC channel and its stream.
+"""The dispatcher's connection to one worker: a channel and its stream.
+
+The channel is gRPC (`GrpcChannel`) for a worker at ``host:port``, and
+length-prefixed messages on a unix socket (`UnixChannel`, see `_framing`)
+for one at ``unix:PATH``, which is how a pool reaches the workers it spawned.
 
 All calls to a worker share one Dispatch stream (a `Session`), opened on
 first use and re-opened on the next call after it fails. The first failure
@@ -13,17 +17,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-import grpc
+from typing import TYPE_CHECKING
 
 from ._calls import Task, open_call
 from ._errors import WorkerBroken, WorkerRejected
 from ._proto import leakypool_pb2 as pb
-from ._rpc import CHANNEL_OPTIONS, SERVICE, TRANSIENT_CODES, WorkerMetadata
+from ._rpc import TRANSIENT_CODES, WorkerMetadata
 from ._session import CallHost, OutgoingCall, Session
 from ._tasks import TaskOwner
 from ._tls import TlsCredentials
+from ._unix_channel import UnixChannel
+
+if TYPE_CHECKING:
+    from ._grpc_channel import GrpcChannel
 
 _log = logging.getLogger("leakypool.pool")
+
+
+def open_channel(address: str, credentials: TlsCredentials | None = None) -> GrpcChannel | UnixChannel:
+    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC)."""
+    if address.startswith("unix:"):
+        return UnixChannel(address.removeprefix("unix:"))
+    from ._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
+
+    return GrpcChannel(address, credentials)
+
 
 class WorkerConnection:
     """A channel to one worker and the stream its calls share.
@@ -46,29 +64,7 @@ class WorkerConnection:
         self._host = host
         self._on_room = on_room
         self.last_room: pb.Room | None = None  # the worker's load and signals when it last said "room"
-        if credentials is not None:
-            self._channel = grpc.aio.secure_channel(
-                metadata.address,
-                credentials.channel_credentials(),
-                options=CHANNEL_OPTIONS + credentials.channel_options(),
-            )
-        else:
-            self._channel = grpc.aio.insecure_channel(metadata.address, options=CHANNEL_OPTIONS)
-        self._open_stream = self._channel.stream_stream(
-            f"/{SERVICE}/Dispatch",
-            request_serializer=pb.Frames.SerializeToString,
-            response_deserializer=pb.Frames.FromString,
-        )
-        self._state = self._channel.unary_unary(
-            f"/{SERVICE}/State",
-            request_serializer=pb.StateRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
-        self._stop = self._channel.unary_unary(
-            f"/{SERVICE}/Stop",
-            request_serializer=pb.StopRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
+        self._channel = open_channel(metadata.address, credentials)
         self._session: Session | None = None
         self._label = f"worker {metadata.uid} at {metadata.address}"
         self._streams = TaskOwner(self._label, _log)
@@ -125,25 +121,20 @@ class WorkerConnection:
         session = self._session
         if session is None or session.failure is not None:
             session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._room)
-            stream = self._open_stream()
-            self._streams.spawn(session.run(stream.read, stream.write, self._describe), name="stream")
+            self._streams.spawn(self._channel.run(session, self._describe), name="stream")
         return session
 
     def _describe(self, reason: BaseException) -> WorkerBroken:
-        if isinstance(reason, grpc.aio.AioRpcError):
-            code = reason.code().name
-            detail = reason.details() or ""
-        else:
-            code, detail = "UNAVAILABLE", str(reason)  # the stream died under us: the peer is gone, for now
+        code, detail = self._channel.failure(reason)
         return WorkerBroken(f"lost {self._label}: {code}: {detail}", code)
 
     async def state(self, timeout: float = 5.0) -> pb.WorkerState:
-        """The worker's State RPC."""
-        return await self._state(pb.StateRequest(), timeout=timeout)
+        """The worker's State call."""
+        return await self._channel.state(timeout)
 
     async def stop(self, grace: float, timeout: float = 5.0) -> pb.WorkerState:
         """Ask the worker to drain (``grace`` s for in-flight calls) and exit."""
-        return await self._stop(pb.StopRequest(grace=grace), timeout=timeout)
+        return await self._channel.stop(grace, timeout)
 
     def _room(self, room: pb.Room) -> None:
         self.last_room = room
@@ -156,7 +147,7 @@ class WorkerConnection:
             return
         self.closed = True
         await self._streams.aclose()
-        await self._channel.close(grace=None)
+        await self._channel.close()
 
     def __repr__(self) -> str:
         return f"<WorkerConnection {self._label} in_flight={self.in_flight}>"

@@ -131,7 +131,8 @@ class LocalFleet:
         if self._transport == "unix" and self.maximum > 0:
             self._socket_dir = socket_directory()
         if self._use_template and self.maximum > 0 and template_supported():
-            template = WorkerTemplate(child_env())
+            preload = () if self._transport == "unix" else ("pool._worker._grpc_server",)
+            template = WorkerTemplate(child_env(), preload)
             try:
                 await template.start(self._startup_timeout)
             except (WorkerStartError, OSError) as exc:

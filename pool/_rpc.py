@@ -1,7 +1,8 @@
 """What both ends of the gRPC service share: its name, channel options, status codes, the worker record.
 
 Both the dispatching side (`_connection`, discovery probes) and the worker
-side (`_worker`) import this module; it imports neither.
+side (`_worker`) import this module; it imports neither, nor grpc itself
+(a worker on a unix socket never loads grpc: see `_framing`).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from typing import Final
-
-import grpc
 
 SERVICE: Final[str] = "leakypool.v1.Worker"
 """The gRPC service name; methods are /leakypool.v1.Worker/<Method>."""
@@ -33,20 +32,29 @@ SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = CHANNEL_OPTIONS + (
 )
 """Server options: the channel's, plus accepting its keepalive pings."""
 
-RESOURCE_EXHAUSTED: Final[int] = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-UNAVAILABLE: Final[int] = grpc.StatusCode.UNAVAILABLE.value[0]
-FAILED_PRECONDITION: Final[int] = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-UNIMPLEMENTED: Final[int] = grpc.StatusCode.UNIMPLEMENTED.value[0]
+_NAMES: Final[tuple[str, ...]] = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)
+"""gRPC status code names by number (fixed by the gRPC spec, doc/statuscodes.md)."""
+
+RESOURCE_EXHAUSTED: Final[int] = _NAMES.index("RESOURCE_EXHAUSTED")
+UNAVAILABLE: Final[int] = _NAMES.index("UNAVAILABLE")
+FAILED_PRECONDITION: Final[int] = _NAMES.index("FAILED_PRECONDITION")
+UNIMPLEMENTED: Final[int] = _NAMES.index("UNIMPLEMENTED")
 
 TRANSIENT_CODES: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 """gRPC codes a worker may answer "not now" with (DESIGN: rotate, keep the worker); any other is hard."""
 
-_NAMES: Final[dict[int, str]] = {status.value[0]: status.name for status in grpc.StatusCode}
-
-
 def status_name(code: int) -> str:
     """The name of a numeric gRPC status code, e.g. ``"UNAVAILABLE"``."""
-    return _NAMES.get(code, f"CODE_{code}")
+    return _NAMES[code] if 0 <= code < len(_NAMES) else f"CODE_{code}"
+
+
+def bind_address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """One multiplexed Dispatch stream, as either end sees it.
 
-A dispatcher and a worker share one long-lived gRPC stream and run many
-calls over it at once (see ``_proto/leakypool.proto``). Both ends use this
+A dispatcher and a worker share one long-lived stream (gRPC, or framed
+messages on a unix socket: `_framing`) and run many calls over it at once (see ``_proto/leakypool.proto``). Both ends use this
 module: a `Session` routes incoming frames by call id, either to an
 `OutgoingCall` this end opened (odd ids on the dispatcher, even ids on the
 worker) or to the `CallHost` that serves calls the peer opened. Frames
 going out are batched: whatever the event loop produced in one turn leaves
-in one gRPC message, which is what makes many small calls cheap.
+in one message, which is what makes many small calls cheap.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
-
-import grpc
 
 from ._proto import leakypool_pb2 as pb
 from ._rpc import UNIMPLEMENTED
@@ -378,7 +376,7 @@ class Session:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
         Args:
-            read: Returns the next message, or ``grpc.aio.EOF``.
+            read: Returns the next message; anything else (``grpc.aio.EOF``, None) ends the stream.
             write: Sends one message.
             describe: Turns what ended the stream into the error open calls get.
 
@@ -397,8 +395,8 @@ class Session:
         writer.add_done_callback(writer_done)
         reason: BaseException = ConnectionResetError(f"{self.label}: stream closed")
         try:
-            while (message := await read()) is not grpc.aio.EOF:
-                self.feed(message)  # type: ignore[arg-type]
+            while isinstance(message := await read(), pb.Frames):
+                self.feed(message)
         except asyncio.CancelledError:
             if not writer.done() or writer.cancelled():
                 reason = ConnectionAbortedError(f"{self.label}: stream cancelled")

@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ._errors import WorkerStartError
@@ -36,10 +36,12 @@ class WorkerTemplate:
 
     Args:
         env: The environment the template (and so each worker, before its own settings) starts from.
+        preload: Modules it imports besides the worker's own (e.g. the gRPC server, for workers over TCP).
     """
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = ()) -> None:
         self._env = dict(env)
+        self._preload = tuple(preload)
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: socket.socket | None = None
         self._tasks = TaskOwner("worker template", _log)
@@ -61,7 +63,7 @@ class WorkerTemplate:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "pool._worker._template", str(theirs.fileno())],
+                [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
                 env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
             )
         finally:

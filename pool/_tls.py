@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Final
-
-import grpc
+from typing import TYPE_CHECKING, Final
 
 from ._errors import ConfigError
+
+if TYPE_CHECKING:
+    import grpc
 
 DEFAULT_SERVER_NAME: Final[str] = "leakypool-worker"
 """The name a worker certificate made by ``tools/make_certs.py`` carries (SAN DNS)."""
@@ -50,6 +51,8 @@ class TlsCredentials:
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """gRPC channel credentials built from the files."""
+        import grpc  # only a pool that dials TLS workers loads grpc's credentials
+
         return grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca, "ca"),
             private_key=_read(self.key, "key") if self.key else None,

@@ -7,10 +7,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
-import grpc
-
-from .._proto import leakypool_pb2 as pb
-from .._rpc import SERVICE, WorkerMetadata
+from .._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
@@ -73,17 +70,17 @@ class StaticDiscovery:
 
 async def probe(address: str, timeout: float) -> WorkerMetadata | None:
     """Ask the (plain) worker at ``address`` who it is; None if it does not answer."""
-    async with grpc.aio.insecure_channel(address) as channel:
-        state_rpc = channel.unary_unary(
-            f"/{SERVICE}/State",
-            request_serializer=pb.StateRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
-        try:
-            state = await state_rpc(pb.StateRequest(), timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("no worker answered at %s: %s", address, exc.code().name)
-            return None
+    from .._connection import open_channel  # the client side loads only for a pool that probes
+
+    channel = open_channel(address)
+    try:
+        state = await channel.state(timeout)
+    except Exception as exc:
+        code, detail = channel.failure(exc)
+        _log.warning("no worker answered at %s: %s %s", address, code, detail)
+        return None
+    finally:
+        await channel.close()
     return WorkerMetadata(
         uid=uuid.UUID(state.uid), address=address, pid=state.pid, version=state.version, capacity=state.capacity
     )

@@ -1,7 +1,9 @@
 """The worker process: everything that runs inside ``leakypool-worker`` and nowhere else.
 
-    _main        process entry: config in, gRPC server up, READY out, drain on signal
-    _service     the gRPC service: handler table, streams, wiring of the parts below
+    _main        process entry: config in, server up, READY out, drain on signal
+    _service     the service: streams, State/Stop, wiring of the parts below
+    _unix_server the service on a unix socket, framed messages (a pool's own workers)
+    _grpc_server the service over gRPC on TCP (the only worker module importing grpc)
     _admission   worker-side admission: the backpressure verdict and "room" notices (no I/O)
     _lifecycle   idle timeout, max lifetime, drains
     _runner      the routine loop: unpickle, run, pickle the outcome

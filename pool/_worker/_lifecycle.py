@@ -67,7 +67,7 @@ class Lifecycle:
         self._on_drain: list[Callable[[], None]] = []
 
     def start(self) -> None:
-        """Arm the idle and lifetime timers (call on the gRPC loop)."""
+        """Arm the idle and lifetime timers (call on the I/O loop)."""
         self._arm_idle_timer()
         if self._max_lifetime:
             loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""One worker process: config in, gRPC server up, READY out, drain on signal.
+"""One worker process: config in, server up (unix socket or gRPC), READY out, drain on signal.
 
 ``worker_main`` only parses the command line and calls `main`; everything
 else is here so it can be tested and reused.
@@ -18,8 +18,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import grpc
-
 from backpressure import BackpressureLike, TaskCountBackpressure
 
 from .. import _malloc, _wire
@@ -27,10 +25,11 @@ from .._config import ConfigError, WorkerConfig, default_registry, fail
 from .._discovery import LocalPublisher
 from .._http import ObservationServer
 from .._ids import new_uid
-from .._rpc import SERVER_OPTIONS, WorkerMetadata
+from .._rpc import WorkerMetadata, bind_address
 from .._version import __version__
 from ._service import WorkerService
 from ._threads import new_event_loop
+from ._unix_server import UnixServer
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -113,24 +112,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _bind_address(host: str, port: int) -> str:
-    return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _credentials(config: WorkerConfig) -> grpc.ServerCredentials | None:
-    if not config.tls:
-        return None
-    with open(config.tls_key, "rb") as f:
-        key = f.read()
-    with open(config.tls_cert, "rb") as f:
-        cert = f.read()
-    client_ca = None
-    if config.tls_client_ca:
-        with open(config.tls_client_ca, "rb") as f:
-            client_ca = f.read()
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
-
-
 async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     """Serve until drained; returns why the worker stopped."""
     uid = config.uid or str(new_uid())
@@ -143,27 +124,12 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         max_lifetime=config.max_lifetime,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
     )
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((service.handler(),))
-    address = f"unix:{config.unix_socket}" if config.unix_socket else _bind_address(config.host, config.port)
-    try:
-        credentials = _credentials(config)
-    except OSError as exc:
-        raise ConfigError(f"--tls-cert/--tls-key/--tls-client-ca: cannot read: {exc}") from None
-    try:
-        if credentials is None:
-            port = server.add_insecure_port(address)
-        else:
-            port = server.add_secure_port(address, credentials)
-    except RuntimeError as exc:
-        flags = "--unix-socket" if config.unix_socket else "--host/--port"
-        raise ConfigError(f"{flags}: cannot bind {address}: {exc}") from None
-    await server.start()
+    stop_server, port = await _start_server(config, service)
     service.start()
     if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
         _log.warning(
             "serving WITHOUT client certificates on %s (--insecure): anyone who reaches this port can run code here",
-            _bind_address(config.host, port),
+            bind_address(config.host, port),
         )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -175,7 +141,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     try:
         observation = await _observe(config, service)
     except ConfigError:
-        await server.stop(None)
+        await stop_server(None)
         await service.aclose()
         raise
     if observation is not None:
@@ -183,24 +149,51 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     try:
         withdraw = _publish(config, service, info)
     except OSError as exc:
-        await server.stop(None)
+        await stop_server(None)
         await service.aclose()
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
     _report_ready(config.ready_fd, info)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
-        uid, address if config.unix_socket else _bind_address(config.host, port), capacity or "unlimited", config.tls,
+        uid, f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port), capacity or "unlimited", config.tls,
         ",".join(config.tags) or "-", config.discovery,
     )
     try:
         await service.done.wait()
     finally:
-        await server.stop(grace=1.0)
+        await stop_server(1.0)
         await withdraw()
         if observation is not None:
             await observation.aclose()
         await service.aclose()
     return service.exit_reason
+
+
+async def _start_server(
+    config: WorkerConfig, service: WorkerService
+) -> tuple[Callable[[float | None], Awaitable[None]], int]:
+    """Serve ``service`` where the config says; returns how to stop the server, and its TCP port (0 on a unix socket).
+
+    A unix socket gets the framed protocol (`_unix_server`); a host and
+    port get the gRPC service, with TLS when configured.
+
+    Raises:
+        ConfigError: the address cannot be bound, or the TLS files read.
+    """
+    if config.unix_socket:
+        unix = UnixServer(service, config.unix_socket)
+        try:
+            await unix.start()
+        except OSError as exc:
+            raise ConfigError(f"--unix-socket: cannot bind {config.unix_socket}: {exc}") from None
+
+        async def stop_unix(grace: float | None) -> None:
+            await unix.aclose()  # the streams have ended by now (the drain ended them)
+
+        return stop_unix, 0
+    from . import _grpc_server  # grpc loads only for a worker that serves it
+
+    return await _grpc_server.start(config, service)
 
 
 async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationServer | None:
@@ -238,7 +231,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
     local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
     worker = WorkerMetadata(
         uid=uuid.UUID(info["uid"]),
-        address=_bind_address(config.advertise or local_host, info["port"]),
+        address=bind_address(config.advertise or local_host, info["port"]),
         pid=info["pid"],
         version=info["version"],
         tags=frozenset(config.tags),

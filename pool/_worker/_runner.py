@@ -1,6 +1,6 @@
 """The worker's routine loop: where shipped routines run, on a thread of their own.
 
-The gRPC loop admits a call and hands it here (through a `Hop`); the
+The I/O loop admits a call and hands it here (through a `Hop`); the
 routine loop unpickles the routine and its arguments, runs it (driving an
 async generator one Step at a time), pickles the outcome and hands that
 back. A routine that calls another routine sends that call back up its own
@@ -27,7 +27,7 @@ from ._upstream import Upstream
 _log = logging.getLogger("leakypool.worker")
 
 Outcome = tuple[int, bytes, str]
-"""(Outcome kind, pickled value, traceback text): what the routine loop hands the gRPC loop."""
+"""(Outcome kind, pickled value, traceback text): what the routine loop hands the I/O loop."""
 
 CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
 STOP: Outcome = (pb.Outcome.STOP, b"", "")
@@ -71,19 +71,19 @@ class Host(Protocol):
     """What the runner needs of the gRPC side (the `WorkerService`)."""
 
     def finish(self, hosted: Hosted, outcome: Outcome) -> None:
-        """The call ended with ``outcome`` (runs on the gRPC loop)."""
+        """The call ended with ``outcome`` (runs on the I/O loop)."""
         ...
 
     def send(self, hosted: Hosted, outcome: Outcome) -> None:
-        """A generator yielded ``outcome`` (runs on the gRPC loop)."""
+        """A generator yielded ``outcome`` (runs on the I/O loop)."""
         ...
 
     def park(self, hosted: Hosted) -> None:
-        """``hosted`` awaits a nested call (runs on the gRPC loop)."""
+        """``hosted`` awaits a nested call (runs on the I/O loop)."""
         ...
 
     def unpark(self, hosted: Hosted) -> None:
-        """``hosted``'s nested call returned (runs on the gRPC loop)."""
+        """``hosted``'s nested call returned (runs on the I/O loop)."""
         ...
 
 
@@ -91,9 +91,9 @@ class RoutineRunner:
     """Runs hosted calls on the routine loop; reports back through ``to_io``.
 
     Args:
-        host: The gRPC side.
-        io_loop: The gRPC loop (nested calls are made there).
-        to_io: Hop onto the gRPC loop.
+        host: The I/O side.
+        io_loop: The I/O loop (nested calls are made there).
+        to_io: Hop onto the I/O loop.
         to_routines: Hop onto the routine loop.
     """
 
@@ -104,15 +104,15 @@ class RoutineRunner:
         self._to_routines = to_routines
 
     def start(self, hosted: Hosted) -> None:
-        """Run ``hosted`` (call from the gRPC loop)."""
+        """Run ``hosted`` (call from the I/O loop)."""
         self._to_routines.post(self._start_routine, hosted)
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
-        """Pass a Step on to ``hosted``'s generator (call from the gRPC loop)."""
+        """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
         self._to_routines.post(hosted.steps.put_nowait, step)
 
     def cancel(self, hosted: Hosted) -> None:
-        """Cancel ``hosted`` wherever it is (call from the gRPC loop)."""
+        """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
         hosted.cancelled = True
         self._to_routines.post(_cancel_runner, hosted)
 

@@ -1,4 +1,4 @@
-"""The worker's gRPC service: the handler table, its streams, and the wiring of its parts.
+"""The worker's service: its streams, whichever transport carries them, and the wiring of its parts.
 
     dispatcher ══ Dispatch stream ══> Session ── on_call ──> WorkerAdmission.decide
                                          │                 ├─ BUSY/DRAINING: Reject(code)
@@ -10,11 +10,13 @@
                                          │                              │ Hop
                                          └──── Outcome frame <──────────┘  release() -> Room frames
 
-Admission (the hook, the count, Accept/Reject) happens on the gRPC loop and
+Admission (the hook, the count, Accept/Reject) happens on the I/O loop and
 touches no user code but the hook, so a worker whose routines hog the CPU
 still answers within milliseconds. Everything user-defined (unpickling the
 routine and its arguments, running it, pickling its result) happens on the
-routine loop. When the worker stops is `Lifecycle`'s business.
+routine loop. When the worker stops is `Lifecycle`'s business. The
+transports (`_unix_server` for a pool's own workers, `_grpc_server` over
+TCP) only hand it streams and State/Stop requests.
 """
 
 from __future__ import annotations
@@ -27,15 +29,13 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Final
 
-import grpc
-
 from backpressure import BackpressureLike
 
 from .._calls import Task
 from .._errors import WorkerBroken
 from .._proto import leakypool_pb2 as pb
-from .._rpc import FAILED_PRECONDITION, SERVICE
-from .._session import Session
+from .._rpc import FAILED_PRECONDITION
+from .._session import Read, Session, Write
 from .._tasks import TaskOwner
 from .._version import __version__
 from ._admission import Verdict, WorkerAdmission
@@ -112,7 +112,7 @@ class WorkerService:
         return self.lifecycle.exit_reason
 
     def start(self) -> None:
-        """Start the routine loop and the lifetime timers (call on the gRPC loop)."""
+        """Start the routine loop and the lifetime timers (call on the I/O loop)."""
         loop = asyncio.get_running_loop()
         self._runner = RoutineRunner(self, loop, Hop(loop), self._routines.hop)
         self._routines.start()
@@ -141,42 +141,29 @@ class WorkerService:
         if streams:
             await asyncio.wait(streams, timeout=STREAM_END_WAIT_S)
 
-    # -- gRPC ------------------------------------------------------------------
+    # -- the transports' entry points (`_grpc_server`, `_unix_server`) -------------------
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        """The generic handler serving `SERVICE`."""
-        return grpc.method_handlers_generic_handler(
-            SERVICE,
-            {
-                "Dispatch": grpc.stream_stream_rpc_method_handler(
-                    self._dispatch, pb.Frames.FromString, pb.Frames.SerializeToString
-                ),
-                "Stop": grpc.unary_unary_rpc_method_handler(
-                    self._stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString
-                ),
-                "State": grpc.unary_unary_rpc_method_handler(
-                    self._state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString
-                ),
-            },
-        )
+    async def serve_stream(
+        self, read: Read, write: Write, label: str, benign: tuple[type[BaseException], ...] = ()
+    ) -> BaseException:
+        """Serve one dispatcher's Dispatch stream until it ends; returns what ended it.
 
-    async def _dispatch(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
-        session = Session(odd=False, host=self, label=f"dispatcher {context.peer()}")
+        A stream that ended on bytes that are not our protocol (see
+        `undecodable`) is logged; the transport then ends it with an error.
+        """
+        session = Session(odd=False, host=self, label=label)
         self._peers[session] = _Peer(stream=asyncio.current_task())
         try:
-            reason = await session.run(context.read, context.write, _lost_dispatcher)
+            reason = await session.run(read, write, _lost_dispatcher)
         finally:
             del self._peers[session]
-        if reason is not None and not isinstance(reason, (ConnectionError, asyncio.CancelledError, grpc.RpcError)):
-            # Bytes that are not our protocol: say so with an error status, not OK.
-            _log.warning("closing the stream of %s: undecodable frames (%s)", session.label, reason)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable frames: {reason}")
+        if undecodable(reason, benign):
+            _log.warning("closing the stream of %s: undecodable frames (%s)", label, reason)
+        return reason
 
-    async def _stop(self, request: pb.StopRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
+    def stop(self, request: pb.StopRequest) -> pb.WorkerState:
+        """A dispatcher's Stop: drain (``request.grace`` s for calls in flight), report the state."""
         self.drain("asked to stop by a dispatcher", request.grace)
-        return self.state()
-
-    async def _state(self, request: pb.StateRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
         return self.state()
 
     def state(self) -> pb.WorkerState:
@@ -268,7 +255,7 @@ class WorkerService:
             for hosted in list(peer.hosted.values()):
                 self._runner.cancel(hosted)
 
-    # -- Host: what the runner reports (on the gRPC loop) ---------------------------
+    # -- Host: what the runner reports (on the I/O loop) ---------------------------
 
     def send(self, hosted: Hosted, outcome: Outcome) -> None:
         """A generator yielded: pass it on."""
@@ -308,6 +295,14 @@ class WorkerService:
 
     def __repr__(self) -> str:
         return f"<WorkerService {self.uid} {self.admission!r} streams={len(self._peers)}>"
+
+
+def undecodable(reason: BaseException, benign: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether a stream ended on bytes that are not our protocol, rather than a peer that left or a shutdown.
+
+    ``benign``: the transport's own "the stream ended" errors (gRPC's `RpcError`).
+    """
+    return not isinstance(reason, (ConnectionError, asyncio.CancelledError, *benign))
 
 
 def _lost_dispatcher(reason: BaseException) -> BaseException:

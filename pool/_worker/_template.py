@@ -1,9 +1,10 @@
 """The worker template: one interpreter that imports the worker side once, then forks workers on request.
 
-    python -m pool._worker._template FD
+    python -m pool._worker._template FD [MODULE ...]
 
-Starting a worker costs an interpreter start and ~100 ms of imports (grpc,
-protobuf, cloudpickle, uvloop, this package). The pool starts this process
+Starting a worker costs an interpreter start and ~80 ms of imports
+(asyncio, protobuf, cloudpickle, uvloop, this package; grpc too for a
+worker over TCP, one of the MODULEs then). The pool starts this process
 once; every worker after that is a ``fork()`` of it, already imported.
 
 It is safe to fork because this process never starts a thread, an event
@@ -34,9 +35,16 @@ import threading
 MAX_MESSAGE = 1 << 20
 
 
-def main(fd: int) -> int:
-    import pool._worker._main  # noqa: F401 - the point: pay the imports once, here
-    from pool._worker import _main as worker
+def main(fd: int, preload: list[str]) -> int:
+    import importlib
+
+    from pool._worker import _main as worker  # the point: pay the imports once, here
+
+    for module in ("uvloop", *preload):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # a worker that needs it will say so itself
 
     channel = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe()
@@ -123,4 +131,4 @@ def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, 
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(int(sys.argv[1]), sys.argv[2:]))

@@ -81,7 +81,7 @@ async def test_undecodable_frames_should_end_the_stream_with_invalid_argument_an
     import pool
     from tests.integration import routines
 
-    async with pool.WorkerPool(spawn=1) as p:
+    async with pool.WorkerPool(spawn=1, local_transport="tcp") as p:
         (worker,) = p.workers.values()
         async with grpc.aio.insecure_channel(worker.address) as channel:
             raw = channel.stream_stream(
@@ -93,4 +93,24 @@ async def test_undecodable_frames_should_end_the_stream_with_invalid_argument_an
                 await asyncio.wait_for(stream.read(), 30)
             assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert "undecodable frames" in (info.value.details() or "")
+        assert await routines.add(1, 2) == 3  # the worker and the pool's own stream carry on
+
+
+async def test_undecodable_frames_on_a_unix_socket_should_end_that_connection_and_spare_the_worker():
+    """Test that a framed Dispatch stream carrying bytes that are not `Frames` is closed (and logged), nothing else."""
+    import struct
+
+    import pool
+    from pool._framing import hello
+    from tests.integration import routines
+
+    async with pool.WorkerPool(spawn=1) as p:
+        (worker,) = p.workers.values()
+        reader, writer = await asyncio.open_unix_connection(worker.address.removeprefix("unix:"))
+        try:
+            for message in (hello("Dispatch"), b"\xff\xff\xff\xff"):
+                writer.write(struct.pack(">I", len(message)) + message)
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, with nothing sent back
+        finally:
+            writer.close()
         assert await routines.add(1, 2) == 3  # the worker and the pool's own stream carry on

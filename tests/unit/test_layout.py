@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +15,8 @@ WORKER = POOL / "_worker"
 
 DISPATCHING_SIDE = {
     "_admission", "_connection", "_fanout", "_fleet", "_local_worker", "_membership", "_placement",
-    "_pool", "_relay", "_roster", "_stats", "_tls", "_jobs", "_observe", "_metrics",
+    "_pool", "_relay", "_roster", "_stats", "_tls", "_jobs", "_observe", "_metrics", "_grpc_channel",
+    "_unix_channel",
 }
 """Modules of the dispatching process that the worker side must not import."""
 
@@ -59,6 +62,25 @@ def test_zeroconf_should_be_imported_by_the_lan_module_only():
     """Test that one module owns the zeroconf dependency (it loads only when LAN discovery is used)."""
     importers = [p for p in POOL.rglob("*.py") if any(m.split(".")[0] == "zeroconf" for m in imported_modules(p))]
     assert importers == [POOL / "_discovery" / "_lan.py"]
+
+
+def test_grpc_should_be_imported_by_the_grpc_transport_modules_only():
+    """Test that grpc stays behind the TCP transport: a pool of spawned workers and the workers never load it."""
+    importers = {p.relative_to(POOL).as_posix() for p in POOL.rglob("*.py") if "grpc" in {m.split(".")[0] for m in imported_modules(p)}}
+    assert importers == {"_grpc_channel.py", "_worker/_grpc_server.py", "_tls.py"}  # _tls: for TLS credentials only
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import pool._worker._main",  # what a worker on a unix socket (and the template) imports
+        "import pool; pool.WorkerPool; pool.routine; pool.map",  # a pool that spawns its workers
+    ],
+)
+def test_no_grpc_should_load_for_local_work(code):
+    """Test that neither side of a pool of local workers pays for importing grpc (~20-50 ms at start-up)."""
+    check = f"import sys; {code}; sys.exit('grpc' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
 
 
 def test_the_layout_should_have_the_promised_sub_packages():

@@ -1,0 +1,228 @@
+"""The worker service without HTTP/2: its messages, length-prefixed, over a unix socket.
+
+A pool and the workers it spawned share a host and a private socket
+directory (mode 0700), so between them gRPC's HTTP/2 framing, flow control
+and header compression are pure cost: a round trip over them takes longer
+than the standard library's pipe pool. This module carries the same
+protobuf messages (see ``_proto/leakypool.proto``) over a plain stream
+socket instead. Workers reached over TCP (the LAN) keep gRPC and mutual TLS.
+
+Wire format, per connection::
+
+    dialler -> worker:  hello    "leakypool-local/1 <Method>"   (Dispatch, State or Stop)
+    then, both ways:    message  = 4-byte big-endian length, then that many bytes
+
+``Dispatch`` carries `pb.Frames` both ways until either end closes (the
+`Session` protocol, as on the gRPC stream). ``State`` and ``Stop`` send one
+request and get one `pb.WorkerState` back, then the worker closes.
+
+A hello longer than `HELLO_MAX_BYTES` or not ours ends the connection at
+once, so garbage on the socket costs the worker nothing (DESIGN: garbage on
+a worker's port does not crash it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import struct
+from typing import Final
+
+from ._proto import leakypool_pb2 as pb
+
+HELLO: Final[bytes] = b"leakypool-local/1 "
+"""What every connection's first message starts with; the method name follows."""
+
+METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop"})
+"""The service's methods, as in the gRPC service."""
+
+HELLO_MAX_BYTES: Final[int] = 64
+"""Largest first message accepted: a peer that is not ours is cut off before it can make us buffer."""
+
+MESSAGE_MAX_BYTES: Final[int] = (1 << 32) - 1
+"""Largest message once the hello passed (protobuf's own limit, 2 GiB, comes first)."""
+
+WRITE_HIGH_WATER_BYTES: Final[int] = 4 << 20
+"""Outgoing bytes buffered before `MessageStream.send` waits for the socket to drain."""
+
+READ_AHEAD_MESSAGES: Final[int] = 256
+"""Messages received but not yet read before the stream stops reading the socket."""
+
+_LENGTH: Final[struct.Struct] = struct.Struct(">I")
+
+
+class ProtocolError(ConnectionError):
+    """The peer sent bytes that are not this protocol (a bad hello, an oversized length)."""
+
+
+class MessageStream(asyncio.Protocol):
+    """Length-prefixed messages in both directions over one stream connection.
+
+    Incoming messages are split out in `data_received` and queued for
+    `receive`; outgoing ones go straight to the transport, and `send` waits
+    only while the transport's buffer is over its high-water mark.
+
+    Args:
+        first_limit: The largest first message accepted (`HELLO_MAX_BYTES`
+            on the worker's side); later ones may be up to `MESSAGE_MAX_BYTES`.
+    """
+
+    def __init__(self, first_limit: int = MESSAGE_MAX_BYTES) -> None:
+        self.limit = first_limit  # largest message accepted next
+        self.transport: asyncio.Transport | None = None
+        self._pending: list[bytes] = []  # the start of a message still arriving
+        self._pending_bytes = 0
+        self._wanted = 0  # bytes the pending part must reach before it is worth parsing
+        self._messages: collections.deque[bytes | memoryview] = collections.deque()
+        self._reading_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended: BaseException | None = None  # ConnectionResetError at a clean end
+        self._drained: asyncio.Future[None] | None = None
+        self._writing_paused = False
+
+    # -- asyncio.Protocol -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        if self._pending:
+            self._pending.append(data)
+            self._pending_bytes += len(data)
+            if self._pending_bytes < self._wanted:
+                return
+            data = b"".join(self._pending)
+            self._pending, self._pending_bytes = [], 0
+        self._split(data)
+        self._wake()
+        if len(self._messages) > READ_AHEAD_MESSAGES and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _split(self, data: bytes) -> None:
+        view = memoryview(data)
+        end = len(data)
+        at = 0
+        while end - at >= 4:
+            (size,) = _LENGTH.unpack_from(data, at)
+            if size > self.limit:
+                self._fail(ProtocolError(f"a {size}-byte message is over this stream's limit of {self.limit}"))
+                return
+            if end - at - 4 < size:
+                break
+            self._messages.append(view[at + 4 : at + 4 + size])
+            self.limit = MESSAGE_MAX_BYTES
+            at += 4 + size
+        if at < end:
+            rest = data[at:]
+            self._pending, self._pending_bytes = [rest], len(rest)
+            self._wanted = 4 + _LENGTH.unpack_from(rest)[0] if len(rest) >= 4 else 4
+
+    def eof_received(self) -> bool:
+        self._end(ConnectionResetError("the peer closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or ConnectionResetError("the connection closed"))
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # -- reading and writing ------------------------------------------------------
+
+    async def receive(self) -> bytes | memoryview | None:
+        """The next message, or None once the peer closed cleanly.
+
+        Raises:
+            ProtocolError: the peer broke the protocol.
+            ConnectionError: the connection failed.
+        """
+        while not self._messages:
+            if self._ended is not None:
+                if isinstance(self._ended, ProtocolError) or not isinstance(self._ended, ConnectionResetError):
+                    raise self._ended
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        message = self._messages.popleft()
+        if self._reading_paused and len(self._messages) <= READ_AHEAD_MESSAGES // 2 and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return message
+
+    async def send(self, message: bytes) -> None:
+        """Send one message; waits while the socket's outgoing buffer is full.
+
+        Raises:
+            ConnectionError: the connection is gone.
+        """
+        transport = self.transport
+        if self._ended is not None or transport is None or transport.is_closing():
+            raise ConnectionResetError("the connection is closed")
+        transport.writelines((_LENGTH.pack(len(message)), message))
+        if self._writing_paused:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
+            if self._ended is not None:
+                raise ConnectionResetError("the connection closed while sending")
+
+    async def read_frames(self) -> pb.Frames | None:
+        """The next `pb.Frames`, or None at a clean end (a `Session` reader)."""
+        message = await self.receive()
+        return None if message is None else pb.Frames.FromString(message)
+
+    async def write_frames(self, frames: pb.Frames) -> None:
+        """Send one `pb.Frames` (a `Session` writer)."""
+        await self.send(frames.SerializeToString())
+
+    def close(self) -> None:
+        """Close the connection (what was sent still leaves)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        self._end(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _end(self, exc: BaseException) -> None:
+        if self._ended is None:
+            self._ended = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def hello(method: str) -> bytes:
+    """The first message of a connection that calls ``method``."""
+    return HELLO + method.encode()
+
+
+def method_of(message: bytes | memoryview | None) -> str | None:
+    """The method a connection's first message asks for; None if it is not a hello of ours."""
+    if message is None:
+        return None
+    data = bytes(message)
+    if not data.startswith(HELLO):
+        return None
+    method = data[len(HELLO) :].decode("ascii", "replace")
+    return method if method in METHODS else None

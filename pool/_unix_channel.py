@@ -1,0 +1,80 @@
+"""A worker this pool spawned, reached over its unix socket without HTTP/2 (see `_framing`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ._framing import MessageStream, hello
+from ._proto import leakypool_pb2 as pb
+from ._session import Session
+
+
+class UnixChannel:
+    """Connections to one worker's unix socket: a Dispatch stream, and one connection per State or Stop call.
+
+    Args:
+        path: The worker's socket.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._streams: set[MessageStream] = set()
+
+    async def _open(self, method: str) -> MessageStream:
+        _, stream = await asyncio.get_running_loop().create_unix_connection(MessageStream, self._path)
+        self._streams.add(stream)
+        try:
+            await stream.send(hello(method))
+        except BaseException:
+            self._drop(stream)
+            raise
+        return stream
+
+    def _drop(self, stream: MessageStream) -> None:
+        self._streams.discard(stream)
+        stream.close()
+
+    async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
+        """Open a Dispatch stream and run ``session`` on it until it ends."""
+        try:
+            stream = await self._open("Dispatch")
+        except (OSError, asyncio.CancelledError) as exc:
+            session.fail(describe(exc))  # calls already opened on it learn why
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        try:
+            await session.run(stream.read_frames, stream.write_frames, describe)
+        finally:
+            self._drop(stream)
+
+    @staticmethod
+    def failure(reason: BaseException) -> tuple[str, str]:
+        """The status code and detail of what ended a stream: on a local socket, always "gone, for now"."""
+        return "UNAVAILABLE", str(reason) or type(reason).__name__
+
+    async def _unary(self, method: str, request: bytes, timeout: float) -> pb.WorkerState:
+        async with asyncio.timeout(timeout):
+            stream = await self._open(method)
+            try:
+                await stream.send(request)
+                reply = await stream.receive()
+            finally:
+                self._drop(stream)
+        if reply is None:
+            raise ConnectionResetError(f"{self._path}: the worker closed the connection without answering {method}")
+        return pb.WorkerState.FromString(reply)
+
+    async def state(self, timeout: float) -> pb.WorkerState:
+        """The worker's State call."""
+        return await self._unary("State", pb.StateRequest().SerializeToString(), timeout)
+
+    async def stop(self, grace: float, timeout: float) -> pb.WorkerState:
+        """The worker's Stop call: drain (``grace`` s for calls in flight) and exit."""
+        return await self._unary("Stop", pb.StopRequest(grace=grace).SerializeToString(), timeout)
+
+    async def close(self) -> None:
+        """Close every connection now."""
+        for stream in list(self._streams):
+            self._drop(stream)

@@ -1,0 +1,142 @@
+"""Tests for pool._framing: length-prefixed messages, however the bytes are split, over a real socket pair too."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import grpc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pool import _rpc
+from pool._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
+from pool._proto import leakypool_pb2 as pb
+
+
+class Transport:
+    """Just enough of a transport for a stream fed by hand: records flow control."""
+
+    def __init__(self):
+        self.reading = True
+        self.aborted = False
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        pass
+
+    def pause_reading(self):
+        self.reading = False
+
+    def resume_reading(self):
+        self.reading = True
+
+    def abort(self):
+        self.aborted = True
+
+
+def framed(messages: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(m)) + m for m in messages)
+
+
+def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in zip(edges, edges[1:])]
+
+
+async def drain(stream: MessageStream, count: int) -> list[bytes]:
+    return [bytes(await stream.receive()) for _ in range(count)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    messages=st.lists(st.binary(max_size=300), max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30),
+)
+def test_messages_should_come_out_whole_and_in_order_however_the_bytes_are_split(messages, cuts):
+    stream = MessageStream()
+    stream.connection_made(Transport())
+    for chunk in chunks(framed(messages), cuts):
+        stream.data_received(chunk)
+    stream.eof_received()
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(drain(stream, len(messages))) == messages
+        assert loop.run_until_complete(stream.receive()) is None  # then a clean end
+    finally:
+        loop.close()
+
+
+def test_a_first_message_over_the_limit_should_end_the_stream_before_its_body_arrives():
+    stream = MessageStream(first_limit=HELLO_MAX_BYTES)
+    transport = Transport()
+    stream.connection_made(transport)
+    stream.data_received(b"GET / HTTP/1.1\r\n")  # "GET " read as a length: ~1.2 GB
+    assert transport.aborted
+    with pytest.raises(ProtocolError):
+        asyncio.run(stream.receive())
+
+
+def test_the_limit_should_rise_after_the_first_message_even_within_one_chunk():
+    stream = MessageStream(first_limit=HELLO_MAX_BYTES)
+    stream.connection_made(Transport())
+    big = b"x" * 10_000
+    stream.data_received(framed([hello("Dispatch"), big]))
+    assert asyncio.run(drain(stream, 2)) == [hello("Dispatch"), big]
+
+
+def test_reading_should_pause_while_too_many_messages_wait_and_resume_once_read():
+    stream = MessageStream()
+    transport = Transport()
+    stream.connection_made(transport)
+    stream.data_received(framed([b"m"] * 1000))
+    assert not transport.reading
+    assert asyncio.run(drain(stream, 1000)) == [b"m"] * 1000
+    assert transport.reading
+
+
+@pytest.mark.parametrize(
+    ("message", "method"),
+    [
+        (hello("Dispatch"), "Dispatch"),
+        (hello("State"), "State"),
+        (hello("Stop"), "Stop"),
+        (hello("Drop"), None),
+        (b"leakypool-local/2 Dispatch", None),
+        (b"\xff\xfe", None),
+        (None, None),
+    ],
+)
+def test_method_of_should_accept_only_our_hellos(message, method):
+    assert method_of(message) == method
+
+
+async def test_frames_should_cross_a_real_socket_both_ways_large_and_small():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    loop = asyncio.get_running_loop()
+    _, a = await loop.create_unix_connection(MessageStream, sock=left)
+    _, b = await loop.create_unix_connection(MessageStream, sock=right)
+    try:
+        big = pb.Frames()
+        big.frames.add(id=1).outcome.value = b"\x00" * (3 << 20)  # over the write high-water mark
+        small = pb.Frames()
+        small.frames.add(id=2).accept.SetInParent()
+        sending = asyncio.ensure_future(asyncio.gather(a.write_frames(big), a.write_frames(small)))
+        received = [await asyncio.wait_for(b.read_frames(), 30) for _ in range(2)]
+        await asyncio.wait_for(sending, 30)
+        assert received == [big, small]
+        a.close()
+        assert await asyncio.wait_for(b.read_frames(), 30) is None
+        with pytest.raises(ConnectionError):
+            await a.send(b"after close")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_status_names_should_match_grpc():
+    """pool._rpc spells the gRPC status codes itself (so a worker need not import grpc): they must agree."""
+    for code in grpc.StatusCode:
+        assert _rpc.status_name(code.value[0]) == code.name
+    assert _rpc.status_name(99) == "CODE_99"
