@@ -6,11 +6,12 @@ each runtime once, one after another (A B C A B C ...), never two at once;
 a workload's ratio is the median of its per-round ratios, with their spread.
 
 Runtimes: leakypool (``bench.bench_pool``; over unix sockets, and over TCP
-with ``--tcp-too``, and without the worker template with ``--no-template-too``), ProcessPoolExecutor and the bare grpc.aio echo (the
+with ``--tcp-too``, without the worker template with ``--no-template-too``,
+and from another checkout with ``--baseline DIR``, for before/after), ProcessPoolExecutor and the bare grpc.aio echo (the
 floor for a gRPC design) from ``../shared/bench-peers``, and wool 0.15.7
 when ``--peer-python`` names a venv that has it (``--make-peer-venv``).
 
-    python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--no-template-too] [--peer-python PY]
+    python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--no-template-too] [--baseline DIR] [--peer-python PY]
 
 Prints one JSON object: per workload, each runtime's median, and the
 median (and range) of leakypool's per-round ratio to each peer.
@@ -59,6 +60,20 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "grpc_stream": lambda r: r["stream_1mib_p50_ms"],
         },
     },
+    "b_client_cpu_us_per_call": {
+        "better": "lower",
+        "read": {
+            "leakypool": lambda r: r["b_noop_throughput"]["client_cpu_us_per_call"],
+            "processpool": lambda r: r["b_noop_throughput"]["cpu"]["client_cpu_us_per_call"],
+        },
+    },
+    "b_workers_cpu_us_per_call": {
+        "better": "lower",
+        "read": {
+            "leakypool": lambda r: r["b_noop_throughput"]["workers_cpu_us_per_call"],
+            "processpool": lambda r: r["b_noop_throughput"]["cpu"]["workers_cpu_us_per_call"],
+        },
+    },
     "e_first_result_s": {
         "better": "lower",
         "read": {
@@ -90,6 +105,10 @@ def commands(args: argparse.Namespace) -> dict[str, tuple[list[str], pathlib.Pat
     if args.no_template_too:
         env = {**os.environ, "LEAKYPOOL_WORKER_TEMPLATE": "0"}
         runs["leakypool_no_template"] = ([sys.executable, "-m", "bench.bench_pool", *quick], ROOT, env)
+    if args.baseline:
+        baseline = pathlib.Path(args.baseline).resolve()
+        env = {**os.environ, "PYTHONPATH": str(baseline)}  # its pool/ before the installed one
+        runs["leakypool_baseline"] = ([sys.executable, "-m", "bench.bench_pool", *quick], baseline, env)
     runs["processpool"] = ([peer, "bench_processpool.py", *quick], PEERS, None)
     runs["grpc_stream"] = ([peer, "bench_grpc_floor.py"], PEERS, None)
     if args.peer_python and not args.skip_wool:
@@ -131,6 +150,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--tcp-too", action="store_true", help="also leakypool with local workers over TCP")
     parser.add_argument("--no-template-too", action="store_true", help="also leakypool with each worker a fresh interpreter")
+    parser.add_argument(
+        "--baseline", metavar="DIR",
+        help="also leakypool from another checkout (e.g. `git worktree add DIR <commit>`): before/after in one run",
+    )
     parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)")
     parser.add_argument("--make-peer-venv", metavar="DIR", help="create that venv and exit")
     parser.add_argument("--skip-wool", action="store_true")

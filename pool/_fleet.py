@@ -67,6 +67,8 @@ class LocalFleet:
         template: Fork workers from a preloaded template process (one
             interpreter start and one round of imports for all of them);
             without it, or if it fails, each worker is a fresh interpreter.
+        template_fork: Fork the template itself from this process when it
+            runs no other thread (see `WorkerTemplate`).
     """
 
     def __init__(
@@ -82,11 +84,13 @@ class LocalFleet:
         on_exit: Callable[[uuid.UUID, str], None],
         transport: str = "unix",
         template: bool = True,
+        template_fork: bool = True,
     ) -> None:
         self._env = dict(env)
         self._transport = transport
         self._socket_dir: str | None = None
         self._use_template = template
+        self._template_fork = template_fork
         self._template: WorkerTemplate | None = None
         self.minimum = minimum
         self.maximum = maximum
@@ -102,6 +106,7 @@ class LocalFleet:
         self._growing = False
         self._grow_after = 0.0
         self._open = False
+        self._prepared = False
         self.grown = 0
         self.shrunk = 0  # grown workers that left after idling
 
@@ -121,24 +126,35 @@ class LocalFleet:
     def __contains__(self, uid: object) -> bool:
         return uid in self._workers
 
-    async def start(self) -> None:
-        """Start ``minimum`` workers concurrently; all must come up.
+    async def prepare(self) -> None:
+        """Make the socket directory and start the template, before anything else starts a thread.
 
-        Raises:
-            WorkerStartError: one did not (the others are stopped again by `stop`).
+        The template can be a fork of this process only while it has no
+        other thread: a pool with a store calls this before opening it.
         """
-        self._open = True
+        if self._prepared:
+            return
+        self._prepared = True
         if self._transport == "unix" and self.maximum > 0:
             self._socket_dir = socket_directory()
         if self._use_template and self.maximum > 0 and template_supported():
             preload = () if self._transport == "unix" else ("pool._worker._grpc_server",)
-            template = WorkerTemplate(child_env(), preload)
+            template = WorkerTemplate(child_env(), preload, fork=self._template_fork)
             try:
                 await template.start(self._startup_timeout)
             except (WorkerStartError, OSError) as exc:
                 _log.warning("no worker template (%s); each worker starts a fresh interpreter", exc)
             else:
                 self._template = template
+
+    async def start(self) -> None:
+        """Start ``minimum`` workers concurrently; all must come up.
+
+        Raises:
+            WorkerStartError: one did not (the others are stopped again by `stop`).
+        """
+        await self.prepare()
+        self._open = True
         results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._config import PREFIX
 from ._process import watch_exit
-from ._template import ForkedProcess, WorkerTemplate
+from ._template import ForkedWorker, WorkerTemplate
 from ._rpc import WorkerMetadata
 from ._errors import WorkerStartError
 
@@ -55,7 +55,7 @@ class LocalWorker:
         self.uid = uid
         self.elastic = elastic
         self._env = env
-        self._process: subprocess.Popen[bytes] | ForkedProcess | None = None
+        self._process: subprocess.Popen[bytes] | ForkedWorker | None = None
         self._exited: asyncio.Future[int] | None = None
         self._lifeline: int | None = None
         self.metadata: WorkerMetadata | None = None
@@ -89,7 +89,7 @@ class LocalWorker:
                 except WorkerStartError as exc:
                     _log.warning("starting worker %s from a fresh interpreter: %s", self.uid, exc)
             if template is not None and pid is not None:
-                self._process = ForkedProcess(pid, template)
+                self._process = ForkedWorker(pid, template)
                 self._exited = self._process.exited
             else:
                 self._process = subprocess.Popen(

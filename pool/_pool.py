@@ -109,6 +109,11 @@ class WorkerPool:
             port) or ``"tcp"`` (127.0.0.1).
         worker_template: Fork spawned workers from one preloaded template
             process (default True): N workers cost one interpreter start.
+        template_fork: Fork that template from this process when it runs no
+            other thread (default True): then not even one interpreter
+            starts. The template and workers share this process's memory
+            pages until they write them. False: the template is a fresh
+            interpreter.
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
@@ -141,6 +146,7 @@ class WorkerPool:
         metrics_port: int | None = None,
         local_transport: str | None = None,
         worker_template: bool | None = None,
+        template_fork: bool | None = None,
         use_env: bool = True,
     ) -> None:
         config = PoolConfig.from_env(
@@ -160,6 +166,7 @@ class WorkerPool:
             metrics_port=metrics_port,
             local_transport=local_transport,
             worker_template=worker_template,
+            template_fork=template_fork,
         )
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
@@ -186,6 +193,7 @@ class WorkerPool:
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             transport=config.local_transport,
             template=config.worker_template,
+            template_fork=config.template_fork,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
@@ -236,6 +244,7 @@ class WorkerPool:
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
         self._state = "starting"
         try:
+            await self._fleet.prepare()  # first: the template forks only while no thread (a store's) runs
             if self._scheduler is not None:
                 await self._scheduler.store.open()  # a bad store fails here, before any worker starts
             await self._fleet.start()

@@ -1,13 +1,65 @@
-"""Watching a child process's exit on the event loop, without a thread (a pidfd where the kernel has one)."""
+"""Child processes on the event loop: watching their exit without a thread, and forking only when it is safe."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
+from typing import Protocol
 
 
-def watch_exit(process: subprocess.Popen[bytes]) -> asyncio.Future[int]:
+class Child(Protocol):
+    """What `watch_exit` needs of a child: `subprocess.Popen`, or a `ForkedChild`."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+
+class ForkedChild:
+    """A child this process ``fork()``ed (no exec), with the part of `subprocess.Popen` we use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Its exit status if it exited (reaping it), else None."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        """Block until it exits; its exit status."""
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL it, unless it was reaped already (its pid may be someone else's by now)."""
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def native_threads() -> int:
+    """Threads of this process as the kernel sees them (C libraries' too); 1 where /proc is missing.
+
+    ``fork()`` copies only the calling thread: a lock another thread held
+    stays locked in the child forever. So we fork only when this is 1.
+    """
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def watch_exit(process: Child | subprocess.Popen[bytes]) -> asyncio.Future[int]:
     """A future for ``process``'s exit status; it is reaped as soon as it exits."""
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()

@@ -1,6 +1,12 @@
 """The pool's side of the worker template: start it once, ask it to fork workers, hear when they exit.
 
-See ``pool/_worker/_template.py`` for the template itself. The pool talks
+See ``pool/_worker/_template.py`` for the template itself. It starts in one
+of two ways. If this process runs no other thread, the template is a
+``fork()`` of it: nothing to import again, so a pool's first workers are
+up in tens of milliseconds. Otherwise (forking a threaded process can
+leave a lock held forever in the child) it is a fresh interpreter that
+imports the worker side. Either way it enters the worker side by name,
+``pool._worker._template``, never by an import of this module. The pool talks
 to it over a SOCK_SEQPACKET socketpair (one message per request or notice)
 read on the pool's event loop. A forked worker is not the pool's child, so
 its exit is watched through a pidfd (readable when it exits, child or not)
@@ -11,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import importlib
 import json
 import logging
 import os
@@ -22,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ._errors import WorkerStartError
-from ._process import watch_exit
+from ._process import ForkedChild, native_threads, watch_exit
 from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
@@ -35,20 +43,26 @@ class WorkerTemplate:
     """A running template process of this pool.
 
     Args:
-        env: The environment the template (and so each worker, before its own settings) starts from.
+        env: The environment a fresh-interpreter template starts with (each worker gets its own).
         preload: Modules it imports besides the worker's own (e.g. the gRPC server, for workers over TCP).
+        fork: Fork it from this process when that is safe (no other thread);
+            else, or when False, it is a fresh interpreter.
     """
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = ()) -> None:
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = (), *, fork: bool = True) -> None:
         self._env = dict(env)
         self._preload = tuple(preload)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._fork = fork
+        self.forked = False  # whether it is a fork of this process (else a fresh interpreter)
+        self._process: subprocess.Popen[bytes] | ForkedChild | None = None
         self._channel: socket.socket | None = None
         self._tasks = TaskOwner("worker template", _log)
         self._replies: collections.deque[asyncio.Future[int]] = collections.deque()
         self._statuses: dict[int, asyncio.Future[int]] = {}
         self._lock = asyncio.Lock()
         self.alive = False
+        self._closing = False
+        self.exit_status: int | None = None  # once closed: 0 if it exited when told, -9 if it had to be killed
 
     @property
     def pid(self) -> int | None:
@@ -62,10 +76,14 @@ class WorkerTemplate:
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
-                env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
-            )
+            if self._fork and native_threads() == 1:
+                self._process = _fork(ours, theirs, self._preload)
+                self.forked = True
+            else:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
+                    env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                )
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -142,15 +160,18 @@ class WorkerTemplate:
                 reply = self._replies.popleft()
                 if not reply.done():
                     reply.set_exception(gone)
-            if self._process is not None and self._process.poll() is None:
-                pass  # closing: aclose reaps it
-            else:
+            if not self._closing:
                 _log.warning("the worker template exited; workers start from a fresh interpreter from now on")
 
     async def aclose(self) -> None:
-        """Close the socket (the template exits; its workers keep their own lifelines) and reap it."""
+        """Tell the template to exit (its workers keep their own lifelines), close the socket, and reap it."""
         self.alive = False
+        self._closing = True
         if self._channel is not None:
+            with contextlib.suppress(OSError):
+                # An empty message, not only the socket's end: a template forked
+                # later by another pool of this process holds a copy of our end.
+                self._channel.send(b"")
             self._channel.close()
             self._channel = None
         await self._tasks.aclose()
@@ -158,16 +179,31 @@ class WorkerTemplate:
         if process is not None:
             exited = watch_exit(process)
             try:
-                await asyncio.wait_for(asyncio.shield(exited), 10)
+                self.exit_status = await asyncio.wait_for(asyncio.shield(exited), 10)
             except TimeoutError:
                 process.kill()
-                await exited
+                self.exit_status = await exited
         for future in self._statuses.values():
             if not future.done():
                 future.set_result(-1)  # nobody will report it now
 
 
-class ForkedProcess:
+def _fork(ours: socket.socket, theirs: socket.socket, preload: Sequence[str]) -> ForkedChild:
+    """Fork the template from this (single-threaded) process; in the child, never returns."""
+    sys.stdout.flush()  # or what is buffered would be written twice
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            template = importlib.import_module("pool._worker._template")  # by name: see the module docstring
+            template.main_forked(theirs.detach(), list(preload))
+        finally:
+            os._exit(1)
+    return ForkedChild(pid)
+
+
+class ForkedWorker:
     """A worker the template forked, with the part of `subprocess.Popen` a `LocalWorker` uses.
 
     Signals go through a pidfd opened at once, so a recycled pid is never

@@ -18,19 +18,33 @@ the pool dies, whatever happens to the template).
 
 Replies: ``{"pid": N}`` per request, in order, and ``{"exited": N, "code":
 C}`` when a worker exits (the template is their parent and reaps them).
-When the pool closes the socket, the template exits; its workers go on
-until their own lifelines close.
+When the pool sends an empty message or closes the socket, the template
+exits; its workers go on until their own lifelines close.
+
+Two ways in: ``python -m`` (above: a fresh interpreter that imports the
+worker side), or `main_forked`, when the pool ``fork()``ed the template
+from its own process, which had no other thread (see `pool._template`):
+then every module the pool had loaded is already here, and the template
+first lets go of what the pool's process had running (`_leave_the_pool`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import gc
 import json
+import logging
 import os
 import select
 import signal
 import socket
 import sys
 import threading
+import traceback
+from typing import Any, NoReturn
+
+from .._process import native_threads
 
 MAX_MESSAGE = 1 << 20
 
@@ -65,7 +79,7 @@ def main(fd: int, preload: list[str]) -> int:
                 message, fds = b"", []
             if not message:
                 return 0  # the pool is gone or done with us
-            if threading.active_count() != 1 or _native_threads() != 1:  # never fork a process with threads
+            if threading.active_count() != 1 or native_threads() != 1:  # never fork a process with threads
                 raise RuntimeError("the worker template has a thread; refusing to fork")
             pid = os.fork()
             if pid == 0:
@@ -73,14 +87,6 @@ def main(fd: int, preload: list[str]) -> int:
             for descriptor in fds:
                 os.close(descriptor)
             channel.send(json.dumps({"pid": pid}).encode())
-
-
-def _native_threads() -> int:
-    """Threads of this process as the kernel sees them (C libraries' too); 1 where /proc is missing."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
 
 
 def _reap(channel: socket.socket) -> None:
@@ -119,8 +125,6 @@ def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, 
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         try:
@@ -128,6 +132,55 @@ def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, 
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+_INHERITED: list[Any] = []
+"""What the pool's process left us that must not be finalized here (log handlers: closing one would close its file)."""
+
+
+def main_forked(fd: int, preload: list[str]) -> NoReturn:
+    """Run as the template in a child ``fork()``ed from the pool's own process; never returns."""
+    code = 1
+    try:
+        _leave_the_pool()
+        code = contextvars.Context().run(main, fd, preload)  # none of the pool's context variables
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _leave_the_pool() -> None:
+    """Let go of what the pool's process had running when it forked us.
+
+    Its objects stay untouched: `gc.freeze` keeps any collection from
+    finalizing one (which could close a descriptor the pool still uses; they
+    are shared), and keeps their memory pages shared with the pool. Its
+    event loop is no longer running here, its signal handlers and log
+    handlers are dropped (workers install their own), and stdin is /dev/null,
+    as for a template started with ``python -m``.
+    """
+    gc.freeze()
+    asyncio.events._set_running_loop(None)  # the fork happened inside the pool's loop (Python 3.12 does this itself)
+    asyncio.set_event_loop(None)
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass  # not settable (SIGKILL, SIGSTOP, real-time signals in use)
+    root = logging.getLogger()
+    _INHERITED.extend(root.handlers)
+    root.handlers.clear()
+    root.setLevel(logging.WARNING)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

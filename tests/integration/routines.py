@@ -355,3 +355,18 @@ async def interval(directory, name, key, seconds):
     with open(os.path.join(directory, name), "a") as f:
         f.write(f"{start} {time.time()} {key} {os.getpid()}\n")
     return name
+
+
+@pool.routine
+async def run_program(*argv):
+    """Run a program in the worker (the event loop's subprocess support) and return its stdout."""
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+    out, _ = await process.communicate()
+    return out
+
+
+@pool.routine
+async def log_warning(text):
+    import logging
+
+    logging.getLogger("tests.routines").warning(text)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 
 import pool
+from pool._process import native_threads
 from tests.integration import routines
-from tests.integration.child import alive
+from tests.integration.child import Child, alive
 from tests.integration.helpers import eventually, until_members
 
 pytestmark = pytest.mark.integration
@@ -55,3 +61,42 @@ async def test_a_killed_worker_should_be_replaced_and_a_lost_template_should_not
         (third,) = p.pids
         assert parent_of(third) == os.getpid()
         assert await routines.add(2, 3) == 5
+
+
+async def test_a_single_threaded_process_should_fork_the_template_from_itself(tmp_path):
+    """Test the fork of the pool's own process: workers run routines (and programs), log to their own stderr,
+    and a template forked while another pool's sockets were open still exits when its pool closes."""
+    log = tmp_path / "script.log"
+    script = [sys.executable, "-m", "tests.integration.forked_template", str(log)]
+    async with Child(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        out = await asyncio.wait_for(child.stdout.read(), 120)
+        err = await asyncio.wait_for(child.stderr.read(), 120)
+        assert await child.wait(60) == 0, err.decode()
+    seen = json.loads(out)
+    assert seen == {
+        "forked": True, "template_parent_is_us": True, "workers_parent_is_template": True, "add": 5,
+        "program": "hi\n", "second_forked": True, "second_add": 2, "first_template_exit": 0, "second_add_after": 4,
+    }
+    assert "from the worker" in err.decode()  # the worker's own log handler, not the script's inherited one
+    assert "from the worker" not in log.read_text()
+
+
+async def test_a_process_with_another_thread_should_get_a_fresh_interpreter_template():
+    """Test that the pool never forks a threaded process: with a thread running, the template is a fresh interpreter."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(60,))
+    thread.start()
+    try:
+        async with pool.WorkerPool(spawn=1) as p:
+            assert native_threads() > 1 and not p._fleet._template.forked
+            assert await routines.add(1, 2) == 3
+    finally:
+        stop.set()
+        thread.join()
+
+
+async def test_template_fork_false_should_start_a_fresh_interpreter_template():
+    async with pool.WorkerPool(spawn=1, template_fork=False) as p:
+        assert not p._fleet._template.forked
+        assert {parent_of(pid) for pid in p.pids} == {p._fleet._template.pid}
+        assert await routines.add(1, 2) == 3

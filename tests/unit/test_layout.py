@@ -83,6 +83,18 @@ def test_no_grpc_should_load_for_local_work(code):
     assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
 
 
+def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_process():
+    """Test that pool._worker appears outside its package only as a process's entry point, never imported.
+
+    A fresh-interpreter template is ``python -m pool._worker._template``; a
+    template forked from the pool's process enters the same module by name
+    once it is no longer the pool (pool/_template.py); a template preloads
+    the gRPC server for TCP workers (pool/_fleet.py).
+    """
+    naming = {p.relative_to(POOL).as_posix() for p in modules_outside_worker() if '"pool._worker' in p.read_text()}
+    assert naming <= {"_template.py", "_fleet.py"}
+
+
 def test_the_layout_should_have_the_promised_sub_packages():
     """Test DESIGN.md's layout: the worker side, discovery and jobs are sub-packages of pool."""
     for name in ("_worker", "_discovery", "_jobs"):
