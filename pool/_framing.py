@@ -51,8 +51,12 @@ READ_AHEAD_MESSAGES: Final[int] = 256
 _LENGTH: Final[struct.Struct] = struct.Struct(">I")
 
 
-class ProtocolError(ConnectionError):
-    """The peer sent bytes that are not this protocol (a bad hello, an oversized length)."""
+class ProtocolError(ValueError):
+    """The peer sent bytes that are not this protocol (a bad hello, an oversized length).
+
+    Not a `ConnectionError`: a peer that speaks something else is a fault to
+    report (a worker gets evicted for it), not a peer that merely went away.
+    """
 
 
 class MessageStream(asyncio.Protocol):
@@ -76,7 +80,8 @@ class MessageStream(asyncio.Protocol):
         self._messages: collections.deque[bytes | memoryview] = collections.deque()
         self._reading_paused = False
         self._waiter: asyncio.Future[None] | None = None
-        self._ended: BaseException | None = None  # ConnectionResetError at a clean end
+        self._ended: BaseException | None = None  # why the connection ended
+        self._clean = False  # it ended between messages, on the peer's close
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False
 
@@ -120,11 +125,11 @@ class MessageStream(asyncio.Protocol):
             self._wanted = 4 + _LENGTH.unpack_from(rest)[0] if len(rest) >= 4 else 4
 
     def eof_received(self) -> bool:
-        self._end(ConnectionResetError("the peer closed the connection"))
+        self._end_here(None)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._end(exc or ConnectionResetError("the connection closed"))
+        self._end_here(exc)
         drained, self._drained = self._drained, None
         if drained is not None and not drained.done():
             drained.set_result(None)
@@ -145,13 +150,13 @@ class MessageStream(asyncio.Protocol):
 
         Raises:
             ProtocolError: the peer broke the protocol.
-            ConnectionError: the connection failed.
+            ConnectionError: the connection failed, or closed in the middle of a message.
         """
         while not self._messages:
             if self._ended is not None:
-                if isinstance(self._ended, ProtocolError) or not isinstance(self._ended, ConnectionResetError):
-                    raise self._ended
-                return None
+                if self._clean:
+                    return None
+                raise self._ended
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
@@ -194,12 +199,27 @@ class MessageStream(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def __repr__(self) -> str:
+        state = "open" if self._ended is None else ("closed" if self._clean else f"failed: {self._ended}")
+        return f"<MessageStream {state} queued={len(self._messages)} limit={self.limit}>"
+
     # -- internals ------------------------------------------------------------------
 
     def _fail(self, exc: BaseException) -> None:
         self._end(exc)
         if self.transport is not None:
             self.transport.abort()
+
+    def _end_here(self, exc: Exception | None) -> None:
+        if self._ended is not None:
+            return
+        if exc is None and not self._pending:
+            self._clean = True
+            self._end(ConnectionResetError("the peer closed the connection"))
+        elif exc is None:
+            self._end(ConnectionResetError(f"the peer closed the connection {self._pending_bytes} bytes into a message"))
+        else:
+            self._end(exc)
 
     def _end(self, exc: BaseException) -> None:
         if self._ended is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,24 +28,54 @@ class ForkedChild:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        """Its exit status if it exited (reaping it), else None."""
+        """Its exit status if it exited (reaping it), else None; -1 if someone else reaped it."""
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1  # reaped elsewhere (SIGCHLD ignored, a waitpid(-1) watcher)
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def wait(self) -> int:
-        """Block until it exits; its exit status."""
+        """Block until it exits; its exit status (-1 if someone else reaped it)."""
         if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = -1
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def kill(self) -> None:
         """SIGKILL it, unless it was reaped already (its pid may be someone else's by now)."""
-        if self.returncode is None:
-            os.kill(self.pid, signal.SIGKILL)
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def descriptors() -> dict[int, tuple[int, int]]:
+    """This process's open file descriptors, each with its file's identity (device, inode)."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            stat = os.fstat(int(name))
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        found[int(name)] = (stat.st_dev, stat.st_ino)
+    return found
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (RSS); 0 where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def native_threads() -> int:

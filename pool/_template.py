@@ -30,10 +30,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ._errors import WorkerStartError
-from ._process import ForkedChild, native_threads, watch_exit
+from ._process import ForkedChild, descriptors, native_threads, resident_bytes, watch_exit
 from ._tasks import TaskOwner
 
 _log = logging.getLogger("leakypool.pool")
+
+FORK_MAX_RSS_BYTES: Final[int] = 256 << 20
+"""Fork the template from this process only while it is this small: the template keeps the pages
+as they were at the fork, so a large process that then changes its heap would pay for it twice."""
 
 STATUS_WAIT_S: Final[float] = 5.0
 """After a worker's pidfd says it exited, how long to wait for the template to report its status."""
@@ -76,7 +80,7 @@ class WorkerTemplate:
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            if self._fork and native_threads() == 1:
+            if self._fork and native_threads() == 1 and resident_bytes() <= FORK_MAX_RSS_BYTES:
                 self._process = _fork(ours, theirs, self._preload)
                 self.forked = True
             else:
@@ -84,6 +88,9 @@ class WorkerTemplate:
                     [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
                     env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
                 )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -163,6 +170,10 @@ class WorkerTemplate:
             if not self._closing:
                 _log.warning("the worker template exited; workers start from a fresh interpreter from now on")
 
+    def __repr__(self) -> str:
+        how = "forked" if self.forked else "interpreter"
+        return f"<WorkerTemplate pid={self.pid} {how} alive={self.alive}>"
+
     async def aclose(self) -> None:
         """Tell the template to exit (its workers keep their own lifelines), close the socket, and reap it."""
         self.alive = False
@@ -189,18 +200,30 @@ class WorkerTemplate:
 
 
 def _fork(ours: socket.socket, theirs: socket.socket, preload: Sequence[str]) -> ForkedChild:
-    """Fork the template from this (single-threaded) process; in the child, never returns."""
+    """Fork the template from this (single-threaded) process; in the child, never returns.
+
+    Signals stay blocked across the fork, so none reaches the child before it
+    has dropped this process's handlers. The child closes every descriptor
+    it inherited (listed here, by identity, just before the fork), keeping
+    those that at-fork handlers made anew, such as libuv's signal pipe.
+    """
     sys.stdout.flush()  # or what is buffered would be written twice
     sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            ours.close()
-            template = importlib.import_module("pool._worker._template")  # by name: see the module docstring
-            template.main_forked(theirs.detach(), list(preload))
-        finally:
-            os._exit(1)
-    return ForkedChild(pid)
+    inherited = descriptors()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    if pid != 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return ForkedChild(pid)
+    try:
+        template = importlib.import_module("pool._worker._template")  # by name: see the module docstring
+        template.main_forked(theirs.fileno(), list(preload), inherited, mask)
+    finally:
+        os._exit(1)
 
 
 class ForkedWorker:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ._framing import MessageStream, hello
+from google.protobuf.message import DecodeError
+
+from ._framing import MessageStream, ProtocolError, hello
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
 
@@ -39,11 +41,11 @@ class UnixChannel:
         """Open a Dispatch stream and run ``session`` on it until it ends."""
         try:
             stream = await self._open("Dispatch")
-        except (OSError, asyncio.CancelledError) as exc:
+        except BaseException as exc:
             session.fail(describe(exc))  # calls already opened on it learn why
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
+            if isinstance(exc, OSError):
+                return
+            raise
         try:
             await session.run(stream.read_frames, stream.write_frames, describe)
         finally:
@@ -51,8 +53,16 @@ class UnixChannel:
 
     @staticmethod
     def failure(reason: BaseException) -> tuple[str, str]:
-        """The status code and detail of what ended a stream: on a local socket, always "gone, for now"."""
-        return "UNAVAILABLE", str(reason) or type(reason).__name__
+        """The status code and detail of what ended a stream.
+
+        Bytes that are not our protocol are a hard fault (the worker gets
+        evicted, as for gRPC's INTERNAL); anything else means the worker is
+        gone, for now.
+        """
+        detail = str(reason) or type(reason).__name__
+        if isinstance(reason, (ProtocolError, DecodeError)):
+            return "INTERNAL", detail
+        return "UNAVAILABLE", detail
 
     async def _unary(self, method: str, request: bytes, timeout: float) -> pb.WorkerState:
         async with asyncio.timeout(timeout):
@@ -78,3 +88,6 @@ class UnixChannel:
         """Close every connection now."""
         for stream in list(self._streams):
             self._drop(stream)
+
+    def __repr__(self) -> str:
+        return f"<UnixChannel {self._path} connections={len(self._streams)}>"

@@ -42,6 +42,7 @@ import socket
 import sys
 import threading
 import traceback
+import warnings
 from typing import Any, NoReturn
 
 from .._process import native_threads
@@ -135,14 +136,22 @@ def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, 
 
 
 _INHERITED: list[Any] = []
-"""What the pool's process left us that must not be finalized here (log handlers: closing one would close its file)."""
+"""What the pool's process left us that must not be finalized here (closing a log handler or a stream closes its file)."""
 
 
-def main_forked(fd: int, preload: list[str]) -> NoReturn:
-    """Run as the template in a child ``fork()``ed from the pool's own process; never returns."""
+def main_forked(fd: int, preload: list[str], inherited: dict[int, tuple[int, int]], mask: set[int]) -> NoReturn:
+    """Run as the template in a child ``fork()``ed from the pool's own process; never returns.
+
+    Args:
+        fd: The template's end of its socket to the pool.
+        preload: As for `main`.
+        inherited: The pool's descriptors at the fork, by identity (to close).
+        mask: The signal mask to restore (the pool blocked every signal across the fork).
+    """
     code = 1
     try:
-        _leave_the_pool()
+        _leave_the_pool(inherited, keep={0, 1, 2, fd})
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         code = contextvars.Context().run(main, fd, preload)  # none of the pool's context variables
     except BaseException:
         traceback.print_exc()
@@ -154,15 +163,19 @@ def main_forked(fd: int, preload: list[str]) -> NoReturn:
             os._exit(code)
 
 
-def _leave_the_pool() -> None:
-    """Let go of what the pool's process had running when it forked us.
+def _leave_the_pool(inherited: dict[int, tuple[int, int]], keep: set[int]) -> None:
+    """Make this fork of the pool's process start like a fresh interpreter, as far as a worker can tell.
 
-    Its objects stay untouched: `gc.freeze` keeps any collection from
-    finalizing one (which could close a descriptor the pool still uses; they
-    are shared), and keeps their memory pages shared with the pool. Its
-    event loop is no longer running here, its signal handlers and log
-    handlers are dropped (workers install their own), and stdin is /dev/null,
-    as for a template started with ``python -m``.
+    The pool's objects stay, untouched: `gc.freeze` keeps any collection
+    from finalizing one (a finalizer could close a descriptor number that
+    is reused by then), and keeps their pages shared with the pool. What
+    the pool had running is dropped: its event loop, signal handlers,
+    descriptors (all it had at the fork but stdio and our socket; what
+    at-fork handlers made anew, such as libuv's signal pipe, stays), the
+    handlers and levels of the root and ``leakypool`` loggers, warning
+    filters, trace hooks, and GC settings. Standard streams are new objects
+    on descriptors 0-2, and stdin is /dev/null. Other libraries' module
+    state is the pool's, as after any fork.
     """
     gc.freeze()
     asyncio.events._set_running_loop(None)  # the fork happened inside the pool's loop (Python 3.12 does this itself)
@@ -174,13 +187,66 @@ def _leave_the_pool() -> None:
                 signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError, RuntimeError):
             pass  # not settable (SIGKILL, SIGSTOP, real-time signals in use)
-    root = logging.getLogger()
-    _INHERITED.extend(root.handlers)
-    root.handlers.clear()
-    root.setLevel(logging.WARNING)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the pool's to handle
+    _close_inherited(inherited, keep)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    _INHERITED.extend((sys.stdin, sys.stdout, sys.stderr))
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own, for its whole life
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+    _reset_logging()
+    warnings.resetwarnings()
+    for action, category, module in _DEFAULT_WARNING_FILTERS:
+        warnings.filterwarnings(action, category=category, module=module, append=True)
+    sys.settrace(None)
+    sys.setprofile(None)
+    threading.settrace(None)  # type: ignore[arg-type]
+    threading.setprofile(None)  # type: ignore[arg-type]
+    gc.enable()
+    gc.set_threshold(700, 10, 10)
+
+
+_DEFAULT_WARNING_FILTERS: list[tuple[str, type[Warning], str]] = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+]
+"""A fresh interpreter's warning filters (release build, no -W, no PYTHONWARNINGS)."""
+
+
+def _close_inherited(inherited: dict[int, tuple[int, int]], keep: set[int]) -> None:
+    for fd, identity in inherited.items():
+        if fd in keep:
+            continue
+        try:
+            stat = os.fstat(fd)
+        except OSError:
+            continue
+        if (stat.st_dev, stat.st_ino) == identity:  # still the pool's (not remade by an at-fork handler)
+            os.close(fd)
+
+
+def _reset_logging() -> None:
+    """Drop the root and ``leakypool`` loggers' handlers and levels (the worker sets its own up).
+
+    The handlers are kept referenced, never closed: closing one would close its stream.
+    """
+    logging.disable(logging.NOTSET)
+    loggers = [logging.getLogger()] + [
+        logger for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and (name == "leakypool" or name.startswith("leakypool."))
+    ]
+    for logger in loggers:
+        _INHERITED.extend(logger.handlers)
+        logger.handlers.clear()
+        logger.setLevel(logging.NOTSET)
+        logger.disabled = False
+        logger.propagate = True
+    logging.getLogger().setLevel(logging.WARNING)
 
 
 if __name__ == "__main__":

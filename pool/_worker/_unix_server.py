@@ -8,15 +8,15 @@ import logging
 import os
 from typing import Final
 
-from .._framing import HELLO_MAX_BYTES, MessageStream, method_of
+from .._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, method_of
 from .._proto import leakypool_pb2 as pb
 from .._tasks import TaskOwner
 from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")
 
-HELLO_TIMEOUT_S: Final[float] = 10.0
-"""How long a new connection may take to say what it wants before it is closed."""
+REQUEST_TIMEOUT_S: Final[float] = 10.0
+"""How long a new connection may take to say what it wants (its hello, then a State/Stop request) before it is closed."""
 
 
 class UnixServer:
@@ -51,16 +51,17 @@ class UnixServer:
     async def _serve(self, stream: MessageStream) -> None:
         try:
             try:
-                async with asyncio.timeout(HELLO_TIMEOUT_S):
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
                     method = method_of(await stream.receive())
-            except (ConnectionError, TimeoutError):
+            except (ConnectionError, ProtocolError, TimeoutError):
                 method = None
             if method is None:
                 return  # not one of ours (or gone): close it
             if method == "Dispatch":
                 await self._service.serve_stream(stream.read_frames, stream.write_frames, "a dispatcher on the unix socket")
                 return
-            request = await stream.receive()
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                request = await stream.receive()
             if request is None:
                 return
             if method == "State":
@@ -68,7 +69,7 @@ class UnixServer:
             else:
                 reply = self._service.stop(pb.StopRequest.FromString(request))
             await stream.send(reply.SerializeToString())
-        except Exception as exc:  # a broken peer: its connection ends, the worker goes on
+        except Exception as exc:  # a broken or silent peer (TimeoutError included): its connection ends, the worker goes on
             _log.warning("closing a unix-socket connection: %s", exc)
         finally:
             self._streams.discard(stream)
@@ -83,3 +84,6 @@ class UnixServer:
             stream.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+
+    def __repr__(self) -> str:
+        return f"<UnixServer {self.path} connections={len(self._streams)}>"

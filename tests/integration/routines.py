@@ -370,3 +370,31 @@ async def log_warning(text):
     import logging
 
     logging.getLogger("tests.routines").warning(text)
+
+
+@pool.routine
+async def listening_tcp_ports():
+    """TCP ports this worker process holds listening sockets for."""
+    ports = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            probe = socket.socket(fileno=int(name))
+        except OSError:
+            continue
+        try:
+            if probe.family in (socket.AF_INET, socket.AF_INET6) and probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                ports.add(probe.getsockname()[1])
+        except OSError:
+            pass
+        finally:
+            probe.detach()
+    return ports
+
+
+@pool.routine
+async def deprecated():
+    """Warn a DeprecationWarning: ignored under a fresh interpreter's filters, an error under ``-W error``."""
+    import warnings
+
+    warnings.warn("old", DeprecationWarning, stacklevel=1)
+    return "ok"

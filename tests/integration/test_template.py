@@ -65,7 +65,8 @@ async def test_a_killed_worker_should_be_replaced_and_a_lost_template_should_not
 
 async def test_a_single_threaded_process_should_fork_the_template_from_itself(tmp_path):
     """Test the fork of the pool's own process: workers run routines (and programs), log to their own stderr,
-    and a template forked while another pool's sockets were open still exits when its pool closes."""
+    hold none of its ports, keep none of its warning filters; a template forked while another pool's sockets
+    were open still exits when its pool closes; a process over the size limit gets a fresh interpreter."""
     log = tmp_path / "script.log"
     script = [sys.executable, "-m", "tests.integration.forked_template", str(log)]
     async with Child(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
@@ -75,7 +76,8 @@ async def test_a_single_threaded_process_should_fork_the_template_from_itself(tm
     seen = json.loads(out)
     assert seen == {
         "forked": True, "template_parent_is_us": True, "workers_parent_is_template": True, "add": 5,
-        "program": "hi\n", "second_forked": True, "second_add": 2, "first_template_exit": 0, "second_add_after": 4,
+        "program": "hi\n", "worker_holds_our_port": False, "deprecated": "ok", "second_forked": True, "second_add": 2,
+        "first_template_exit": 0, "second_add_after": 4, "large_forked": False, "large_add": 6,
     }
     assert "from the worker" in err.decode()  # the worker's own log handler, not the script's inherited one
     assert "from the worker" not in log.read_text()

@@ -8,12 +8,14 @@ import struct
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pool import _rpc
 from pool._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
 from pool._proto import leakypool_pb2 as pb
+from pool._unix_channel import UnixChannel
 
 
 class Transport:
@@ -140,3 +142,32 @@ def test_status_names_should_match_grpc():
     for code in grpc.StatusCode:
         assert _rpc.status_name(code.value[0]) == code.name
     assert _rpc.status_name(99) == "CODE_99"
+
+
+def test_a_connection_closed_in_the_middle_of_a_message_should_be_an_error_not_a_clean_end():
+    stream = MessageStream()
+    stream.connection_made(Transport())
+    stream.data_received(framed([b"whole"]) + struct.pack(">I", 10) + b"half")
+    stream.eof_received()
+    loop = asyncio.new_event_loop()
+    try:
+        assert bytes(loop.run_until_complete(stream.receive())) == b"whole"
+        with pytest.raises(ConnectionResetError, match="8 bytes into a message"):
+            loop.run_until_complete(stream.receive())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [
+        (ProtocolError("bad length"), "INTERNAL"),
+        (DecodeError("not Frames"), "INTERNAL"),
+        (ConnectionResetError("gone"), "UNAVAILABLE"),
+        (FileNotFoundError("no socket"), "UNAVAILABLE"),
+    ],
+)
+def test_a_unix_channel_should_call_bytes_that_are_not_our_protocol_a_hard_fault(reason, code):
+    """Test that a worker speaking garbage is evicted (hard code), while one that went away is kept (transient)."""
+    assert UnixChannel.failure(reason)[0] == code
+    assert (code in _rpc.TRANSIENT_CODES) is (code == "UNAVAILABLE")
