@@ -43,6 +43,7 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .._process import native_threads
@@ -104,10 +105,10 @@ def _reap(channel: socket.socket) -> None:
             pass  # the pool is gone; keep reaping
 
 
-def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, wake_r: int, wake_w: int) -> None:
+def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, wake_r: int, wake_w: int) -> NoReturn:
     """In the forked child: become a worker with ``env`` and the passed pipes; never return."""
-    code = 1
-    try:
+
+    def become_worker() -> int:
         channel.close()
         os.close(wake_r)
         os.close(wake_w)
@@ -122,7 +123,16 @@ def _child(worker, env: dict[str, str], fds: list[int], channel: socket.socket, 
         for path in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
             if path and path not in sys.path:
                 sys.path.insert(0, path)  # the pool's import path now, not when the template started
-        code = worker.main([])
+        return worker.main([])
+
+    _run_then_exit(become_worker)
+
+
+def _run_then_exit(run: Callable[[], int]) -> NoReturn:
+    """Run ``run`` in a forked child, then leave with its status without unwinding into the parent's frames."""
+    code = 1
+    try:
+        code = run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -148,19 +158,13 @@ def main_forked(fd: int, preload: list[str], inherited: dict[int, tuple[int, int
         inherited: The pool's descriptors at the fork, by identity (to close).
         mask: The signal mask to restore (the pool blocked every signal across the fork).
     """
-    code = 1
-    try:
+
+    def become_template() -> int:
         _leave_the_pool(inherited, keep={0, 1, 2, fd})
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        code = contextvars.Context().run(main, fd, preload)  # none of the pool's context variables
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        return contextvars.Context().run(main, fd, preload)  # none of the pool's context variables
+
+    _run_then_exit(become_template)
 
 
 def _leave_the_pool(inherited: dict[int, tuple[int, int]], keep: set[int]) -> None:
