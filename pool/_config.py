@@ -314,7 +314,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
     Setting("worker_template", boolean, "a boolean (1/0, true/false)", True, "fork spawned workers from one preloaded template process (off: a fresh interpreter each)"),
-    Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread (nothing to import again); off, or with threads: a fresh interpreter"),
+    Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter"),
     Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
 )

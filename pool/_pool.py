@@ -110,8 +110,8 @@ class WorkerPool:
         worker_template: Fork spawned workers from one preloaded template
             process (default True): N workers cost one interpreter start.
         template_fork: Fork that template from this process when it runs no
-            other thread (default True): then not even one interpreter
-            starts. The template and workers share this process's memory
+            other thread and is under 256 MiB resident (default True): then
+            not even one interpreter starts. The template and workers share this process's memory
             pages until they write them. False: the template is a fresh
             interpreter.
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)

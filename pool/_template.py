@@ -207,8 +207,9 @@ def _fork(ours: socket.socket, theirs: socket.socket, preload: Sequence[str]) ->
     it inherited (listed here, by identity, just before the fork), keeping
     those that at-fork handlers made anew, such as libuv's signal pipe.
     """
-    sys.stdout.flush()  # or what is buffered would be written twice
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()  # or what is buffered would be written twice
     inherited = descriptors()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
