@@ -71,3 +71,9 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid of process ``pid`` (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])

@@ -20,11 +20,8 @@ import uvloop
 import pool
 from pool import _template
 from tests.integration import routines
+from tests.integration.child import parent_of
 
-
-def parent_of(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 async def main(logfile: str) -> dict[str, object]:

@@ -15,15 +15,11 @@ import pytest
 import pool
 from pool._process import native_threads
 from tests.integration import routines
-from tests.integration.child import Child, alive
+from tests.integration.child import Child, alive, parent_of
 from tests.integration.helpers import eventually, until_members
 
 pytestmark = pytest.mark.integration
 
-
-def parent_of(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_with_the_pool():
