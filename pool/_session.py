@@ -1,26 +1,25 @@
 """One multiplexed Dispatch stream, as either end sees it.
 
 A dispatcher and a worker share one long-lived stream (gRPC, or framed
-messages on a unix socket: `_framing`) and run many calls over it at once (see ``_proto/leakypool.proto``). Both ends use this
-module: a `Session` routes incoming frames by call id, either to an
-`OutgoingCall` this end opened (odd ids on the dispatcher, even ids on the
-worker) or to the `CallHost` that serves calls the peer opened. Frames
-going out are batched: whatever the event loop produced in one turn leaves
-in one message, which is what makes many small calls cheap.
+messages on a unix socket: `_framing`) and run many calls over it at once
+(see ``_proto/leakypool.proto``). Both ends use this module: a `Session`
+routes incoming frames by call id, either to an `OutgoingCall` this end
+opened (odd ids on the dispatcher, even ids on the worker) or to the
+`CallHost` that serves calls the peer opened. Frames going out are batched
+by its `Outbox` (``_outbox``): whatever the event loop produced in one turn
+leaves in one message, which is what makes many small calls cheap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
+from ._outbox import Outbox, Write
 from ._proto import leakypool_pb2 as pb
 from ._rpc import UNIMPLEMENTED
-
-_log = logging.getLogger("leakypool.session")
 
 FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
     {pb.Outcome.RETURN, pb.Outcome.RAISE, pb.Outcome.STOP, pb.Outcome.CANCELLED}
@@ -28,7 +27,6 @@ FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
 """Outcome kinds after which a call is over (YIELD is the only other)."""
 
 Read = Callable[[], Awaitable["pb.Frames | object"]]
-Write = Callable[[pb.Frames], Awaitable[None]]
 
 
 class CallHost(Protocol):
@@ -45,75 +43,6 @@ class CallHost(Protocol):
     def on_session_end(self, session: Session) -> None:
         """The stream is gone: stop every call the peer opened on it."""
         ...
-
-
-class Outbox:
-    """Frames waiting to leave on one stream; one writer task sends them in batches.
-
-    Frames are built in place inside the next batch (`frame`), so a large
-    value is copied into the message once, not once per wrapping message.
-    """
-
-    __slots__ = ("_batch", "_after", "_ready", "_closing")
-
-    def __init__(self) -> None:
-        self._batch = pb.Frames()
-        self._after: list[Callable[[], None]] = []  # to run once the next batch has been written
-        self._ready = asyncio.Event()
-        self._closing = False
-
-    def after_write(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once the batch being built has been handed to the transport.
-
-        Also runs if the stream fails first (so whatever waits on it learns of
-        the failure), never before the batch's frames left.
-        """
-        self._after.append(callback)
-        self._ready.set()
-
-    def frame(self, call_id: int) -> pb.Frame:
-        """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
-        frame = self._batch.frames.add()
-        frame.id = call_id
-        self._ready.set()
-        return frame
-
-    def close(self) -> None:
-        """Send what is queued, then make `pump` return."""
-        self._closing = True
-        self._ready.set()
-
-    async def pump(self, write: Write) -> None:
-        """Send batches until closed (and flushed), cancelled, or ``write`` fails.
-
-        The wake-up runs after the callbacks that were ready when the first
-        frame arrived, so whatever they add (a burst of dispatches, several
-        routines finishing) leaves in the same message.
-        """
-        after: list[Callable[[], None]] = []
-        try:
-            while True:
-                await self._ready.wait()
-                batch, self._batch = self._batch, pb.Frames()
-                after, self._after = self._after, []
-                self._ready.clear()
-                if batch.frames:
-                    await write(batch)
-                _run_all(after)
-                after = []
-                if self._closing and not self._batch.frames:
-                    return
-        finally:
-            _run_all(after + self._after)
-            self._after = []
-
-
-def _run_all(callbacks: list[Callable[[], None]]) -> None:
-    for callback in callbacks:
-        try:
-            callback()
-        except Exception:
-            _log.exception("after-write callback %r failed", callback)
 
 
 class OutgoingCall:
