@@ -441,7 +441,7 @@ class WorkerPool:
             workers=len(self._roster),
             local_workers=len(self._fleet),
             admitted=self._admission.admitted,
-            running=len(self._tickets) + len(self._job_tickets),
+            running=self.in_flight(),
             waiting_for_worker=self._admission.waiting,
             waiting_for_limits=sum(s.waiting for s in limits.values()),
             dispatched=self._admission.placement.dispatched,
