@@ -13,7 +13,7 @@ import math
 from collections.abc import Awaitable
 from typing import Any
 
-from . import BackpressureContext
+from ._protocol import BackpressureContext
 
 
 def _fraction(value: float, what: str) -> float:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from . import BackpressureContext
+from ._protocol import BackpressureContext
 
 ENV_VAR: Final[str] = "LEAKYPOOL_MAX_CONCURRENT_TASKS"
 """The variable `TaskCountBackpressure.from_env` reads."""

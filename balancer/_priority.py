@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from . import LoadBalancerContextView, iter_ascending
+from ._protocol import LoadBalancerContextView, iter_ascending
 
 
 class PriorityLoadBalancer:

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from . import LoadBalancerContextView, snapshot_ascending
+from ._protocol import LoadBalancerContextView, snapshot_ascending
 
 
 class RoundRobinLoadBalancer:

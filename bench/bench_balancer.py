@@ -16,8 +16,8 @@ import types
 import uuid
 
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
-from pool._ids import new_uid
-from pool._roster import Roster
+from pool._base._ids import new_uid
+from pool._dispatch._roster import Roster
 
 SIZES = (10, 100, 1_000)
 ROUNDS = 2_000

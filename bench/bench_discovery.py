@@ -24,7 +24,7 @@ import uvloop
 
 import pool
 from bench import routines
-from pool._local_worker import _watch_exit
+from pool._fleet._local_worker import _watch_exit
 
 RUNS = 5
 

@@ -22,7 +22,7 @@ import uvloop
 import pool
 from bench import routines
 from bench.workloads import concurrent, sequential, summarize_us
-from pool._limits import Limits, Ticket
+from pool._dispatch._limits import Limits, Ticket
 
 CALLS, IN_FLIGHT, WARMUP, ROUNDS = 5_000, 256, 200, 3
 QUEUE = pool.Queue("bench", concurrency=100_000)

@@ -94,8 +94,8 @@ def update_cost_us(n: int = 200_000) -> float:
     """CPU of the per-call metric updates alone (accept + end), measured without the noise of a pool."""
     from types import SimpleNamespace
 
-    from pool._metrics import PoolMetrics
-    from pool._proto import leakypool_pb2 as pb
+    from pool._observe._metrics import PoolMetrics
+    from pool._transport._proto import leakypool_pb2 as pb
 
     metrics = PoolMetrics(lambda: None, lambda: None)  # type: ignore[arg-type,return-value]
     call = SimpleNamespace(cancelled_here=False, final=pb.Frame(outcome=pb.Outcome(kind=pb.Outcome.RETURN)))

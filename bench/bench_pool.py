@@ -22,9 +22,25 @@ import pool
 from backpressure import TaskCountBackpressure
 from bench import routines
 from bench.workloads import (
-    COLD_REPEATS, IO_CALLS, IO_CONCURRENCY, IO_SLEEP_S, IO_WARMUP, LAT_CALLS, LAT_WARMUP, PAYLOAD_BYTES,
-    PAYLOAD_CALLS, PAYLOAD_WARMUP, TP_CALLS, TP_CONCURRENCY, TP_WARMUP, WORKERS, concurrent, log, proc_cpu_s,
-    sequential, summarize_us,
+    COLD_REPEATS,
+    IO_CALLS,
+    IO_CONCURRENCY,
+    IO_SLEEP_S,
+    IO_WARMUP,
+    LAT_CALLS,
+    LAT_WARMUP,
+    PAYLOAD_BYTES,
+    PAYLOAD_CALLS,
+    PAYLOAD_WARMUP,
+    TP_CALLS,
+    TP_CONCURRENCY,
+    TP_WARMUP,
+    WORKERS,
+    concurrent,
+    log,
+    proc_cpu_s,
+    sequential,
+    summarize_us,
 )
 
 

@@ -32,26 +32,26 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # loaded on first use: see _LAZY
-    from ._calls import Task as Task
     from ._discovery import DiscoveryEvent as DiscoveryEvent
     from ._discovery import DiscoveryLike as DiscoveryLike
     from ._discovery import LocalDiscovery as LocalDiscovery
     from ._discovery import StaticDiscovery as StaticDiscovery
     from ._discovery._lan import LanDiscovery as LanDiscovery
-    from ._fanout import map as map
+    from ._dispatch._fanout import map as map
+    from ._dispatch._limits import Queue as Queue
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
     from ._jobs import SQLiteStore as SQLiteStore
-    from ._limits import GateStats as GateStats
-    from ._limits import Queue as Queue
+    from ._observe._progress import Progress as Progress
+    from ._observe._stats import GateStats as GateStats
+    from ._observe._stats import PoolStats as PoolStats
     from ._pool import WorkerPool as WorkerPool
-    from ._progress import Progress as Progress
     from ._routine import Routine as Routine
     from ._routine import routine as routine
-    from ._rpc import WorkerMetadata as WorkerMetadata
-    from ._stats import PoolStats as PoolStats
-    from ._tls import TlsCredentials as TlsCredentials
+    from ._transport._rpc import WorkerMetadata as WorkerMetadata
+    from ._transport._task import Task as Task
+    from ._transport._tls import TlsCredentials as TlsCredentials
 
 __all__ = sorted(
     [
@@ -97,23 +97,23 @@ __all__ = sorted(
 _LAZY: dict[str, str] = {
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
-    "GateStats": "._limits",
+    "GateStats": "._observe._stats",
     "Job": "._jobs",
     "JobStore": "._jobs",
     "LanDiscovery": "._discovery._lan",
     "LocalDiscovery": "._discovery",
-    "PoolStats": "._stats",
+    "PoolStats": "._observe._stats",
     "PostgresStore": "._jobs",
-    "Progress": "._progress",
-    "Queue": "._limits",
+    "Progress": "._observe._progress",
+    "Queue": "._dispatch._limits",
     "Routine": "._routine",
     "SQLiteStore": "._jobs",
     "StaticDiscovery": "._discovery",
-    "Task": "._calls",
-    "TlsCredentials": "._tls",
-    "WorkerMetadata": "._rpc",
+    "Task": "._transport._task",
+    "TlsCredentials": "._transport._tls",
+    "WorkerMetadata": "._transport._rpc",
     "WorkerPool": "._pool",
-    "map": "._fanout",
+    "map": "._dispatch._fanout",
     "routine": "._routine",
 }
 """Public names whose modules load on first use, so ``import pool`` is cheap: a

@@ -14,7 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     if args[0] == "status":
-        from ._status_view import main as status
+        from ._observe._status_view import main as status
 
         return status(args[1:])
     print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

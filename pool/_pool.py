@@ -1,65 +1,59 @@
-"""WorkerPool: the workers a process dispatches routines to, and the dispatch path.
+"""WorkerPool: the workers a process dispatches routines to, for the duration of an ``async with``.
 
-    routine call ──> Task ──> WorkerPool.dispatch(task)
-                                 │ Admission.admit        ceiling (max_pending) ── AdmissionRejected
-                                 │ Limits.acquire         workflow, queue key, queue total (FIFO; Deadlock)
-                                 │ Admission.dispatch     FIFO queue for a worker (queue_depth, deadline)
-                                 │   └ Placement.place:
-                                 │       balancer.delegate(task, context=roster)
-                                 v
-                     ┌── candidate uid ──> connection.dispatch(task) ──> Accept ──> OutgoingCall
-                     │       WorkerRejected ────┤ (transient: keep the worker)
-                     │       WorkerBroken ──────┘ (hard code: evict first)
-                     └──── athrow(exc) ── next candidate ... generator ends: NoWorkersAvailable
+The pool is the public surface that wires the layers below together:
 
-A call keeps its ticket (admission place, limit slots) until it ends;
-then the slots go to the next waiters and the queue's pump tries again.
+    LocalFleet (_fleet) ──on READY──> Membership (_dispatch) ──> Roster: what balancers see
+    discovery (_discovery) ──events──┘
+    routine call ──> CallPath (_dispatch): admission, limits, queue, placement ──> a worker's stream (_transport)
+    Scheduler (_jobs): the store's jobs, placed through the same CallPath
+    PoolObserver (_observe): /metrics, /status, read from all of the above
+
 Every background task (the admission pump, relays of nested calls,
 discovery, closing connections) belongs to the pool's `TaskOwner`, which
 cancels and awaits them on exit.
-
-Membership comes from the workers this pool spawns (`LocalFleet`) and
-from a discovery backend; both land in `Roster`, the read-only view the
-balancer sees.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 from backpressure import BackpressureLike
+from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
-from ._admission import Admission
-from ._calls import RemoteGenerator, Task, call_failure, call_routine
-from ._config import PoolConfig
-from ._connection import WorkerConnection
+from ._base._tasks import TaskOwner
+from ._config import POOL_SETTINGS, PoolConfig
 from ._discovery import DiscoveryLike
-from ._errors import AdmissionRejected, CapacityTimeout, ConfigError, PoolClosed
-from ._fleet import LocalFleet, worker_env
-from ._limits import Limits, Ticket
-from ._membership import Membership
-from ._placement import Placement
-from ._proto import leakypool_pb2 as pb
-from ._relay import NestedHost
-from ._routine import CallOptions, closed, opened, reset_dispatcher, set_dispatcher
-from ._rpc import WorkerMetadata
-from ._session import OutgoingCall
-from ._stats import PoolStats, WorkerSignals
-from ._tasks import TaskOwner
-from ._tls import TlsCredentials
+from ._dispatch._admission import Admission
+from ._dispatch._membership import Membership
+from ._dispatch._path import CallPath
+from ._dispatch._placement import Placement
+from ._dispatch._relay import NestedHost
+from ._errors import ConfigError, PoolClosed
+from ._fleet._local_fleet import LocalFleet, worker_env
+from ._observe._stats import PoolStats, WorkerSignals
+from ._routine import CallOptions
+from ._transport._calls import RemoteGenerator, call_routine
+from ._transport._connection import WorkerConnection
+from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
+from ._transport._proto import leakypool_pb2 as pb
+from ._transport._rpc import WorkerMetadata
+from ._transport._session import OutgoingCall
+from ._transport._task import Task
+from ._transport._tls import TlsCredentials
 
 if TYPE_CHECKING:
     from ._jobs import Job, Jobs, JobStore, Scheduler
-    from ._observe import PoolObserver
+    from ._observe._observer import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
+
+POOL_SETTING_NAMES = frozenset(s.name for s in POOL_SETTINGS)
+"""`WorkerPool` arguments that are settings (each also read from its ``LEAKYPOOL_*`` variable)."""
 
 
 class WorkerPool:
@@ -149,25 +143,9 @@ class WorkerPool:
         template_fork: bool | None = None,
         use_env: bool = True,
     ) -> None:
-        config = PoolConfig.from_env(
-            os.environ if use_env else None,
-            spawn=spawn,
-            queue_depth=queue_depth,
-            admission_timeout=admission_timeout,
-            dispatch_deadline=dispatch_deadline,
-            max_pending=max_pending,
-            max_workers=max_workers,
-            idle_timeout=idle_timeout,
-            hold_slot_while_waiting=hold_slot_while_waiting,
-            startup_timeout=startup_timeout,
-            shutdown_grace=shutdown_grace,
-            store=store if isinstance(store, str) else None,
-            lease_ttl=lease_ttl,
-            metrics_port=metrics_port,
-            local_transport=local_transport,
-            worker_template=worker_template,
-            template_fork=template_fork,
-        )
+        settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
+        settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
+        config = PoolConfig.from_env(os.environ if use_env else None, **settings)
         self._config = config
         minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
         self._discovery = discovery
@@ -209,9 +187,12 @@ class WorkerPool:
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
         )
-        self._limits = Limits()
-        self._tickets: dict[OutgoingCall, Ticket] = {}
-        self._job_tickets: dict[OutgoingCall, Ticket] = {}
+        self._path = CallPath(
+            self._admission,
+            default_deadline=config.dispatch_deadline,
+            capacity_changed=self._capacity_changed,
+            workers=lambda: len(self._roster),
+        )
         self._scheduler: Scheduler | None = None
         if (store is not None and not isinstance(store, str)) or config.store:
             from ._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
@@ -220,7 +201,7 @@ class WorkerPool:
             assert job_store is not None
             self._scheduler = Scheduler(
                 job_store,
-                self._place_job,
+                self._path.place_job,
                 self._fleet.grow,
                 lambda: len(self._roster) > 0 or self._fleet.maximum > 0,
                 lease_ttl=config.lease_ttl,
@@ -228,21 +209,19 @@ class WorkerPool:
                 max_pending=config.max_pending,
             )
         self._token: Any = None
-        self._state = "new"
-        self._capacity_timeouts = 0
         self._observer: PoolObserver | None = None
         if config.metrics_port is not None:
-            from ._observe import PoolObserver  # prometheus-client loads only for a pool with metrics
+            from ._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
 
             self._observer = PoolObserver(self, config.metrics_port)
-        self._metrics = None if self._observer is None else self._observer.metrics
+            self._path.metrics = self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------
 
     async def __aenter__(self) -> WorkerPool:
-        if self._state != "new":
+        if self._path.state != "new":
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
-        self._state = "starting"
+        self._path.state = "starting"
         try:
             await self._fleet.prepare()  # first: the template forks only while no thread (a store's) runs
             if self._scheduler is not None:
@@ -257,7 +236,7 @@ class WorkerPool:
             raise
         if self._discovery is not None:
             self._tasks.spawn(self._membership.follow(self._discovery), name="discovery")
-        self._state = "open"
+        self._path.state = "open"
         self._token = set_dispatcher(self)
         opened(self)
         return self
@@ -274,24 +253,18 @@ class WorkerPool:
 
     async def _shutdown(self) -> None:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
-        self._state = "closed"
+        self._path.state = "closed"
         self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
         if self._observer is not None:
             await self._observer.aclose()
-        if self._scheduler is not None:
-            self._scheduler.stop_leasing()
-        try:
+        async with contextlib.AsyncExitStack() as stack:  # each step runs even if one before it fails
+            stack.push_async_callback(self._tasks.aclose)
+            stack.push_async_callback(self._membership.close)
+            if self._scheduler is not None:
+                self._scheduler.stop_leasing()
+                stack.push_async_callback(self._scheduler.store.close)
+                stack.push_async_callback(self._scheduler.aclose)
             await self._fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
-        finally:
-            try:
-                if self._scheduler is not None:
-                    await self._scheduler.aclose()
-                    await self._scheduler.store.close()
-            finally:
-                try:
-                    await self._membership.close()
-                finally:
-                    await self._tasks.aclose()
 
     def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
         for connection in connections:
@@ -313,11 +286,11 @@ class WorkerPool:
 
     def call(self, task: Task) -> Any:
         """Run a coroutine routine's task; see `pool.routine`."""
-        return call_routine(self, task)
+        return call_routine(self._path, task)
 
     def generator(self, task: Task) -> RemoteGenerator:
         """Run an async-generator routine's task; see `pool.routine`."""
-        return RemoteGenerator(self, task)
+        return RemoteGenerator(self._path, task)
 
     async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it.
@@ -336,50 +309,7 @@ class WorkerPool:
             Deadlock: it needs a slot only its own callers hold.
             WorkflowHalted: an earlier call of its workflow failed (halt_on_error).
         """
-        if self._state != "open":
-            raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
-        try:
-            ticket = self._admission.admit(task, None if parent is None else self._tickets.get(parent))
-        except AdmissionRejected:
-            if self._metrics is not None:
-                self._metrics.rejected(task.name)
-            raise
-        limit = task.dispatch_deadline or self._config.dispatch_deadline
-        deadline = asyncio.timeout(limit)
-        try:
-            async with deadline:
-                if task.queue or task.workflow:
-                    await self._limits.acquire(ticket)
-                call = await self._admission.dispatch(ticket)
-        except BaseException as exc:
-            self._end(ticket, exc if isinstance(exc, Exception) else None)
-            if self._metrics is not None and isinstance(exc, AdmissionRejected):
-                self._metrics.rejected(task.name)
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                self._capacity_timeouts += 1
-                if self._metrics is not None:
-                    self._metrics.timed_out(task.name)
-                raise CapacityTimeout(
-                    f"{task.name}() waited {limit:g}s (dispatch_deadline) without "
-                    f"starting: {self._admission.waiting} calls queued for {len(self._roster)} workers"
-                ) from None
-            raise
-        self._tickets[call] = ticket
-        if self._metrics is not None:
-            ticket.accepted_at = self._metrics.accepted(task.name, ticket.admitted_at)
-        call.on_finish(self._call_ended)
-        return call
-
-    def _call_ended(self, call: OutgoingCall) -> None:
-        ticket = self._tickets.pop(call)
-        if self._metrics is not None:
-            self._metrics.ended(call, ticket.task.name, ticket.accepted_at)
-        self._end(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
-
-    def _end(self, ticket: Ticket, error: BaseException | None) -> None:
-        self._limits.release(ticket, error)
-        self._admission.release(ticket)
-        self._admission.capacity_changed()
+        return await self._path.dispatch(task, parent)
 
     def _capacity_changed(self) -> None:
         self._admission.capacity_changed()
@@ -403,40 +333,15 @@ class WorkerPool:
 
     async def submit(self, task: Task, options: CallOptions) -> Job:
         """Commit a job for ``task`` (see `pool.Routine.submit`)."""
-        if self._state != "open":
-            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._state}")
+        if self._path.state != "open":
+            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._path.state}")
         return await self.jobs.submit(task, options)
-
-    async def _place_job(self, task: Task) -> OutgoingCall | None:
-        """One dispatch attempt for a job: its limits if free (else None), then the balancer."""
-        if self._state != "open":
-            raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self._state}")
-        ticket = Ticket(task, None, time.monotonic())
-        if (task.queue or task.workflow) and not self._limits.try_acquire(ticket):
-            return None
-        try:
-            call = await self._admission.placement.place(task)
-        except BaseException:
-            self._limits.release(ticket)
-            raise
-        self._job_tickets[call] = ticket
-        if self._metrics is not None:
-            ticket.accepted_at = self._metrics.accepted(task.name, ticket.admitted_at)
-        call.on_finish(self._job_ended)
-        return call
-
-    def _job_ended(self, call: OutgoingCall) -> None:
-        ticket = self._job_tickets.pop(call)
-        if self._metrics is not None:
-            self._metrics.ended(call, ticket.task.name, ticket.accepted_at)
-        self._limits.release(ticket, call_failure(call, ticket.task.name) if ticket.task.halt_on_error else None)
-        self._capacity_changed()
 
     # -- introspection -------------------------------------------------------------
 
     def stats(self) -> PoolStats:
         """Load now: calls running and waiting, overall and per queue, key and workflow."""
-        limits = self._limits.stats()
+        limits = self._path.limits.stats()
         return PoolStats(
             workers=len(self._roster),
             local_workers=len(self._fleet),
@@ -446,7 +351,7 @@ class WorkerPool:
             waiting_for_limits=sum(s.waiting for s in limits.values()),
             dispatched=self._admission.placement.dispatched,
             rejected=self._admission.rejected,
-            capacity_timeouts=self._capacity_timeouts,
+            capacity_timeouts=self._path.capacity_timeouts,
             grown=self._fleet.grown,
             limits=limits,
             shrunk=self._fleet.shrunk,
@@ -482,26 +387,11 @@ class WorkerPool:
 
         Workers that do not answer within ``timeout`` are left out.
         """
-        connections = list(self._roster.connections())
-        answers = await asyncio.gather(*(c.state(timeout) for c in connections), return_exceptions=True)
-        return {
-            c.metadata.uid: answer
-            for c, answer in zip(connections, answers, strict=True)
-            if not isinstance(answer, BaseException)
-        }
+        return await self._membership.states(timeout)
 
     def in_flight(self) -> int:
         """Calls dispatched through this pool that have not ended."""
-        return len(self._tickets) + len(self._job_tickets)
+        return self._path.in_flight
 
     def __repr__(self) -> str:
-        s = self.stats()
-        text = (
-            f"<WorkerPool {self._state} [Workers: {s.workers} ({s.local_workers} local) | "
-            f"Calls: {s.running} running, {s.waiting_for_worker + s.waiting_for_limits} waiting, "
-            f"{s.dispatched} dispatched"
-        )
-        if s.rejected or s.capacity_timeouts:
-            text += f", {s.rejected} rejected, {s.capacity_timeouts} timed out"
-        limits = ", ".join(f"{name}: {g.running} running, {g.waiting} waiting" for name, g in s.limits.items())
-        return text + (f" | {limits}]>" if limits else "]>")
+        return f"<WorkerPool {self._path.state} [{self.stats().summary()}]>"

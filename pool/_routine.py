@@ -9,92 +9,25 @@ generator function, an async iterator) that runs it remotely.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import inspect
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from . import _wire
-from ._calls import Dispatcher, Task
-from ._errors import ConfigError, PoolClosed
-from ._limits import Queue
+from ._dispatch._limits import Queue
+from ._errors import ConfigError
+from ._transport import _wire
+from ._transport._dispatcher import current_dispatcher
+from ._transport._task import Task
 
 if TYPE_CHECKING:
     from ._jobs import Job
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_dispatcher: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("leakypool_dispatcher", default=None)
-
-_open: dict[int, list[Dispatcher]] = {}
-"""Pools open on each event loop (by id), innermost last: the fallback for tasks
-that did not inherit the context of an ``async with`` (a web framework's request
-handlers run in tasks started before the app's pool opened)."""
-
-
-def current_dispatcher(name: str) -> Dispatcher:
-    """Where a call made here goes. Raises `PoolClosed` when there is nowhere.
-
-    The dispatcher of this context (the innermost ``async with WorkerPool``
-    around the call, or a worker's upstream), else the pool most recently
-    opened on this event loop that is still open.
-    """
-    dispatcher = _dispatcher.get()
-    if dispatcher is None:
-        try:
-            opened = _open.get(id(asyncio.get_running_loop()))
-        except RuntimeError:
-            opened = None
-        if not opened:
-            raise PoolClosed(
-                f"{name}() was called with no active WorkerPool; call it inside "
-                "`async with pool.WorkerPool(...):` (or from a routine running on a worker)"
-            )
-        dispatcher = opened[-1]
-    return dispatcher
-
-
-def opened(dispatcher: Dispatcher) -> None:
-    """Record ``dispatcher`` as open on the running loop (see `current_dispatcher`)."""
-    _open.setdefault(id(asyncio.get_running_loop()), []).append(dispatcher)
-
-
-def closed(dispatcher: Dispatcher) -> None:
-    """Undo `opened`."""
-    key = id(asyncio.get_running_loop())
-    stack = _open.get(key, [])
-    if dispatcher in stack:
-        stack.remove(dispatcher)
-    if not stack:
-        _open.pop(key, None)
-
-
-@contextlib.contextmanager
-def dispatching_to(dispatcher: Dispatcher) -> Iterator[None]:
-    """Within this block (and tasks it starts), routine calls go to ``dispatcher``."""
-    token = _dispatcher.set(dispatcher)
-    try:
-        yield
-    finally:
-        _dispatcher.reset(token)
-
-
-def set_dispatcher(dispatcher: Dispatcher | None) -> contextvars.Token[Dispatcher | None]:
-    """Make ``dispatcher`` current in this context; returns the token to undo it."""
-    return _dispatcher.set(dispatcher)
-
-
-def reset_dispatcher(token: contextvars.Token[Dispatcher | None]) -> None:
-    """Undo `set_dispatcher`."""
-    _dispatcher.reset(token)
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallOptions:

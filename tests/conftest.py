@@ -18,9 +18,6 @@ import pytest
 import uvloop
 
 
-
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run ``async def`` tests to completion on a new uvloop loop."""

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Regenerate pool/_proto/leakypool_pb2.py(i) from leakypool.proto.
+# Regenerate pool/_transport/_proto/leakypool_pb2.py(i) from leakypool.proto.
 #
 # The stubs are committed so that a plain `pip install` needs no compiler.
 # They are generated with grpcio-tools 1.76 (protoc 31.1, protobuf gencode
 # 6.31.1), the oldest runtime leakypool supports, so the same stubs load
 # under protobuf 6.31+ and 7.x (wool, an optional extra, pins protobuf<7).
 set -euo pipefail
-cd "$(dirname "$0")/../pool/_proto"
+cd "$(dirname "$0")/../pool/_transport/_proto"
 venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
 python3 -m venv "$venv"

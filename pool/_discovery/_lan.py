@@ -26,8 +26,8 @@ from typing import Final
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from .._rpc import WorkerMetadata
-from .._tasks import TaskOwner
+from .._base._tasks import TaskOwner
+from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
 
 _log = logging.getLogger("leakypool.discovery")

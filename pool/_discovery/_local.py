@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from .._config import default_registry
-from .._rpc import WorkerMetadata
+from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
 
 _log = logging.getLogger("leakypool.discovery")

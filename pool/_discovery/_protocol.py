@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol, runtime_checkable
 
-from .._rpc import WorkerMetadata
+from .._transport._rpc import WorkerMetadata
 
 EventKind = Literal["added", "updated", "dropped"]
 

@@ -7,7 +7,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
-from .._rpc import WorkerMetadata
+from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
@@ -70,7 +70,7 @@ class StaticDiscovery:
 
 async def probe(address: str, timeout: float) -> WorkerMetadata | None:
     """Ask the (plain) worker at ``address`` who it is; None if it does not answer."""
-    from .._connection import open_channel  # the client side loads only for a pool that probes
+    from .._transport._connection import open_channel  # the client side loads only for a pool that probes
 
     channel = open_channel(address)
     try:

@@ -16,10 +16,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .. import _wire
-from .._calls import Task, outcome_result
 from .._errors import SerializationError, StoreError, WorkerBroken
-from .._proto import leakypool_pb2 as pb
+from .._transport import _wire
+from .._transport._calls import outcome_result
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._task import Task
 from ._codec import RetryPolicy
 from ._store import JobRecord
 

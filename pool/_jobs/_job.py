@@ -13,22 +13,30 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from .._calls import Task, outcome_result
 from .._errors import ConfigError
-from .._proto import leakypool_pb2 as pb
+from .._transport._calls import outcome_result
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._task import Task
 from ._codec import RetryPolicy, encode
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob
-
-if TYPE_CHECKING:
-    from .._routine import CallOptions
 
 POLL_MIN_S: Final[float] = 0.05
 """First interval at which `Job.result` rereads a job another process runs."""
 
 POLL_MAX_S: Final[float] = 0.5
 """Longest interval between two rereads (the wait doubles up to it)."""
+
+
+class JobOptions(Protocol):
+    """What a submission reads of its routine's options (`pool.Routine.options` carries them)."""
+
+    job_id: str
+    retries: int
+    retry_backoff: float
+    retry_on: tuple[type[BaseException], ...]
+    dispatch_deadline: float | None
 
 
 def _when(timestamp: float | None) -> datetime.datetime | None:
@@ -176,7 +184,7 @@ class Jobs:
         if waiter is not None and not waiter.done():
             waiter.set_result(record)
 
-    async def submit(self, task: Task, options: CallOptions) -> Job:
+    async def submit(self, task: Task, options: JobOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
         now = time.time()
         payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))

@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from .._base._tasks import TaskOwner
 from .._errors import StoreError
-from .._tasks import TaskOwner
 from ._attempt import Outage
 from ._store import JobStore, WatchableStore
 

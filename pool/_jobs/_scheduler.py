@@ -27,19 +27,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from .._calls import CANCEL_CONFIRM_S, Task
-from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, StoreError, WorkerBroken
-from .._proto import leakypool_pb2 as pb
-from .._session import OutgoingCall
-from .._tasks import TaskOwner
+from .._base._tasks import TaskOwner
+from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, StoreError
+from .._transport._session import OutgoingCall
+from .._transport._task import Task
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, decide, persist
-from ._attempt import describe as _describe
+from ._attempt import Outage, persist
 from ._attempt import due_order as _due_order
-from ._attempt import raised as _raised
 from ._codec import decode
 from ._job import Jobs
 from ._presence import Presence
+from ._recorder import Recorder
 from ._store import JobRecord, JobStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -96,6 +94,7 @@ class Scheduler:
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
+        self._recorder = Recorder(store, self.owner)
         self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running)
         self.jobs = Jobs(
             store,
@@ -349,28 +348,7 @@ class Scheduler:
             self._wake.set()  # room for more placements
         final: JobRecord | None = None
         try:
-            attempt.started = time.time()
-            try:
-                marked = await self.store.mark_running(job.id, self.owner, attempt.started)
-            except StoreError:
-                # The write may have committed before the connection broke: ask again,
-                # and count "already running, ours" as done (the worker runs it meanwhile).
-                marked = await persist(f"marking job {job.id} running", lambda: self._mark_again(job, attempt))
-            if not marked:
-                call.cancel()  # cancelled (or taken) meanwhile
-                return
-            try:
-                frame = await call.receive()
-                outcome = frame.outcome
-            except WorkerBroken as exc:
-                outcome = _raised(exc, job.routine)
-            except asyncio.CancelledError:
-                await call.abort(CANCEL_CONFIRM_S)
-                if not attempt.cancel_requested:
-                    raise  # the pool is closing: release_owner re-queues it
-                final = await self._finish(attempt, "cancelled", None, "cancelled by request")
-                return
-            final = await self._record(attempt, outcome)
+            final = await self._recorder.follow(attempt, call)
         finally:
             self._running.pop(job.id, None)
             self._held.discard(job.id)
@@ -378,45 +356,8 @@ class Scheduler:
             if job.queue or job.workflow:
                 self._wake.set()  # a shared limit slot is free now: lease what it lets through
 
-    async def _record(self, attempt: _Attempt, outcome: pb.Outcome) -> JobRecord | None:
-        """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""
-        job = attempt.job
-        verdict = decide(job, attempt.policy, outcome)
-        if verdict.retry_in is None:
-            return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error)
-        due = time.time() + verdict.retry_in
-        await persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
-        _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
-                  verdict.retry_in)
-        return None
-
-    async def _finish(self, attempt: _Attempt, state: str, outcome: pb.Outcome | None, error: str) -> JobRecord | None:
-        job = attempt.job
-        data = None if outcome is None else outcome.SerializeToString()
-        now = time.time()
-        finished = await persist(
-            f"recording job {job.id}", lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error)
-        )
-        if not finished:
-            _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
-            return None
-        return JobRecord(
-            job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
-            job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
-        )
-
-    async def _mark_again(self, job: JobRecord, attempt: _Attempt) -> bool:
-        record = await self.store.get(job.id)
-        if record is not None and record.state == "running" and record.owner == self.owner:
-            return True
-        return await self.store.mark_running(job.id, self.owner, attempt.started or time.time())
-
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
-        outcome = _raised(error, job.routine)
-        await persist(
-            f"failing job {job.id}",
-            lambda: self.store.fail_pending(job.id, self.owner, time.time(), _describe(error), outcome.SerializeToString()),
-        )
+        await self._recorder.fail_pending(job, error)
         self._held.discard(job.id)
         self.jobs.notify_finished(job.id, None)
 

@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 
 from .._config import ConfigError, WorkerConfig
-from .._proto import leakypool_pb2 as pb
-from .._rpc import SERVER_OPTIONS, SERVICE, bind_address
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
 from ._service import WorkerService, undecodable
 
 

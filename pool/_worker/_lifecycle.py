@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from .._tasks import TaskOwner
+from .._base._tasks import TaskOwner
 from ._admission import WorkerAdmission
 
 _log = logging.getLogger("leakypool.worker")

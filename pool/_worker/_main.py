@@ -20,12 +20,12 @@ from typing import Any
 
 from backpressure import BackpressureLike, TaskCountBackpressure
 
-from .. import _malloc, _wire
+from .._base._ids import new_uid
 from .._config import ConfigError, WorkerConfig, default_registry, fail
 from .._discovery import LocalPublisher
-from .._http import ObservationServer
-from .._ids import new_uid
-from .._rpc import WorkerMetadata, bind_address
+from .._observe._http import ObservationServer
+from .._transport import _malloc, _wire
+from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
 from ._service import WorkerService
 from ._threads import new_event_loop

@@ -31,17 +31,18 @@ from typing import Any, Final
 
 from backpressure import BackpressureLike
 
-from .._calls import Task
+from .._base._tasks import TaskOwner
 from .._errors import WorkerBroken
-from .._proto import leakypool_pb2 as pb
-from .._rpc import FAILED_PRECONDITION
-from .._session import Read, Session, Write
-from .._tasks import TaskOwner
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import FAILED_PRECONDITION
+from .._transport._session import Read, Session, Write
+from .._transport._task import Task
 from .._version import __version__
 from ._admission import Verdict, WorkerAdmission
+from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
-from ._runner import Code, Hosted, Outcome, RoutineRunner
+from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
 

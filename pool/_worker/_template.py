@@ -23,7 +23,7 @@ exits; its workers go on until their own lifelines close.
 
 Two ways in: ``python -m`` (above: a fresh interpreter that imports the
 worker side), or `main_forked`, when the pool ``fork()``ed the template
-from its own process, which had no other thread (see `pool._template`):
+from its own process, which had no other thread (see `pool._fleet._template`):
 then every module the pool had loaded is already here, and the template
 first lets go of what the pool's process had running (`_leave_the_pool`).
 """
@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from .._process import native_threads
+from .._base._process import native_threads
 
 MAX_MESSAGE = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The worker service on a unix socket, without HTTP/2: what a pool's own workers serve (see `pool._framing`)."""
+"""The worker service on a unix socket, without HTTP/2: what a pool's own workers serve (see `pool._transport._framing`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 import os
 from typing import Final
 
-from .._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, method_of
-from .._proto import leakypool_pb2 as pb
-from .._tasks import TaskOwner
+from .._base._tasks import TaskOwner
+from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, method_of
+from .._transport._proto import leakypool_pb2 as pb
 from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")

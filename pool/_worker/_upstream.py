@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._calls import RemoteGenerator, Task, call_routine, open_call
-from .._session import OutgoingCall
-
-if TYPE_CHECKING:
-    from ._runner import Host, Hosted
+from .._transport._calls import RemoteGenerator, call_routine, open_call
+from .._transport._session import OutgoingCall
+from .._transport._task import Task
+from ._hosted import Host, Hosted
 
 
 class Upstream:

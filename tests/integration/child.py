@@ -13,7 +13,7 @@ import os
 import subprocess
 from typing import Any
 
-from pool._process import watch_exit as _watch_exit
+from pool._base._process import watch_exit as _watch_exit
 
 
 class Child:

@@ -7,7 +7,6 @@ Run as a script so that the process is single-threaded, as the fork needs
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -18,10 +17,9 @@ import warnings
 import uvloop
 
 import pool
-from pool import _template
+from pool._fleet import _template
 from tests.integration import routines
 from tests.integration.child import parent_of
-
 
 
 async def main(logfile: str) -> dict[str, object]:

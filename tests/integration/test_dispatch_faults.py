@@ -108,7 +108,7 @@ async def test_silent_worker_should_be_passed_over_after_the_accept_timeout():
     import time
 
     from balancer import PriorityLoadBalancer
-    from pool._calls import ACCEPT_TIMEOUT_S
+    from pool._transport._calls import ACCEPT_TIMEOUT_S
 
     async with pool.WorkerPool(spawn=2, loadbalancer=PriorityLoadBalancer()) as p:
         lowest = min(p.workers.values(), key=lambda m: m.uid.int)

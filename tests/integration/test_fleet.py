@@ -13,7 +13,7 @@ import signal
 import pytest
 
 import pool
-from pool import _fleet
+from pool._fleet import _local_fleet as _fleet
 from tests.integration import routines
 from tests.integration.helpers import eventually, until_members
 

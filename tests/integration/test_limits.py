@@ -11,8 +11,8 @@ import pytest
 import pool
 from backpressure import TaskCountBackpressure
 from tests.integration import routines
-from tests.integration.routines import max_overlap
 from tests.integration.helpers import eventually
+from tests.integration.routines import max_overlap
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import pool
-from pool._process import native_threads
+from pool._base._process import native_threads
 from tests.integration import routines
 from tests.integration.child import Child, alive, parent_of
 from tests.integration.helpers import eventually, until_members

@@ -101,7 +101,7 @@ async def test_undecodable_frames_on_a_unix_socket_should_end_that_connection_an
     import struct
 
     import pool
-    from pool._framing import hello
+    from pool._transport._framing import hello
     from tests.integration import routines
 
     async with pool.WorkerPool(spawn=1) as p:

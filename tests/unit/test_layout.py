@@ -1,4 +1,11 @@
-"""Tests for the layout DESIGN.md promises: the process boundary is a folder boundary."""
+"""Tests for the layout DESIGN.md promises: layers in the tree, imports flowing one way, no circle.
+
+The dispatching process has three layers under its public surface (deciding,
+talking to workers, being observed), each a sub-package of ``pool``; the
+worker process is a folder of its own. These tests read every module's
+imports (``TYPE_CHECKING`` ones too: a type-only import is still a
+dependency a reader must follow) and check them against `ALLOWED`.
+"""
 
 from __future__ import annotations
 
@@ -6,56 +13,232 @@ import ast
 import pathlib
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
+PACKAGES = ("pool", "balancer", "backpressure")
 
-DISPATCHING_SIDE = {
-    "_admission", "_connection", "_fanout", "_fleet", "_local_worker", "_membership", "_placement",
-    "_pool", "_relay", "_roster", "_stats", "_tls", "_jobs", "_observe", "_metrics", "_grpc_channel",
-    "_unix_channel",
+MAX_MODULE_LINES = 400
+"""A module is one job (STYLE.md): past this, split it."""
+
+LEAVES = frozenset({"pool._errors", "pool._config", "pool._parse", "pool._version", "balancer", "backpressure"})
+"""Imported from anywhere: the error tree, settings, the version, and the two embeddable leaf packages."""
+
+SURFACE = frozenset({"pool", "pool._pool", "pool._routine", "pool._cli"})
+"""The public surface: it wires the layers together, so it may import any of them."""
+
+ALLOWED: Mapping[str, frozenset[str]] = {
+    "pool._base": frozenset(),
+    "pool._transport": frozenset({"pool._base"}),
+    "pool._discovery": frozenset({"pool._transport", "pool._base"}),
+    "pool._observe": frozenset({"pool._transport", "pool._base"}),
+    "pool._fleet": frozenset({"pool._transport", "pool._base"}),
+    "pool._jobs": frozenset({"pool._transport", "pool._base"}),
+    "pool._dispatch": frozenset({"pool._transport", "pool._discovery", "pool._observe", "pool._base"}),
+    "pool._worker": frozenset({"pool._transport", "pool._discovery", "pool._observe", "pool._base"}),
 }
-"""Modules of the dispatching process that the worker side must not import."""
+"""Layer -> the layers it may import (besides itself and `LEAVES`). Nothing imports upward:
+surface -> dispatch -> transport -> base; jobs, fleet and observe beside dispatch, below the surface."""
+
+WORKER_MAY_NOT_IMPORT = frozenset({
+    "pool._transport._connection", "pool._transport._unix_channel", "pool._transport._grpc_channel",
+    "pool._transport._tls", "pool._observe._observer", "pool._observe._metrics", "pool._observe._status_view",
+    "pool._observe._progress", "pool._observe._stats",
+})
+"""Dispatching-side modules inside layers both processes share: the worker imports only what both sides use."""
 
 
-def imported_modules(path: pathlib.Path) -> set[str]:
-    """Absolute dotted names ``path`` imports (relative imports resolved against its package)."""
-    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
-    if path.name == "__init__.py":
-        package = path.relative_to(ROOT).parts[:-1]
+# -- the checker ------------------------------------------------------------------------
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    """``pool/_dispatch/_limits.py`` -> ``pool._dispatch._limits``; a package's __init__ is the package."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
+    """Absolute dotted names ``path`` imports (relative imports resolved, ``from x import y`` as x.y too)."""
+    name = module_name(path, root)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
     return found
 
 
-def modules_outside_worker() -> list[pathlib.Path]:
-    paths = [*POOL.rglob("*.py"), *(ROOT / "balancer").rglob("*.py"), *(ROOT / "backpressure").rglob("*.py")]
-    return [p for p in paths if WORKER not in p.parents]
+def dependencies(path: pathlib.Path, root: pathlib.Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports: ``from pkg import name`` is pkg.name when that
+    is a module, else pkg (the module that defines the name); ``import a.b.c`` is its longest known prefix."""
+    name = module_name(path, root)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(_known(alias.name, known) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                found.add(sub if sub in known else _known(module, known))
+    return {m for m in found if m is not None and m != name}
 
 
-@pytest.mark.parametrize("path", modules_outside_worker(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_nothing_outside_the_worker_package_should_import_it(path):
-    """Test that the dispatching side (and shared code) never imports pool._worker."""
-    assert not any(m == "pool._worker" or m.startswith("pool._worker.") for m in imported_modules(path)), path
+def _known(dotted: str, known: set[str]) -> str | None:
+    while dotted and dotted not in known:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def module_graph(root: pathlib.Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (generated protobuf stubs left out)."""
+    paths = [p for package in packages for p in (root / package).rglob("*.py") if not p.name.endswith("_pb2.py")]
+    known = {module_name(p, root) for p in paths}
+    return {module_name(p, root): dependencies(p, root, known) for p in paths}
+
+
+def layer_of(module: str) -> str:
+    """The unit `ALLOWED` speaks of: a sub-package of pool, a surface or leaf module, or a leaf package."""
+    parts = module.split(".")
+    if parts[0] != "pool":
+        return parts[0]
+    if len(parts) > 1 and f"pool.{parts[1]}" in ALLOWED:
+        return f"pool.{parts[1]}"
+    return module if len(parts) <= 2 else ".".join(parts[:2])
+
+
+def forbidden_edges(graph: Mapping[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports that cross layers against `ALLOWED`: (importer, imported), sorted."""
+    bad = []
+    for module, deps in graph.items():
+        here = layer_of(module)
+        for dep in deps:
+            there = layer_of(dep)
+            if there == here:
+                continue
+            if here in ("balancer", "backpressure"):
+                allowed = False  # the leaf packages import nothing of ours
+            elif here in LEAVES:
+                allowed = there in LEAVES
+            elif here in SURFACE:
+                allowed = True
+            else:
+                allowed = there in LEAVES or there in ALLOWED.get(here, frozenset())
+            if not allowed:
+                bad.append((module, dep))
+    return sorted(bad)
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or around a loop (Tarjan's SCCs of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+GRAPH = module_graph(ROOT, PACKAGES)
+
+
+# -- the layout -----------------------------------------------------------------------------
+
+
+def test_no_module_should_cross_layers_upward():
+    """Test that every import runs down the layers (surface -> dispatch -> transport -> base)."""
+    assert forbidden_edges(GRAPH) == []
+
+
+def test_no_modules_should_import_each_other():
+    """Test that the import graph has no circle, of two modules or around a loop."""
+    assert cycles(GRAPH) == []
+
+
+def test_the_layers_should_have_no_circle_between_them():
+    """Test that, folded to layers, the graph still has no circle (no two layers lean on each other)."""
+    folded: dict[str, set[str]] = {}
+    for module, deps in GRAPH.items():
+        folded.setdefault(layer_of(module), set()).update(layer_of(d) for d in deps if layer_of(d) != layer_of(module))
+    assert cycles(folded) == []
 
 
 @pytest.mark.parametrize("path", sorted(WORKER.rglob("*.py")), ids=lambda p: p.name)
 def test_worker_package_should_import_only_what_both_sides_share(path):
-    """Test that the worker side imports no dispatching-side module."""
-    for module in imported_modules(path):
-        parts = module.split(".")
-        if parts[0] == "pool" and len(parts) > 1:
-            assert parts[1] not in DISPATCHING_SIDE, f"{path.name} imports {module}"
+    """Test that the worker side imports no dispatching-side module, even inside shared layers."""
+    name = module_name(path)
+    assert not (GRAPH[name] & WORKER_MAY_NOT_IMPORT), name
+
+
+def test_nothing_outside_the_worker_package_should_import_it():
+    """Test that the process boundary is a folder boundary: only pool._worker imports pool._worker."""
+    importers = {m for m, deps in GRAPH.items() for d in deps if d.startswith("pool._worker") and not m.startswith("pool._worker")}
+    assert importers == set()
+
+
+def test_the_leaf_packages_should_import_nothing_of_pool():
+    """Test that balancer/ and backpressure/ stay embeddable in other pools (wool)."""
+    for module, deps in GRAPH.items():
+        if module.split(".")[0] in ("balancer", "backpressure"):
+            assert not any(d.split(".")[0] == "pool" for d in deps), module
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if not p.name.endswith("_pb2.py")],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_module_should_stay_one_job(path):
+    """Test that no module grows past MAX_MODULE_LINES (split it by what it owns)."""
+    assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES
+
+
+def test_the_layout_should_have_the_promised_sub_packages():
+    """Test DESIGN.md's layout: the dispatching side's layers and the worker side are sub-packages of pool."""
+    for name in ("_dispatch", "_fleet", "_transport", "_observe", "_worker", "_discovery", "_jobs", "_base"):
+        assert (POOL / name / "__init__.py").is_file(), name
+
+
+def test_the_top_of_pool_should_hold_only_the_public_surface_and_leaves():
+    """Test that a reader of pool/ meets the public surface first: every other module lives in a layer."""
+    top = {module_name(p) for p in POOL.glob("*.py")}
+    assert top <= SURFACE | LEAVES
 
 
 def test_zeroconf_should_be_imported_by_the_lan_module_only():
@@ -67,7 +250,7 @@ def test_zeroconf_should_be_imported_by_the_lan_module_only():
 def test_grpc_should_be_imported_by_the_grpc_transport_modules_only():
     """Test that grpc stays behind the TCP transport: a pool of spawned workers and the workers never load it."""
     importers = {p.relative_to(POOL).as_posix() for p in POOL.rglob("*.py") if "grpc" in {m.split(".")[0] for m in imported_modules(p)}}
-    assert importers == {"_grpc_channel.py", "_worker/_grpc_server.py", "_tls.py"}  # _tls: for TLS credentials only
+    assert importers == {"_transport/_grpc_channel.py", "_worker/_grpc_server.py", "_transport/_tls.py"}
 
 
 @pytest.mark.parametrize(
@@ -88,24 +271,67 @@ def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_
 
     A fresh-interpreter template is ``python -m pool._worker._template``; a
     template forked from the pool's process enters the same module by name
-    once it is no longer the pool (pool/_template.py); a template preloads
-    the gRPC server for TCP workers (pool/_fleet.py).
+    once it is no longer the pool (_fleet/_template.py); a template preloads
+    the gRPC server for TCP workers (_fleet/_local_fleet.py).
     """
-    naming = {p.relative_to(POOL).as_posix() for p in modules_outside_worker() if '"pool._worker' in p.read_text()}
-    assert naming <= {"_template.py", "_fleet.py"}
+    outside = [p for p in POOL.rglob("*.py") if WORKER not in p.parents]
+    naming = {p.relative_to(POOL).as_posix() for p in outside if '"pool._worker' in p.read_text()}
+    assert naming <= {"_fleet/_template.py", "_fleet/_local_fleet.py"}
 
 
-def test_the_layout_should_have_the_promised_sub_packages():
-    """Test DESIGN.md's layout: the worker side, discovery and jobs are sub-packages of pool."""
-    for name in ("_worker", "_discovery", "_jobs"):
-        assert (POOL / name / "__init__.py").is_file(), name
+# -- the checker itself (or the tests above could not fail) --------------------------------
 
 
-def test_checker_should_see_a_forbidden_import(tmp_path):
-    """Test that the import checker itself catches an upward import (so the tests above can fail)."""
-    fake = POOL / "_fake_probe_module.py"
-    try:
-        fake.write_text("from ._worker import _service\n")
-        assert "pool._worker" in imported_modules(fake)
-    finally:
-        fake.unlink()
+def _tree(tmp_path: pathlib.Path, files: Mapping[str, str]) -> pathlib.Path:
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+class TestChecker:
+    def test_cycles_should_find_two_modules_that_import_each_other_when_one_import_is_for_types_only(self, tmp_path):
+        """Test that a circle closed by a TYPE_CHECKING import is still a circle."""
+        root = _tree(tmp_path, {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from .b import B\n",
+            "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\nB = 1\n",
+        })
+        assert cycles(module_graph(root, ["pkg"])) == [["pkg.a", "pkg.b"]]
+
+    def test_cycles_should_find_a_loop_through_three_modules(self):
+        """Test that a longer loop is found too, and a straight chain is not one."""
+        assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+        assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+    def test_module_graph_should_resolve_relative_and_package_imports(self, tmp_path):
+        """Test that ``from .. import x``, ``from ..sub import y`` and attribute imports land on modules."""
+        root = _tree(tmp_path, {
+            "pkg/__init__.py": "from .low import thing\n",
+            "pkg/low.py": "thing = 1\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/mod.py": "from .. import low\nfrom ..low import thing\nfrom .. import thing as t\n",
+        })
+        graph = module_graph(root, ["pkg"])
+        assert graph["pkg.sub.mod"] == {"pkg.low", "pkg"}
+        assert graph["pkg"] == {"pkg.low"}
+
+    def test_forbidden_edges_should_report_an_upward_import(self):
+        """Test that transport importing dispatch (upward) is reported, and the reverse is not."""
+        graph = {
+            "pool._transport._session": {"pool._dispatch._limits"},
+            "pool._dispatch._limits": {"pool._transport._session", "pool._errors"},
+            "pool._pool": {"pool._dispatch._limits", "pool._jobs._job"},
+        }
+        assert forbidden_edges(graph) == [("pool._transport._session", "pool._dispatch._limits")]
+
+    def test_forbidden_edges_should_report_a_sideways_import_between_siblings(self):
+        """Test that jobs importing dispatch (siblings beside each other) is reported."""
+        assert forbidden_edges({"pool._jobs._job": {"pool._dispatch._limits"}}) == [
+            ("pool._jobs._job", "pool._dispatch._limits")
+        ]
+
+    def test_forbidden_edges_should_report_a_leaf_package_importing_pool(self):
+        """Test that balancer importing pool is reported."""
+        assert forbidden_edges({"balancer._priority": {"pool._errors"}}) == [("balancer._priority", "pool._errors")]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import asyncio
+import copy
 import pickle
 import uuid
 

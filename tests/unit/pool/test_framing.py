@@ -1,4 +1,4 @@
-"""Tests for pool._framing: length-prefixed messages, however the bytes are split, over a real socket pair too."""
+"""Tests for pool._transport._framing: length-prefixed messages, however the bytes are split, over a real socket pair too."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pool import _rpc
-from pool._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
-from pool._proto import leakypool_pb2 as pb
-from pool._unix_channel import UnixChannel
+from pool._transport import _rpc
+from pool._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
+from pool._transport._proto import leakypool_pb2 as pb
+from pool._transport._unix_channel import UnixChannel
 
 
 class Transport:
@@ -138,7 +138,7 @@ async def test_frames_should_cross_a_real_socket_both_ways_large_and_small():
 
 
 def test_status_names_should_match_grpc():
-    """pool._rpc spells the gRPC status codes itself (so a worker need not import grpc): they must agree."""
+    """pool._transport._rpc spells the gRPC status codes itself (so a worker need not import grpc): they must agree."""
     for code in grpc.StatusCode:
         assert _rpc.status_name(code.value[0]) == code.name
     assert _rpc.status_name(99) == "CODE_99"

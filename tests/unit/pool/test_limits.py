@@ -1,4 +1,4 @@
-"""Tests for pool._limits: gates, queues, keys, workflows, deadlocks, and a stateful model."""
+"""Tests for pool._dispatch._limits: gates, queues, keys, workflows, deadlocks, and a stateful model."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pool
-from pool._calls import Task
-from pool._limits import Gate, Limits, Ticket
+from pool._dispatch._limits import Gate, Limits, Ticket
+from pool._transport._task import Task
 
 
 def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> Task:

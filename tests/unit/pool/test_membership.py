@@ -1,12 +1,12 @@
-"""Tests for pool._membership: set-aside unreachable workers, broken spawned workers."""
+"""Tests for pool._dispatch._membership: set-aside unreachable workers, broken spawned workers."""
 
 from __future__ import annotations
 
 import uuid
 
 import pool
-from pool import _membership
-from pool._membership import Membership
+from pool._dispatch import _membership
+from pool._dispatch._membership import Membership
 
 
 def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> Membership:

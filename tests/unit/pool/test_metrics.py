@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from pool._metrics import _LATENCY_BUCKETS, PoolMetrics, _Histogram
-from pool._stats import PoolStats
+from pool._observe._metrics import _LATENCY_BUCKETS, PoolMetrics, _Histogram
+from pool._observe._stats import PoolStats
 
 values = st.lists(st.floats(min_value=0, max_value=1000, allow_nan=False), max_size=60)
 

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 import pool
-from pool._routine import dispatching_to
+from pool._transport._dispatcher import dispatching_to
 from tests.integration import routines
 
 
@@ -113,5 +113,5 @@ class TestRoutine:
         with dispatching_to(recorder):
             counter.plus(1).close()
         (task,) = recorder.tasks
-        args, kwargs = pool._wire.unpack_args(task.args, task.name)
+        args, kwargs = pool._transport._wire.unpack_args(task.args, task.name)
         assert args[0].start == 5 and args[1:] == (1,)

@@ -1,4 +1,4 @@
-"""Tests for pool._session: routing, batching and failure of a multiplexed stream (in memory)."""
+"""Tests for pool._transport._session: routing, batching and failure of a multiplexed stream (in memory)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import grpc
 import pytest
 
 import pool
-from pool._calls import TRANSIENT_CODES, rejection
-from pool._proto import leakypool_pb2 as pb
-from pool._session import Session
+from pool._transport._calls import TRANSIENT_CODES, rejection
+from pool._transport._proto import leakypool_pb2 as pb
+from pool._transport._session import Session
 
 
 class Host:

@@ -1,4 +1,4 @@
-"""Tests for pool._wire: values, arguments and exceptions across the wire."""
+"""Tests for pool._transport._wire: values, arguments and exceptions across the wire."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool import _wire
+from pool._transport import _wire
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),

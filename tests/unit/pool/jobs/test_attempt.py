@@ -11,7 +11,7 @@ import pool
 from pool._jobs._attempt import MAX_BACKOFF_S, RESULT_LIMIT_BYTES, decide, raised
 from pool._jobs._codec import RetryPolicy
 from pool._jobs._store import JobRecord
-from pool._proto import leakypool_pb2 as pb
+from pool._transport._proto import leakypool_pb2 as pb
 
 
 def leased(attempts: int = 0, max_attempts: int = 3) -> JobRecord:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pool
-from pool._jobs._batch import Batcher
-from pool._tasks import TaskOwner
+from pool._base._tasks import TaskOwner
+from pool._jobs._stores._batch import Batcher
 
 
 class Recorder:
@@ -132,8 +132,8 @@ def test_every_write_should_be_flushed_exactly_once_in_arrival_order(arrivals, m
 @pytest.mark.parametrize("size", [1, 300])
 async def test_postgres_batched_writes_should_match_one_at_a_time(postgres_url, size):
     """Test the batched statements on a real server: submit, mark running, finish, each for many jobs at once."""
-    from pool._jobs._postgres import PostgresStore
     from pool._jobs._store import NewJob
+    from pool._jobs._stores._postgres import PostgresStore
 
     store = PostgresStore(postgres_url)
     await store.open()

@@ -6,7 +6,7 @@ import asyncio
 
 import pool
 from pool._jobs._scheduler import Scheduler
-from pool._jobs._sqlite import SQLiteStore
+from pool._jobs._stores._sqlite import SQLiteStore
 from tests.integration import routines
 
 

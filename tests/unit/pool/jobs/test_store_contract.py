@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from pool._jobs._postgres import PostgresStore
-from pool._jobs._sqlite import SCHEMA_VERSION, SQLiteStore
 from pool._jobs._store import JobStore, NewJob
+from pool._jobs._stores._postgres import PostgresStore
+from pool._jobs._stores._sqlite import SCHEMA_VERSION, SQLiteStore
 
 NOW = 1_000_000.0
 

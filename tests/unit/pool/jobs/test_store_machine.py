@@ -16,8 +16,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from pool._jobs._sqlite import SQLiteStore
 from pool._jobs._store import TERMINAL_STATES, NewJob
+from pool._jobs._stores._sqlite import SQLiteStore
 
 IDS = st.sampled_from(["a", "b", "c", "d"])
 OWNERS = st.sampled_from(["p1", "p2"])

@@ -1,0 +1,6 @@
+"""What every layer of both processes stands on: owned background tasks, child processes, worker uids.
+
+    _tasks    TaskOwner: every background task has an owner that ends it
+    _process  child processes on the event loop: exit watching, safe forking
+    _ids      time-ordered worker uids
+"""

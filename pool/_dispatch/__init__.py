@@ -1,0 +1,15 @@
+"""Decisions of the dispatching process: which call goes where, when, and whether at all.
+
+    _path        one pool's call path: ceiling, limits, queue, placement; the tickets in flight
+    _admission   the admission ceiling and the FIFO queue for a worker (and its pump)
+    _limits      queues, concurrency keys, workflows: FIFO gates, slot lending, Deadlock
+    _placement   the balancer loop: offer, rotate on WorkerRejected, evict on WorkerBroken
+    _membership  who joins and leaves (keeps the Roster; returns what to close)
+    _roster      the read-only view balancers see
+    _relay       nested calls that workers send back up through the pool
+    _fanout      pool.map: a sliding window over many items
+
+Decisions here are synchronous where they can be and return what to do;
+the I/O they need (a worker's Accept, closing a connection) is the
+transport's, one layer down.
+"""

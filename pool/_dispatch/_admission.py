@@ -1,0 +1,275 @@
+"""Admission: a fast gate for real overload, a patient FIFO queue for bursts.
+
+    new call ──> ceiling: admitted (running + waiting) < max_pending? ── no ──> AdmissionRejected now
+                   │ yes
+                   v
+              limits (queues, keys, workflows; see _limits)
+                   │
+                   v
+              anyone queued for a worker? ── no ──> try the balancer once ── accepted ──> running
+                   │ yes                                  │ NoWorkersAvailable
+                   v                                      v
+              a place in the queue (queue_depth)? ── none: wait up to admission_timeout
+                   │                                       for one, else AdmissionRejected
+                   v
+              FIFO queue: the pump offers the head to the balancer whenever
+              capacity may have freed (a call of this pool ended, a worker
+              joined, a worker said it has room), until dispatch_deadline.
+
+Admission owns the whole path to a worker: it asks its `Placement` (the
+balancer loop) for each call, and its pump, a task the pool's `TaskOwner`
+ends, serves the queue. The pump serves waiters strictly in order, so a
+burst starts in arrival order and a newcomer never jumps the queue. Calls
+that found no worker at the same moment join the queue in the order they
+were admitted, whatever order their rejections came back in. A
+waiter that is cancelled (or times out) leaves at once and frees its
+place. With queue_depth 0 there is no queue: a call the balancer cannot
+place fails with NoWorkersAvailable at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Final
+
+from .._base._tasks import TaskOwner
+from .._errors import AdmissionRejected, NoWorkersAvailable, PoolClosed
+from .._transport._session import OutgoingCall
+from .._transport._task import Task
+from ._limits import Ticket
+from ._placement import Placement
+
+_log = logging.getLogger("leakypool.pool")
+
+BACKSTOP_S: Final[float] = 1.0
+"""While calls wait, the pump retries at least this often even without a capacity event.
+
+Capacity events cover task-count backpressure completely; the backstop is
+for hooks whose verdict changes with nothing finishing (memory, time)."""
+
+DURATION_HALF_LIFE: Final[float] = 0.1
+"""Weight of the newest call in the running mean duration (for retry_after)."""
+
+
+class _Waiter:
+    __slots__ = ("ticket", "placed", "served")
+
+    def __init__(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
+        self.ticket = ticket
+        self.placed: asyncio.Future[None] = loop.create_future()
+        self.served: asyncio.Future[OutgoingCall] = loop.create_future()
+
+
+def _insert(line: list[_Waiter], waiter: _Waiter) -> None:
+    """Put ``waiter`` in ``line`` by admission order (usually at the end)."""
+    if not line or line[-1].ticket.seq < waiter.ticket.seq:
+        line.append(waiter)
+    else:
+        bisect.insort(line, waiter, key=lambda w: w.ticket.seq)
+
+
+class Admission:
+    """The admission ceiling and the FIFO queue for a worker.
+
+    Args:
+        placement: Offers a task to the workers once (the balancer loop).
+        tasks: Owns the pump.
+        starved: Called when calls found no worker (grow the pool).
+        queue_depth: Calls that may wait for a worker; 0: none (fail fast).
+        admission_timeout: Seconds a call waits for a place in a full queue.
+        max_pending: Calls admitted at once (running + waiting); None: no ceiling.
+    """
+
+    def __init__(
+        self,
+        placement: Placement,
+        tasks: TaskOwner,
+        starved: Callable[[], None],
+        *,
+        queue_depth: int,
+        admission_timeout: float,
+        max_pending: int | None,
+    ) -> None:
+        self.placement = placement
+        self._tasks = tasks
+        self._starved = starved
+        self._closed: PoolClosed | None = None
+        self.queue_depth = queue_depth
+        self.admission_timeout = admission_timeout
+        self.max_pending = max_pending
+        self.admitted = 0
+        self.rejected = 0
+        self.mean_duration = 1.0
+        self._queue: list[_Waiter] = []  # by admission order (ticket.seq)
+        self._lobby: list[_Waiter] = []
+        self._arrivals = itertools.count()
+        self._capacity = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Calls queued (or waiting for a place in the queue) for a worker."""
+        return len(self._queue) + len(self._lobby)
+
+    def admit(self, task: Task, parent: Ticket | None) -> Ticket:
+        """Count a new call in, or refuse it at once if the ceiling is reached.
+
+        Raises:
+            AdmissionRejected: ``max_pending`` calls are already admitted.
+        """
+        if self.max_pending is not None and self.admitted >= self.max_pending:
+            self.rejected += 1
+            raise AdmissionRejected(
+                f"{task.name}() refused: {self.admitted} calls already admitted "
+                f"(max_pending={self.max_pending}); retry after ~{self.retry_after():.2f}s",
+                retry_after=self.retry_after(),
+            )
+        self.admitted += 1
+        return Ticket(task, parent, time.monotonic(), next(self._arrivals))
+
+    def release(self, ticket: Ticket) -> None:
+        """The call ended (or never started): count it out, learn its duration."""
+        self.admitted -= 1
+        duration = time.monotonic() - ticket.admitted_at
+        self.mean_duration += DURATION_HALF_LIFE * (duration - self.mean_duration)
+
+    def retry_after(self) -> float:
+        """Seconds until a place is likely to free: one mean call duration spread over the running calls."""
+        running = max(1, self.admitted - self.waiting)
+        return round(min(60.0, max(0.05, self.mean_duration / running)), 3)
+
+    def close(self, error: PoolClosed) -> None:
+        """The pool is closing: fail every waiting call with ``error`` and stop the pump."""
+        self._closed = error
+        for waiter in self._queue:
+            if not waiter.served.done():
+                waiter.served.set_exception(error)
+        for waiter in self._lobby:
+            if not waiter.placed.done():
+                waiter.placed.set_exception(error)
+        self._queue.clear()
+        self._lobby.clear()
+        if self._pump is not None:
+            self._pump.cancel()
+
+    def capacity_changed(self) -> None:
+        """Capacity may have freed: let the pump try the head of the queue."""
+        self._capacity.set()
+
+    async def dispatch(self, ticket: Ticket) -> OutgoingCall:
+        """Get ``ticket``'s task accepted by a worker, queueing if need be.
+
+        Raises:
+            NoWorkersAvailable: no worker accepted it and there is no queue.
+            AdmissionRejected: the queue stayed full for ``admission_timeout``.
+        """
+        if not self._queue and not self._lobby:
+            try:
+                return await self._place(ticket.task)
+            except NoWorkersAvailable:
+                self._starved()  # grow the pool if it may, queue or not
+                if not self.queue_depth:
+                    raise
+        waiter = _Waiter(ticket, asyncio.get_running_loop())
+        await self._take_place(waiter)
+        try:
+            return await waiter.served
+        except BaseException:
+            self._leave(waiter)
+            if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
+                waiter.served.result().cancel()  # accepted as we gave up
+            raise
+
+    async def _take_place(self, waiter: _Waiter) -> None:
+        if len(self._queue) < self.queue_depth and not self._lobby:
+            self._enqueue(waiter)
+            return
+        name = waiter.ticket.task.name
+        if not self.admission_timeout:
+            self.rejected += 1
+            raise AdmissionRejected(
+                f"{name}() refused: the queue is full ({len(self._queue)} waiting)", retry_after=self.retry_after()
+            )
+        _insert(self._lobby, waiter)
+        try:
+            async with asyncio.timeout(self.admission_timeout):
+                await asyncio.shield(waiter.placed)
+        except TimeoutError:
+            if not waiter.placed.done():
+                self._lobby.remove(waiter)
+                self.rejected += 1
+                raise AdmissionRejected(
+                    f"{name}() refused: the queue stayed full ({len(self._queue)} waiting) for "
+                    f"{self.admission_timeout:g}s",
+                    retry_after=self.retry_after(),
+                ) from None
+        except BaseException:
+            self._leave(waiter)
+            raise
+
+    def _enqueue(self, waiter: _Waiter) -> None:
+        _insert(self._queue, waiter)
+        waiter.placed.set_result(None)
+        if self._pump is None:
+            self._pump = self._tasks.spawn(self._run_pump(), name="admission pump")
+        self._capacity.set()
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue or lobby; give its place to the next in the lobby."""
+        try:
+            self._queue.remove(waiter)
+        except ValueError:
+            try:
+                self._lobby.remove(waiter)
+            except ValueError:
+                pass
+            return
+        while self._lobby and len(self._queue) < self.queue_depth:
+            self._enqueue(self._lobby.pop(0))
+
+    async def _run_pump(self) -> None:
+        try:
+            while self._queue:
+                self._capacity.clear()
+                if not await self._serve():
+                    self._starved()
+                    try:
+                        async with asyncio.timeout(BACKSTOP_S):
+                            await self._capacity.wait()
+                    except TimeoutError:
+                        pass
+        finally:
+            self._pump = None
+
+    async def _place(self, task: Task) -> OutgoingCall:
+        if self._closed is not None:
+            raise PoolClosed(f"{task.name}() was dispatched through a pool that is closed")
+        return await self.placement.place(task)
+
+    async def _serve(self) -> bool:
+        """Dispatch queued calls in order until one finds no worker; False if one did."""
+        while self._queue:
+            waiter = self._queue[0]
+            if waiter.served.done():
+                self._leave(waiter)
+                continue
+            try:
+                call = await self._place(waiter.ticket.task)
+            except NoWorkersAvailable:
+                return False
+            except Exception as exc:
+                self._leave(waiter)
+                if not waiter.served.done():
+                    waiter.served.set_exception(exc)
+                continue
+            self._leave(waiter)
+            if waiter.served.done():
+                call.cancel()  # its caller gave up while we dispatched it
+            else:
+                waiter.served.set_result(call)
+        return True

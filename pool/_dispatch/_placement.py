@@ -1,0 +1,97 @@
+"""Placement: offer one task to the workers in the balancer's order until one accepts.
+
+    balancer.delegate(task, context=roster)
+        │ anext()                                  a candidate uid
+        v
+    connection.dispatch(task) ── Accept ──> asend(uid): the generator must end ──> OutgoingCall
+        │ WorkerRejected  (busy, draining, unreachable for now): keep the worker
+        │ WorkerBroken    (hard failure): evict it first, close its connection
+        └──> athrow(exc) ──> the next candidate ... the generator ends: NoWorkersAvailable
+
+The balancer selects; this module dispatches, reports back and evicts (the
+balancer only ever sees the roster, read-only). Anything that is not a
+`WorkerRejected` or `WorkerBroken` (a bug, a cancellation) propagates and
+changes no membership.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+from balancer import LoadBalancerLike
+
+from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
+from .._transport._connection import WorkerConnection
+from .._transport._session import OutgoingCall
+from .._transport._task import Task
+from ._membership import Membership
+from ._roster import Roster
+
+
+class Placement:
+    """The balancer loop of one pool.
+
+    Args:
+        balancer: Orders the candidates.
+        roster: Who is in the pool (the balancer's read-only context).
+        membership: Keeps the roster; told of reachability and evictions.
+        close: Closes the connections of evicted workers.
+    """
+
+    def __init__(
+        self,
+        balancer: LoadBalancerLike,
+        roster: Roster,
+        membership: Membership,
+        close: Callable[[Iterable[WorkerConnection]], None],
+    ) -> None:
+        self.balancer = balancer
+        self._roster = roster
+        self._membership = membership
+        self._close = close
+        self.dispatched = 0
+
+    async def place(self, task: Task) -> OutgoingCall:
+        """Get ``task`` accepted by one worker, trying them in the balancer's order.
+
+        Raises:
+            NoWorkersAvailable: none accepted it (the last refusal is its cause).
+        """
+        delegation = self.balancer.delegate(task, context=self._roster)
+        last: BaseException | None = None
+        try:
+            uid = await anext(delegation)
+            while True:
+                connection = self._roster.get(uid)
+                if connection is None:  # left the pool since the balancer looked
+                    uid = await delegation.asend(None)
+                    continue
+                try:
+                    call = await connection.dispatch(task)
+                except (WorkerRejected, WorkerBroken) as exc:
+                    last = exc
+                    self._refused(uid, connection, exc)
+                    uid = await delegation.athrow(exc)
+                    continue
+                self._membership.reachable(uid)
+                self.dispatched += 1
+                try:
+                    await delegation.asend(uid)
+                except StopAsyncIteration:
+                    return call
+                call.cancel()
+                raise RuntimeError(f"{self.balancer!r} offered another worker after a success")
+        except StopAsyncIteration:
+            pass
+        finally:
+            await delegation.aclose()
+        if not self._roster:
+            raise NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty") from last
+        raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._roster)} busy or unavailable") from last
+
+    def _refused(self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken) -> None:
+        if isinstance(exc, WorkerBroken):
+            self._close(self._membership.evict(uid, str(exc), graceful=False))
+        elif connection.broken:
+            self._membership.unreachable(connection.metadata, exc)

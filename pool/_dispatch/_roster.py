@@ -1,0 +1,75 @@
+"""The roster: who is in the pool, as the read-only view balancers get (`Membership` keeps it)."""
+
+from __future__ import annotations
+
+import operator
+import types
+import uuid
+from collections.abc import Iterator, Mapping
+
+from .._transport._connection import WorkerConnection
+from .._transport._rpc import WorkerMetadata
+
+_UID_INT = operator.attrgetter("int")
+
+
+class Roster:
+    """Who is in the pool: uid -> (metadata, connection), kept in ascending uid order.
+
+    Satisfies ``balancer.LoadBalancerContextView``: ``workers`` is a live,
+    read-only mapping, and ``ascending_uids`` an immutable snapshot of the
+    uids in ascending order, rebuilt only when membership changes, so an
+    order-based balancer does not sort on every dispatch.
+    """
+
+    def __init__(self) -> None:
+        self._workers: dict[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]] = {}
+        self._view = types.MappingProxyType(self._workers)
+        self.ascending_uids: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def workers(self) -> Mapping[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]]:
+        """Live read-only view: uid -> (metadata, connection)."""
+        return self._view
+
+    def get(self, uid: uuid.UUID) -> WorkerConnection | None:
+        """The connection of worker ``uid``, if it is a member."""
+        entry = self._workers.get(uid)
+        return None if entry is None else entry[1]
+
+    def add(self, connection: WorkerConnection) -> None:
+        """Admit (or refresh) a worker."""
+        uid = connection.metadata.uid
+        known = uid in self._workers
+        self._workers[uid] = (connection.metadata, connection)
+        if not known:
+            self._reorder()
+
+    def refresh(self, metadata: WorkerMetadata) -> None:
+        """Replace a member's record (same uid, same address): its connection stays."""
+        entry = self._workers.get(metadata.uid)
+        if entry is not None:
+            entry[1].metadata = metadata
+            self._workers[metadata.uid] = (metadata, entry[1])
+
+    def remove(self, uid: uuid.UUID) -> WorkerConnection | None:
+        """Drop a worker; returns its connection (for the caller to close)."""
+        entry = self._workers.pop(uid, None)
+        if entry is None:
+            return None
+        self._reorder()
+        return entry[1]
+
+    def connections(self) -> Iterator[WorkerConnection]:
+        """Every member's connection, in uid order."""
+        for uid in self.ascending_uids:
+            yield self._workers[uid][1]
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._workers
+
+    def _reorder(self) -> None:
+        self.ascending_uids = tuple(sorted(self._workers, key=_UID_INT))

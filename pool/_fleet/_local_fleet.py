@@ -1,0 +1,300 @@
+"""The worker processes a pool starts itself: spawn, watch, replace, grow, stop.
+
+A fleet keeps at least ``minimum`` workers: one that dies is replaced
+(with growing back-off if they keep dying young), and a replacement that
+fails to start is retried, with the same back-off, until the fleet is back
+at ``minimum``. A replacement still owed counts as a worker, so growth
+under load never takes the fleet past ``maximum``. Under load the pool asks
+it to `grow`, one worker at a time, up to ``maximum``; those extra workers
+run with an idle timeout and exit by themselves once the load is gone,
+back down to ``minimum``. They are never replaced: load brings them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from backpressure import BackpressureLike, TaskCountBackpressure
+
+from .._base._ids import new_uid
+from .._base._tasks import TaskOwner
+from .._config import PoolConfig, WorkerConfig
+from .._errors import WorkerStartError
+from .._transport import _wire
+from .._transport._rpc import WorkerMetadata
+from ._local_worker import LocalWorker, child_env
+from ._template import WorkerTemplate
+
+_log = logging.getLogger("leakypool.pool")
+
+RESPAWN_BACKOFF_S: Final[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Delay before replacing a crashed worker, by how many crashed young in a row."""
+
+CRASH_WINDOW_S: Final[float] = 10.0
+"""A worker that exits sooner than this after starting counts towards a crash loop."""
+
+GROW_BACKOFF_S: Final[float] = 5.0
+"""After a failed attempt to grow, wait this long before trying again."""
+
+
+class LocalFleet:
+    """Spawned workers of one pool.
+
+    Args:
+        env: ``LEAKYPOOL_*`` settings for every worker.
+        minimum: Workers kept (replaced when they die).
+        maximum: Workers at most, counting those grown under load.
+        idle_timeout: Seconds a grown worker may idle before it exits.
+        startup_timeout: Seconds a worker gets to report READY.
+        shutdown_grace: Seconds in-flight calls get when the fleet stops.
+        on_ready: Called with each worker's metadata once it serves.
+        on_exit: Called with a worker's uid and why, once it exited.
+        transport: ``"unix"``: each worker serves a unix socket in a
+            directory only this user can enter (mode 0700), removed on
+            `stop`; no port another local user could reach (a worker's
+            port runs code). ``"tcp"``: 127.0.0.1 and a free port.
+        template: Fork workers from a preloaded template process (one
+            interpreter start and one round of imports for all of them);
+            without it, or if it fails, each worker is a fresh interpreter.
+        template_fork: Fork the template itself from this process when it
+            runs no other thread (see `WorkerTemplate`).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        minimum: int,
+        maximum: int,
+        idle_timeout: float,
+        startup_timeout: float,
+        shutdown_grace: float,
+        on_ready: Callable[[WorkerMetadata], None],
+        on_exit: Callable[[uuid.UUID, str], None],
+        transport: str = "unix",
+        template: bool = True,
+        template_fork: bool = True,
+    ) -> None:
+        self._env = dict(env)
+        self._transport = transport
+        self._socket_dir: str | None = None
+        self._use_template = template
+        self._template_fork = template_fork
+        self._template: WorkerTemplate | None = None
+        self.minimum = minimum
+        self.maximum = maximum
+        self._idle_timeout = idle_timeout
+        self._startup_timeout = startup_timeout
+        self._shutdown_grace = shutdown_grace
+        self._on_ready = on_ready
+        self._on_exit = on_exit
+        self._workers: dict[uuid.UUID, LocalWorker] = {}
+        self._tasks = TaskOwner("fleet", _log)
+        self._owed = 0  # replacements of dead workers not started yet
+        self._crashes = 0
+        self._growing = False
+        self._grow_after = 0.0
+        self._open = False
+        self._prepared = False
+        self.grown = 0
+        self.shrunk = 0  # grown workers that left after idling
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the worker processes running now."""
+        return [w.pid for w in self._workers.values() if w.pid is not None and w.returncode is None]
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    @property
+    def owed(self) -> int:
+        """Replacements of dead workers not started yet (waiting out a back-off)."""
+        return self._owed
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._workers
+
+    async def prepare(self) -> None:
+        """Make the socket directory and start the template, before anything else starts a thread.
+
+        The template can be a fork of this process only while it has no
+        other thread: a pool with a store calls this before opening it.
+        """
+        if self._prepared:
+            return
+        self._prepared = True
+        if self._transport == "unix" and self.maximum > 0:
+            self._socket_dir = socket_directory()
+        if self._use_template and self.maximum > 0 and template_supported():
+            preload = () if self._transport == "unix" else ("pool._worker._grpc_server",)
+            template = WorkerTemplate(child_env(), preload, fork=self._template_fork)
+            try:
+                await template.start(self._startup_timeout)
+            except (WorkerStartError, OSError) as exc:
+                _log.warning("no worker template (%s); each worker starts a fresh interpreter", exc)
+            else:
+                self._template = template
+
+    async def start(self) -> None:
+        """Start ``minimum`` workers concurrently; all must come up.
+
+        Raises:
+            WorkerStartError: one did not (the others are stopped again by `stop`).
+        """
+        await self.prepare()
+        self._open = True
+        results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+
+    def replace(self, uid: uuid.UUID) -> None:
+        """Kill worker ``uid`` (it is broken); the watcher starts a replacement, as for a crash."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            _log.warning("worker %s (pid %s) is broken; killing it to replace it", uid, worker.pid)
+            worker.abandon()
+
+    def grow(self) -> bool:
+        """Start one more worker if below ``maximum`` and none is starting; True if it does."""
+        if not self._open or self._growing or time.monotonic() < self._grow_after:
+            return False
+        if len(self._workers) + self._owed >= self.maximum:
+            return False
+        self._growing = True
+        self._tasks.spawn(self._grow(), name="grow")
+        return True
+
+    async def _grow(self) -> None:
+        try:
+            await self._spawn(elastic=True)
+            self.grown += 1
+        except Exception:
+            _log.exception("could not grow the pool by one worker")
+            self._grow_after = time.monotonic() + GROW_BACKOFF_S
+        finally:
+            self._growing = False
+
+    async def stop(self) -> None:
+        """Stop every worker (SIGTERM, grace, SIGKILL) and reap it, even if cancelled."""
+        self._open = False
+        await self._tasks.aclose()  # watchers, growth, replacements: no more starts
+        workers = list(self._workers.values())
+        work = asyncio.ensure_future(
+            asyncio.gather(*(w.stop(self._shutdown_grace) for w in workers), return_exceptions=True)
+        )
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            for worker in workers:
+                await worker.kill()
+            raise
+        finally:
+            self._workers.clear()
+            template, self._template = self._template, None
+            if template is not None:
+                await template.aclose()
+            if self._socket_dir is not None:
+                shutil.rmtree(self._socket_dir, ignore_errors=True)
+                self._socket_dir = None
+
+    async def _spawn(self, *, elastic: bool) -> LocalWorker:
+        uid = new_uid()
+        env = self._env | {"LEAKYPOOL_UID": str(uid)}
+        if elastic:
+            env["LEAKYPOOL_IDLE_TIMEOUT"] = repr(self._idle_timeout)
+        if self._socket_dir is not None:
+            env["LEAKYPOOL_UNIX_SOCKET"] = os.path.join(self._socket_dir, f"{uid}.sock")
+        worker = LocalWorker(uid, env, elastic=elastic)
+        self._workers[uid] = worker
+        try:
+            metadata = await worker.start(self._startup_timeout, self._template)
+        except BaseException:
+            self._workers.pop(uid, None)
+            raise
+        self._tasks.spawn(self._watch(worker), name=f"watch {uid}")
+        self._on_ready(metadata)
+        return worker
+
+    async def _watch(self, worker: LocalWorker) -> None:
+        """Report a worker's exit; replace it if it was one of the minimum and died unasked."""
+        started = time.monotonic()
+        code = await worker.wait()
+        self._workers.pop(worker.uid, None)
+        if worker.elastic and code == 0:
+            self.shrunk += 1
+            self._on_exit(worker.uid, "left after idling (grown under load)")
+            return
+        self._on_exit(worker.uid, f"exited with status {code}")
+        if worker.stopping or not self._open or worker.elastic:
+            return
+        _log.warning("worker %s (pid %s) died with status %s; replacing it", worker.uid, worker.pid, code)
+        self._crashes = self._crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
+        await self._replace(worker.uid)
+
+    async def _replace(self, dead: uuid.UUID) -> None:
+        """Start a replacement, retrying with back-off until one comes up (or the fleet stops)."""
+        self._owed += 1
+        try:
+            while self._open:
+                delay = RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)]
+                await asyncio.sleep(delay)
+                self._owed -= 1  # from here on the starting worker counts in _workers
+                try:
+                    await self._spawn(elastic=False)
+                except Exception:
+                    self._owed += 1
+                    self._crashes += 1
+                    _log.exception("could not replace worker %s; retrying", dead)
+                else:
+                    return
+        finally:
+            if not self._open:
+                self._owed = 0
+
+
+def template_supported() -> bool:
+    """Whether this platform has what the template needs (Linux: pidfds, fd passing, fork)."""
+    return hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds")
+
+
+def socket_directory() -> str:
+    """A new directory for workers' unix sockets, mode 0700 (``mkdtemp``), short enough for a socket path.
+
+    A socket path may hold about 107 bytes; a long ``TMPDIR`` falls back to /tmp.
+    """
+    base = tempfile.gettempdir()
+    if len(base) > 40:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="leakypool-", dir=base)
+
+
+def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
+    if isinstance(backpressure, TaskCountBackpressure):
+        capacity, shipped = backpressure.threshold, ""
+    elif backpressure is None:
+        capacity, shipped = 0, ""
+    else:
+        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
+        capacity, shipped = 0, base64.b64encode(blob).decode()
+    worker = WorkerConfig(
+        max_concurrent_tasks=capacity,
+        backpressure=shipped,
+        shutdown_grace=config.shutdown_grace,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
+        log_level="WARNING",
+    )
+    return worker.to_env()

@@ -1,0 +1,107 @@
+"""What an attempt leaves in the store once a worker accepted it: running, then its outcome.
+
+    accepted ──> mark_running ──> the worker's outcome ──> decide() ──> finish (succeeded | failed)
+                     │ not ours any more: cancel the call          └──> retry (pending again, later)
+                     └ cancelled by request: abort the call, finish as cancelled
+
+Every write is retried while the store is away (`persist`): an outcome is
+never dropped for an outage; a write the store refuses because the job is no
+longer ours (its lease expired meanwhile) is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from .._errors import StoreError, WorkerBroken
+from .._transport._calls import CANCEL_CONFIRM_S
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._session import OutgoingCall
+from ._attempt import Attempt, decide, describe, persist, raised
+from ._store import JobRecord, JobStore
+
+_log = logging.getLogger("leakypool.jobs")
+
+
+class Recorder:
+    """Records the attempts one dispatching process (``owner``) runs.
+
+    Args:
+        store: The job store.
+        owner: The process's owner id (every write is fenced by it).
+    """
+
+    def __init__(self, store: JobStore, owner: str) -> None:
+        self.store = store
+        self.owner = owner
+
+    async def follow(self, attempt: Attempt, call: OutgoingCall) -> JobRecord | None:
+        """Mark the accepted attempt running, await its outcome, record it; the final record, if final."""
+        job = attempt.job
+        attempt.started = time.time()
+        if not await self._mark(attempt):
+            call.cancel()  # cancelled (or taken) meanwhile
+            return None
+        try:
+            outcome = (await call.receive()).outcome
+        except WorkerBroken as exc:
+            outcome = raised(exc, job.routine)
+        except asyncio.CancelledError:
+            await call.abort(CANCEL_CONFIRM_S)
+            if not attempt.cancel_requested:
+                raise  # the pool is closing: release_owner re-queues it
+            return await self._finish(attempt, "cancelled", None, "cancelled by request")
+        return await self._record(attempt, outcome)
+
+    async def fail_pending(self, job: JobRecord, error: BaseException) -> None:
+        """A held job that never ran fails (no worker within its deadline, an unreadable payload)."""
+        outcome = raised(error, job.routine).SerializeToString()
+        await persist(
+            f"failing job {job.id}",
+            lambda: self.store.fail_pending(job.id, self.owner, time.time(), describe(error), outcome),
+        )
+
+    async def _mark(self, attempt: Attempt) -> bool:
+        job = attempt.job
+        try:
+            return await self.store.mark_running(job.id, self.owner, attempt.started)
+        except StoreError:
+            # The write may have committed before the connection broke: ask again,
+            # and count "already running, ours" as done (the worker runs it meanwhile).
+            return await persist(f"marking job {job.id} running", lambda: self._mark_again(attempt))
+
+    async def _mark_again(self, attempt: Attempt) -> bool:
+        job = attempt.job
+        record = await self.store.get(job.id)
+        if record is not None and record.state == "running" and record.owner == self.owner:
+            return True
+        return await self.store.mark_running(job.id, self.owner, attempt.started or time.time())
+
+    async def _record(self, attempt: Attempt, outcome: pb.Outcome) -> JobRecord | None:
+        """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""
+        job = attempt.job
+        verdict = decide(job, attempt.policy, outcome)
+        if verdict.retry_in is None:
+            return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error)
+        due = time.time() + verdict.retry_in
+        await persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
+        _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
+                  verdict.retry_in)
+        return None
+
+    async def _finish(self, attempt: Attempt, state: str, outcome: pb.Outcome | None, error: str) -> JobRecord | None:
+        job = attempt.job
+        data = None if outcome is None else outcome.SerializeToString()
+        now = time.time()
+        finished = await persist(
+            f"recording job {job.id}", lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error)
+        )
+        if not finished:
+            _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
+            return None
+        return JobRecord(
+            job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
+            job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
+        )

@@ -1,0 +1,29 @@
+"""Turn ``WorkerPool(store=...)`` into a store: a URL names a backend, an object is used as it is."""
+
+from __future__ import annotations
+
+from ..._errors import ConfigError
+from .._store import JobStore
+
+
+def open_store(store: object) -> JobStore | None:
+    """The store ``store`` names: None/"" for none, a URL, or a `JobStore` object.
+
+    Raises:
+        ConfigError: an unknown scheme, or an object that is not a JobStore.
+    """
+    if store is None or store == "":
+        return None
+    if isinstance(store, str):
+        if store.startswith("sqlite:///"):
+            from ._sqlite import SQLiteStore
+
+            return SQLiteStore.from_url(store)
+        if store.startswith(("postgresql://", "postgres://")):
+            from ._postgres import PostgresStore
+
+            return PostgresStore.from_url(store)
+        raise ConfigError(f"store: expected sqlite:///PATH or postgresql://..., got {store!r}")
+    if isinstance(store, JobStore):
+        return store
+    raise ConfigError(f"store: expected a store URL or a pool.JobStore, got {store!r}")

@@ -1,0 +1,385 @@
+"""`PostgresStore`: jobs in PostgreSQL, for dispatching processes on several hosts (asyncpg).
+
+Same rows and the same fenced writes as the SQLite store; what changes is
+how exclusivity is had: a lease is ``UPDATE ... WHERE id IN (SELECT ...
+FOR UPDATE SKIP LOCKED)``, so two processes leasing at once take different
+jobs without waiting on each other, and a submit under a ceiling or a lease
+of jobs with limits takes a transaction-scoped advisory lock, so the count
+it checks is exact across processes. The hot writes (submit, mark running,
+finish) are group committed (`Batcher`): a burst costs a few statements,
+not one per job. Processes wake each other with LISTEN/NOTIFY (`watch`).
+asyncpg is asyncio-native (no thread) and speaks the binary protocol; it is
+imported only when a PostgreSQL store is used (the ``postgres`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from ..._base._tasks import TaskOwner
+from ..._errors import AdmissionRejected, ConfigError, StoreError
+from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
+from . import _postgres_sql as sql
+from ._batch import Batcher
+from ._postgres_link import CONNECT_TIMEOUT_S, asyncpg_module, listen, one_line, redacted, translated
+
+_log = logging.getLogger("leakypool.jobs")
+
+POOL_SIZE: Final[int] = 8
+"""Connections one process keeps to the server."""
+
+SCHEMA_VERSION: Final[int] = sql.SCHEMA_VERSION
+
+_Finish = tuple[str, str, str, float, "bytes | None", str]  # id, owner, state, now, outcome, error
+
+
+def _record(row: Sequence[Any]) -> JobRecord:
+    return JobRecord(*row)
+
+
+class PostgresStore:
+    """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
+
+    Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,
+    ``leakypool_schema``), so any database the user may create tables in works.
+
+    Args:
+        url: A libpq-style URL; ``postgresql://`` or ``postgres://``.
+    """
+
+    def __init__(self, url: str) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"store: expected postgresql://..., got {url!r}")
+        self.url = url
+        self._pool: Any = None
+        self._token = uuid.uuid4().hex[:16]  # names this store's notices, so it ignores its own
+        self._batchers()
+
+    def _batchers(self) -> None:
+        """The group-committed writes, and the owner of their flights."""
+        self._tasks = TaskOwner("postgres store", _log)
+        self._inserts: Batcher[tuple[NewJob, str], JobRecord | None] = Batcher(
+            "submitting jobs", self._insert_many, self._tasks
+        )
+        self._marks: Batcher[tuple[str, str, float], bool] = Batcher(
+            "marking jobs running", self._mark_many, self._tasks
+        )
+        self._finishes: Batcher[_Finish, bool] = Batcher("recording outcomes", self._finish_many, self._tasks)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        """See the class."""
+        return cls(url)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redacted(self.url)!r})"
+
+    async def open(self) -> None:
+        """Connect, create or check the schema.
+
+        Raises:
+            ConfigError: unreachable server, refused credentials, missing
+                database, or a newer schema (one line, the password redacted).
+        """
+        if self._pool is not None:
+            return
+        asyncpg = asyncpg_module()
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT_S, command_timeout=60
+            )
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise ConfigError(f"store {redacted(self.url)}: cannot connect: {one_line(exc)}") from None
+        try:
+            async with self._pool.acquire() as db, db.transaction():
+                await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_SCHEMA)
+                if await db.fetchval("SELECT to_regclass('leakypool_schema')") is None:
+                    for statement in sql.SCHEMA:
+                        await db.execute(statement)
+                    await db.execute("INSERT INTO leakypool_schema VALUES ($1)", SCHEMA_VERSION)
+                version = await db.fetchval("SELECT max(version) FROM leakypool_schema")
+                if version > SCHEMA_VERSION:
+                    raise ConfigError(
+                        f"store {redacted(self.url)}: schema version {version} is newer than this release's "
+                        f"({SCHEMA_VERSION}); upgrade leakypool (the database was left untouched)"
+                    )
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """End the batched writes in flight, close the connections; idempotent."""
+        await self._tasks.aclose()
+        self._batchers()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _errors(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """asyncpg's and the network's errors as one `StoreError` line (the password redacted)."""
+        return translated(self.url, self._pool)
+
+    def _db(self) -> Any:
+        if self._pool is None:
+            raise StoreError(f"store {redacted(self.url)} is not open")
+        return self._pool
+
+    async def _call(self, method: str, statement: str, *args: Any) -> Any:
+        pool = self._db()
+        async with self._errors():
+            return await getattr(pool, method)(statement, *args)
+
+    async def _notify(self, kind: str) -> None:
+        """Tell the other processes (best effort: they also look at every tick)."""
+        try:
+            await self._call("execute", sql.NOTIFY, sql.CHANNEL, f"{self._token} {kind}")
+        except StoreError as exc:
+            _log.debug("could not notify other processes (%s): they see it at their next tick", exc)
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        row = await self._call("fetchrow", f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1", job_id)
+        return None if row is None else _record(row)
+
+    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
+        if state is None:
+            rows = await self._call(
+                "fetch", f"SELECT {sql.COLUMNS} FROM leakypool_jobs ORDER BY created_at, id LIMIT $1", limit
+            )
+        else:
+            rows = await self._call(
+                "fetch",
+                f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
+                state,
+                limit,
+            )
+        return [_record(row) for row in rows]
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._call("fetch", "SELECT state, count(*) FROM leakypool_jobs GROUP BY state")
+        counts = dict.fromkeys(sorted(ACTIVE_STATES | TERMINAL_STATES), 0)
+        counts.update({row[0]: row[1] for row in rows})
+        return counts
+
+    async def count_active(self) -> int:
+        return await self._call(
+            "fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
+        )
+
+    async def cancel_requested(self, owner: str) -> list[str]:
+        rows = await self._call(
+            "fetch",
+            "SELECT id FROM leakypool_jobs WHERE state = 'running' AND owner = $1 AND cancel_requested",
+            owner,
+        )
+        return [row[0] for row in rows]
+
+    async def oldest_due(self, now: float) -> float | None:
+        return await self._call(
+            "fetchval", "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = ''"
+        )
+
+    # -- writes ----------------------------------------------------------------------
+
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        if max_active is None:
+            record = await self._inserts((job, owner))
+            if record is not None:
+                return record, True
+        created = await self._submit_one(job, max_active, owner)  # under the ceiling, or its id is taken
+        if created[1] and not owner:
+            await self._notify("due")
+        return created
+
+    async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
+        columns: list[list[Any]] = [[] for _ in range(12)]
+        for job, owner in items:
+            for column, value in zip(columns, (
+                job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.payload, job.queue,
+                job.key, job.workflow, owner, job.concurrency, job.total,
+            ), strict=True):
+                column.append(value)
+        inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
+        if any(record.owner == "" for record in inserted.values()):
+            await self._notify("due")
+        return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
+
+    async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
+        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
+                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                if max_active is not None:
+                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_CEILING)
+                row = await db.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
+                if row is not None and row[2] in ACTIVE_STATES:
+                    return _record(row), False
+                if max_active is not None:
+                    active = await db.fetchval(
+                        "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
+                    )
+                    if active >= max_active:
+                        raise AdmissionRejected(
+                            f"{job.routine}() refused: {active} jobs already active in the store "
+                            f"(max_pending={max_active})",
+                            retry_after=1.0,
+                        )
+                if row is not None:
+                    await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
+                return _record(await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *values)), True
+
+    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+        """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
+
+        Jobs with limits are counted against what every process holds, so
+        those leases take a transaction-scoped advisory lock: two processes
+        never count the same slot free. Jobs without limits need no lock.
+        """
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                free = await db.fetch(sql.FREE_DUE, now, limit)
+                limited = []
+                if await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
+                    limited = await db.fetch(sql.LIMITED_DUE, now, limit)
+                chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (r[1], r[2], r[0]))
+                rows = await db.fetch(
+                    f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
+                    f"AND state = 'pending' RETURNING {sql.COLUMNS}",
+                    owner,
+                    [r[0] for r in chosen[:limit]],
+                )
+        return sorted((_record(row) for row in rows), key=lambda r: (r.next_at, r.created_at, r.id))
+
+    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+        await self._call(
+            "execute",
+            "UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
+            "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
+            list(ids),
+            owner,
+            next_at,
+        )
+        await self._notify("due")
+
+    async def _fenced(self, statement: str, *args: Any) -> bool:
+        return await self._call("execute", statement, *args) == "UPDATE 1"
+
+    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+        return await self._marks((job_id, owner, now))
+
+    async def _mark_many(self, items: list[tuple[str, str, float]]) -> list[bool]:
+        ids, owners, times = (list(column) for column in zip(*items, strict=True))
+        marked = {row[0] for row in await self._call("fetch", sql.MARK_RUNNING_MANY, ids, owners, times)}
+        return [job_id in marked for job_id, _, _ in items]
+
+    async def finish(
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+    ) -> bool:
+        if state not in TERMINAL_STATES:
+            raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
+        return await self._finishes((job_id, owner, state, now, outcome, error))
+
+    async def _finish_many(self, items: list[_Finish]) -> list[bool]:
+        columns = [list(column) for column in zip(*items, strict=True)]
+        rows = await self._call("fetch", sql.FINISH_MANY, *columns)
+        if any(limited for _, limited in rows):
+            await self._notify("due")  # a limit slot is free: another process may have a job waiting for it
+        finished = {row[0] for row in rows}
+        return [item[0] in finished for item in items]
+
+    async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
+        retried = await self._fenced(
+            "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $3, error = $4 "
+            "WHERE id = $1 AND owner = $2 AND state = 'running'",
+            job_id, owner, next_at, error,
+        )
+        if retried:
+            await self._notify("due")
+        return retried
+
+    async def fail_pending(
+        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
+    ) -> bool:
+        return await self._fenced(
+            "UPDATE leakypool_jobs SET state = 'failed', finished_at = $3, error = $4, outcome = $5, owner = '' "
+            "WHERE id = $1 AND owner = $2 AND state = 'pending'",
+            job_id, owner, now, error, outcome,
+        )
+
+    async def cancel(self, job_id: str, now: float) -> JobRecord | None:
+        row = await self._call(
+            "fetchrow",
+            f"UPDATE leakypool_jobs SET "
+            f"state = CASE WHEN state = 'pending' THEN 'cancelled' ELSE state END, "
+            f"finished_at = CASE WHEN state = 'pending' THEN $2 ELSE finished_at END, "
+            f"owner = CASE WHEN state = 'pending' THEN '' ELSE owner END, "
+            f"error = CASE WHEN state = 'pending' THEN 'cancelled before it ran' ELSE error END, "
+            f"cancel_requested = cancel_requested OR state = 'running' "
+            f"WHERE id = $1 RETURNING {sql.COLUMNS}",
+            job_id,
+            now,
+        )
+        if row is None:
+            return None
+        record = _record(row)
+        if record.state == "running":
+            await self._notify(f"cancel {record.owner}")  # its owner cancels it now, not at its next tick
+        return record
+
+    async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
+        await self._call(
+            "execute",
+            "INSERT INTO leakypool_owners VALUES ($1, $2) ON CONFLICT (owner) DO UPDATE SET expires_at = $2",
+            owner,
+            now + ttl,
+        )
+
+    async def recover(self, now: float) -> list[str]:
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                rows = await db.fetch(
+                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
+                    f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
+                    now,
+                )
+                held = await db.execute(f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {sql.DEAD}", now)
+                await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
+        if rows or held != "UPDATE 0":
+            await self._notify("due")
+        return [row[0] for row in rows]
+
+    async def release_owner(self, owner: str, now: float) -> None:
+        pool = self._db()
+        async with self._errors():
+            async with pool.acquire() as db, db.transaction():
+                await db.execute(
+                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
+                    "WHERE state = 'running' AND owner = $1",
+                    owner,
+                    now,
+                )
+                await db.execute("UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1", owner)
+                await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
+        await self._notify("due")
+
+    # -- notices ---------------------------------------------------------------------
+
+    async def watch(self, notice: Callable[[str, str], None]) -> None:
+        """Deliver other processes' notices until cancelled: ``("due", "")``, ``("cancel", owner)``.
+
+        Listens on a connection of its own (LISTEN/NOTIFY). Calls
+        ``notice("due", "")`` once listening, for what it may have missed.
+
+        Raises:
+            StoreError: the connection could not be made or was lost (call again).
+        """
+        await listen(self.url, self._token, notice)

@@ -1,0 +1,107 @@
+"""The PostgreSQL store's schema and statements (text only, no I/O).
+
+Batched writes pass one array per column and ``unnest`` them, so a batch
+is one statement and one commit, whatever its size.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._store import LIMITED_DUE_SQL
+
+SCHEMA_VERSION: Final[int] = 1
+"""The schema this release writes; a newer one is refused, untouched."""
+
+LOCK_SCHEMA: Final[int] = 0x6C70_0001
+"""Advisory lock key: one process creates or migrates the schema at a time."""
+
+LOCK_CEILING: Final[int] = 0x6C70_0002
+"""Advisory lock key: submits under a ceiling count active jobs one at a time."""
+
+LOCK_LEASE: Final[int] = 0x6C70_0003
+"""Advisory lock key: leases of jobs with limits count held slots one process at a time."""
+
+CHANNEL: Final[str] = "leakypool_jobs"
+"""The LISTEN/NOTIFY channel; payload ``"<sender> due"`` or ``"<sender> cancel <owner>"``."""
+
+SCHEMA: Final[tuple[str, ...]] = (
+    "CREATE TABLE leakypool_schema (version INTEGER NOT NULL)",
+    """CREATE TABLE leakypool_jobs (
+        id TEXT PRIMARY KEY,
+        routine TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION,
+        deadline DOUBLE PRECISION NOT NULL,
+        next_at DOUBLE PRECISION NOT NULL,
+        owner TEXT NOT NULL DEFAULT '',
+        error TEXT NOT NULL DEFAULT '',
+        payload BYTEA NOT NULL,
+        outcome BYTEA,
+        cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+        queue TEXT NOT NULL DEFAULT '',
+        key TEXT NOT NULL DEFAULT '',
+        workflow TEXT NOT NULL DEFAULT '',
+        concurrency INTEGER NOT NULL DEFAULT 0,
+        total INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX leakypool_jobs_due ON leakypool_jobs (state, owner, next_at, created_at)",
+    "CREATE INDEX leakypool_jobs_owned ON leakypool_jobs (owner) WHERE owner <> ''",
+    "CREATE TABLE leakypool_owners (owner TEXT PRIMARY KEY, expires_at DOUBLE PRECISION NOT NULL)",
+)
+
+COLUMNS: Final[str] = (
+    "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, "
+    "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
+)
+
+_INSERTED: Final[str] = (
+    "INSERT INTO leakypool_jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, "
+    "key, workflow, owner, concurrency, total) "
+)
+
+INSERT: Final[str] = (
+    _INSERTED + "VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+)
+
+INSERT_MANY: Final[str] = (
+    _INSERTED + "SELECT id, routine, 'pending', max_attempts, created_at, deadline, created_at, payload, queue, key, "
+    "workflow, owner, concurrency, total FROM unnest($1::text[], $2::text[], $3::int[], $4::float8[], $5::float8[], "
+    "$6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], $12::int[]) AS v(id, routine, "
+    "max_attempts, created_at, deadline, payload, queue, key, workflow, owner, concurrency, total) "
+    f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}"
+)
+"""New jobs in one statement; an id already present is skipped (the caller takes the one-row path for it)."""
+
+MARK_RUNNING_MANY: Final[str] = (
+    "UPDATE leakypool_jobs AS j SET state = 'running', attempts = j.attempts + 1, started_at = v.now "
+    "FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(id, owner, now) "
+    "WHERE j.id = v.id AND j.owner = v.owner AND j.state = 'pending' RETURNING j.id"
+)
+
+FINISH_MANY: Final[str] = (
+    "UPDATE leakypool_jobs AS j SET state = v.state, finished_at = v.now, outcome = v.outcome, error = v.error, "
+    "owner = '' FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::bytea[], $6::text[]) "
+    "AS v(id, owner, state, now, outcome, error) "
+    "WHERE j.id = v.id AND j.owner = v.owner AND j.state = 'running' "
+    "RETURNING j.id, j.queue <> '' OR j.workflow <> ''"
+)
+"""Outcomes in one statement; each returned row says whether the job held a limit slot (now free)."""
+
+NOTIFY: Final[str] = "SELECT pg_notify($1, $2)"
+
+FREE_DUE: Final[str] = (
+    "SELECT id, next_at, created_at FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
+    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+ANY_LIMITED_DUE: Final[str] = (
+    "SELECT EXISTS (SELECT 1 FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
+    "AND (queue <> '' OR workflow <> ''))"
+)
+LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="leakypool_jobs", now="$1", limit="$2")
+
+DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"

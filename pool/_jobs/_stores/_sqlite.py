@@ -1,0 +1,350 @@
+"""`SQLiteStore`: the embedded default job store, one file, on a thread of its own.
+
+The standard library's ``sqlite3`` blocks, so one thread per store owns the
+connection (`SQLiteThread`) and the event loop never waits on disk; its
+writes are group committed, a burst of 256 submits costs a handful of
+commits, not 256.
+
+WAL mode lets readers and one writer work at once, and several processes
+may share the file (``BEGIN IMMEDIATE`` takes the write lock up front, so
+two processes never lease the same job). ``synchronous=NORMAL`` (the
+default here): a committed job survives a crash of the process; a power
+loss may lose the last commits (``synchronous="FULL"`` closes that gap at
+the cost of an fsync per commit).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any, Final
+
+from ..._errors import AdmissionRejected, ConfigError, StoreError
+from .._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from ._sqlite_thread import SINGLE, Op, SQLiteThread
+
+SCHEMA_VERSION: Final[int] = 1
+"""The schema this release writes; an older file is migrated, a newer one refused."""
+
+_SCHEMA: Final[tuple[str, ...]] = (
+    """CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        routine TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        deadline REAL NOT NULL,
+        next_at REAL NOT NULL,
+        owner TEXT NOT NULL DEFAULT '',
+        error TEXT NOT NULL DEFAULT '',
+        payload BLOB NOT NULL,
+        outcome BLOB,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        queue TEXT NOT NULL DEFAULT '',
+        key TEXT NOT NULL DEFAULT '',
+        workflow TEXT NOT NULL DEFAULT '',
+        concurrency INTEGER NOT NULL DEFAULT 0,
+        total INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX jobs_due ON jobs (state, owner, next_at, created_at)",
+    "CREATE INDEX jobs_owned ON jobs (owner) WHERE owner != ''",
+    "CREATE TABLE owners (owner TEXT PRIMARY KEY, expires_at REAL NOT NULL)",
+)
+
+_COLUMNS: Final[str] = (
+    "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, "
+    "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
+)
+
+_INSERT: Final[str] = (
+    "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
+    "owner, concurrency, total) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    values = list(row)
+    values[14] = bool(values[14])
+    return JobRecord(*values)
+
+
+class SQLiteStore:
+    """Jobs in one SQLite file (``sqlite:///ABSOLUTE/PATH``).
+
+    Args:
+        path: The database file; created, with its schema, on first use.
+        synchronous: ``"NORMAL"`` (commits survive a process crash) or ``"FULL"``
+            (they survive a power loss too; slower).
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ConfigError(f"synchronous: expected 'NORMAL' or 'FULL', got {synchronous!r}")
+        self.path = os.path.abspath(path)
+        self.url = f"sqlite:///{self.path}"
+        self._synchronous = synchronous
+        self._thread: SQLiteThread | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteStore:
+        """``sqlite:///var/lib/app/jobs.db`` names ``/var/lib/app/jobs.db``: the path is always absolute.
+
+        (Four slashes, as other tools write an absolute path, mean the same.)
+        For a relative path, construct ``SQLiteStore(path)`` yourself.
+
+        Raises:
+            ConfigError: another scheme, or no path.
+        """
+        rest = url[len("sqlite://") :].lstrip("/") if url.startswith("sqlite:///") else ""
+        if not rest:
+            raise ConfigError(f"store: expected sqlite:///ABSOLUTE/PATH, got {url!r}")
+        return cls("/" + rest)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.url!r})"
+
+    # -- the thread ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start the thread, open the file, create or check the schema.
+
+        Raises:
+            ConfigError: the file cannot be opened, is not a SQLite database,
+                is another application's database, or has a newer schema.
+        """
+        if self._thread is not None:
+            return
+        if os.path.isdir(self.path):
+            raise ConfigError(f"store {self.url}: is a directory, not a database file")
+        self._thread = SQLiteThread(self.path, self.url, self._synchronous)
+        try:
+            await self._run(self._prepare, write=True)
+        except StoreError as exc:
+            await self.close()
+            raise ConfigError(f"store {self.url}: {exc.__cause__ or exc}") from None
+        except ConfigError:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Finish what is queued, close the connection, stop the thread; idempotent."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await thread.stop()
+
+    async def _run(self, op: Op, *, write: bool | str) -> Any:
+        if self._thread is None:
+            raise StoreError(f"store {self.url} is not open")
+        return await self._thread.run(op, write=write)
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "leakypool_schema" not in tables:
+            if tables:
+                raise ConfigError(
+                    f"store {self.url}: a SQLite database of something else (tables {sorted(tables)}), "
+                    "not a leakypool job store"
+                )
+            db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute("INSERT INTO leakypool_schema VALUES (?)", (SCHEMA_VERSION,))
+        (version,) = db.execute("SELECT max(version) FROM leakypool_schema").fetchone()
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"store {self.url}: schema version {version} is newer than this release's ({SCHEMA_VERSION}); "
+                "upgrade leakypool (the file was left untouched)"
+            )
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        row = await self._run(
+            lambda db: db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone(), write=False
+        )
+        return None if row is None else _record(row)
+
+    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
+        if state is None:
+            sql, args = f"SELECT {_COLUMNS} FROM jobs ORDER BY created_at, rowid LIMIT ?", (limit,)
+        else:
+            sql, args = f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY created_at, rowid LIMIT ?", (state, limit)
+        rows = await self._run(lambda db: db.execute(sql, args).fetchall(), write=False)
+        return [_record(row) for row in rows]
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._run(
+            lambda db: db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall(), write=False
+        )
+        counts = dict.fromkeys(sorted(ACTIVE_STATES | TERMINAL_STATES), 0)
+        counts.update(rows)
+        return counts
+
+    async def count_active(self) -> int:
+        return await self._run(_count_active, write=False)
+
+    async def cancel_requested(self, owner: str) -> list[str]:
+        sql = "SELECT id FROM jobs WHERE state = 'running' AND owner = ? AND cancel_requested"
+        return [row[0] for row in await self._run(lambda db: db.execute(sql, (owner,)).fetchall(), write=False)]
+
+    async def oldest_due(self, now: float) -> float | None:
+        sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = ''"
+        return (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
+
+    # -- writes ----------------------------------------------------------------------
+
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
+                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
+
+        def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
+            if max_active is None:  # the common case: one statement when the id is new
+                row = db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + _COLUMNS, values).fetchone()
+                if row is not None:
+                    return _record(row), True
+            row = db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job.id,)).fetchone()
+            if row is not None and row[2] in ACTIVE_STATES:
+                return _record(row), False
+            if max_active is not None and (active := _count_active(db)) >= max_active:
+                raise AdmissionRejected(
+                    f"{job.routine}() refused: {active} jobs already active in {self.url} (max_pending={max_active})",
+                    retry_after=1.0,
+                )
+            if row is not None:
+                db.execute("DELETE FROM jobs WHERE id = ?", (job.id,))
+            return _record(db.execute(_INSERT + " RETURNING " + _COLUMNS, values).fetchone()), True
+
+        return await self._run(op, write=True)
+
+    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+        """Due jobs, oldest first: any without limits, and those whose limits fit (see LIMITED_DUE_SQL).
+
+        The write transaction (BEGIN IMMEDIATE) is the lease lock: leases of
+        all processes on this file run one at a time.
+        """
+
+        def op(db: sqlite3.Connection) -> list[JobRecord]:
+            free = db.execute(_FREE_DUE, (now, limit)).fetchall()
+            limited = db.execute(_LIMITED_DUE, (now, limit)).fetchall()
+            chosen = sorted(free + limited, key=lambda r: (r[1], r[2], r[0]))[:limit]
+            rows = []
+            for job_id, _, _ in chosen:
+                rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
+            return [_record(row) for row in rows]
+
+        return await self._run(op, write=True)
+
+    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            for job_id in ids:
+                db.execute(
+                    "UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
+                    "WHERE id = ? AND owner = ? AND state = 'pending'",
+                    (next_at, job_id, owner),
+                )
+
+        await self._run(op, write=True)
+
+    async def _update(self, sql: str, args: tuple[Any, ...]) -> bool:
+        return await self._run(lambda db: db.execute(sql, args).rowcount == 1, write=SINGLE)
+
+    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+        return await self._update(
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ? "
+            "WHERE id = ? AND owner = ? AND state = 'pending'",
+            (now, job_id, owner),
+        )
+
+    async def finish(
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+    ) -> bool:
+        if state not in TERMINAL_STATES:
+            raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
+        return await self._update(
+            "UPDATE jobs SET state = ?, finished_at = ?, outcome = ?, error = ?, owner = '' "
+            "WHERE id = ? AND owner = ? AND state = 'running'",
+            (state, now, outcome, error, job_id, owner),
+        )
+
+    async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
+        return await self._update(
+            "UPDATE jobs SET state = 'pending', owner = '', next_at = ?, error = ? "
+            "WHERE id = ? AND owner = ? AND state = 'running'",
+            (next_at, error, job_id, owner),
+        )
+
+    async def fail_pending(
+        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
+    ) -> bool:
+        return await self._update(
+            "UPDATE jobs SET state = 'failed', finished_at = ?, error = ?, outcome = ?, owner = '' "
+            "WHERE id = ? AND owner = ? AND state = 'pending'",
+            (now, error, outcome, job_id, owner),
+        )
+
+    async def cancel(self, job_id: str, now: float) -> JobRecord | None:
+        def op(db: sqlite3.Connection) -> JobRecord | None:
+            db.execute(
+                "UPDATE jobs SET state = 'cancelled', finished_at = ?, owner = '', error = 'cancelled before it ran' "
+                "WHERE id = ? AND state = 'pending'",
+                (now, job_id),
+            )
+            db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND state = 'running'", (job_id,))
+            row = db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            return None if row is None else _record(row)
+
+        return await self._run(op, write=True)
+
+    async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO owners VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at",
+                (owner, now + ttl),
+            ),
+            write=True,
+        )
+
+    async def recover(self, now: float) -> list[str]:
+        def op(db: sqlite3.Connection) -> list[str]:
+            dead = "owner != '' AND owner NOT IN (SELECT owner FROM owners WHERE expires_at >= ?)"
+            revived = [
+                row[0]
+                for row in db.execute(
+                    f"UPDATE jobs SET state = 'pending', owner = '', next_at = ?, cancel_requested = 0 "
+                    f"WHERE state = 'running' AND {dead} RETURNING id",
+                    (now, now),
+                )
+            ]
+            db.execute(f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead}", (now,))
+            db.execute("DELETE FROM owners WHERE expires_at < ?", (now,))
+            return revived
+
+        return await self._run(op, write=True)
+
+    async def release_owner(self, owner: str, now: float) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE jobs SET state = 'pending', owner = '', next_at = ?, cancel_requested = 0 "
+                "WHERE state = 'running' AND owner = ?",
+                (now, owner),
+            )
+            db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ?", (owner,))
+            db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
+
+        await self._run(op, write=True)
+
+
+_FREE_DUE: Final[str] = (
+    "SELECT id, next_at, created_at FROM jobs WHERE state = 'pending' AND owner = '' AND next_at <= ? "
+    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT ?"
+)
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", now="?", limit="?")
+
+
+def _count_active(db: sqlite3.Connection) -> int:
+    return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]

@@ -1,0 +1,73 @@
+"""`PoolStats` and `GateStats`: snapshots of a pool's load, for `WorkerPool.stats`."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a pool's load, from `WorkerPool.stats`.
+
+    Attributes:
+        workers: Workers in the pool now (local ones included).
+        local_workers: Worker processes this pool runs.
+        admitted: Calls admitted and not ended (running + waiting).
+        running: Calls a worker accepted and is running.
+        waiting_for_worker: Calls queued (or waiting for a queue place) for a worker.
+        waiting_for_limits: Calls waiting for a queue, key or workflow slot.
+        dispatched: Calls a worker accepted since the pool opened.
+        rejected: Calls refused by admission (ceiling or full queue).
+        capacity_timeouts: Calls that waited past the dispatch deadline.
+        grown: Workers started under load (they idle out again).
+        shrunk: Workers grown under load that left after idling.
+        limits: Running and waiting calls per live queue, key and workflow.
+        worker_signals: Per worker that has told this pool it has room again
+            (it had turned a call away): its load and resource signals then.
+            `WorkerPool.worker_states` asks every worker now instead.
+    """
+
+    workers: int
+    local_workers: int
+    admitted: int
+    running: int
+    waiting_for_worker: int
+    waiting_for_limits: int
+    dispatched: int
+    rejected: int
+    capacity_timeouts: int
+    grown: int
+    limits: Mapping[str, GateStats]
+    shrunk: int = 0
+    worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line for a ``repr``: workers, calls, and each live limit."""
+        text = (
+            f"Workers: {self.workers} ({self.local_workers} local) | Calls: {self.running} running, "
+            f"{self.waiting_for_worker + self.waiting_for_limits} waiting, {self.dispatched} dispatched"
+        )
+        if self.rejected or self.capacity_timeouts:
+            text += f", {self.rejected} rejected, {self.capacity_timeouts} timed out"
+        limits = ", ".join(f"{name}: {g.running} running, {g.waiting} waiting" for name, g in self.limits.items())
+        return text + (f" | {limits}" if limits else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSignals:
+    """A worker's load and resource signals as its last "room" frame reported them."""
+
+    in_flight: int
+    capacity: int
+    memory_fraction: float
+    loop_lag_s: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GateStats:
+    """Running and waiting calls of one limit, for `WorkerPool.stats`."""
+
+    running: int
+    waiting: int

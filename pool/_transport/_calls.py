@@ -1,0 +1,226 @@
+"""The caller's side of a routine call, whoever dispatches it.
+
+A call is described by a `Task`. A `Dispatcher` turns a task into an
+accepted `OutgoingCall` on some stream: the `WorkerPool` (through its
+admission, limits and balancer) or, inside a worker, the stream back to
+the dispatcher (nested dispatch). This module then runs the call to its end:
+
+    Routine(...)  ->  Task  ->  dispatcher.dispatch(task)  ->  OutgoingCall
+                                                            -> call_routine: one outcome
+                                                            -> RemoteGenerator: a stream
+
+and maps outcomes back to values and exceptions (`outcome_result`, the one
+decoder), so that a remote call behaves like a local one: same return
+value, same exception type (with the worker's traceback as its cause),
+cancellation crossing to the worker.
+
+Transience is a type: a worker that says "not now" raises `WorkerRejected`
+(the pool keeps it), one that failed for good raises `WorkerBroken` (the
+pool evicts it). The gRPC code on either is information only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import Any, Final
+
+from .._errors import WorkerBroken, WorkerRejected
+from . import _wire
+from ._dispatcher import Dispatcher
+from ._proto import leakypool_pb2 as pb
+from ._rpc import TRANSIENT_CODES, status_name
+from ._session import OutgoingCall, Session
+from ._task import Task
+
+
+async def open_call(session: Session, task: Task) -> OutgoingCall:
+    """Open a call for ``task`` on ``session`` and wait for the callee's verdict.
+
+    A worker answers in milliseconds even while its routines hog the CPU;
+    one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
+    stopped process) is treated as busy, so the balancer moves on.
+
+    Raises:
+        WorkerRejected: the callee declined it (busy or draining), or did not
+            answer in time (DEADLINE_EXCEEDED).
+        WorkerBroken: the callee refused it for good (a protocol error).
+        BaseException: what ended the stream, if it ended first.
+    """
+    call, message = session.open(task.name)
+    task.fill(message, session)
+    try:
+        async with asyncio.timeout(ACCEPT_TIMEOUT_S):
+            frame = await call.receive()
+    except TimeoutError:
+        call.cancel()
+        raise WorkerRejected(
+            f"{session.label} did not answer {task.name}() within {ACCEPT_TIMEOUT_S:g}s", "DEADLINE_EXCEEDED"
+        ) from None
+    except BaseException:
+        call.cancel()
+        raise
+    if frame.HasField("reject"):
+        raise rejection(frame.reject, session.label, task.name)
+    return call
+
+
+def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | WorkerBroken:
+    """The error a Reject frame stands for: `WorkerRejected` for a transient code, else `WorkerBroken`."""
+    code = status_name(reject.code)
+    text = f"{label} rejected {name}(): {code}: {reject.message}"
+    if code in TRANSIENT_CODES:
+        return WorkerRejected(text, code)
+    return WorkerBroken(text, code)
+
+
+ACCEPT_TIMEOUT_S: Final[float] = 3.0
+"""How long a dispatch waits for a worker's Accept or Reject before moving on."""
+
+CANCEL_CONFIRM_S: Final[float] = 2.0
+"""How long a cancelled caller waits for the worker to confirm its task stopped."""
+
+async def call_routine(dispatcher: Dispatcher, task: Task) -> Any:
+    """Run a coroutine routine's task through ``dispatcher`` and return its result.
+
+    The task's timeout bounds the whole call, waiting included; on expiry
+    the remote task is cancelled and `TimeoutError` raised. Cancelling the
+    caller cancels the remote task.
+    """
+    async with asyncio.timeout(task.timeout) if task.timeout is not None else _UNBOUNDED:
+        call = await dispatcher.dispatch(task)
+        try:
+            frame = await call.receive()
+        except BaseException:
+            await call.abort(CANCEL_CONFIRM_S)
+            raise
+    return outcome_value(frame.outcome, task.name)
+
+
+_UNBOUNDED: Final = contextlib.nullcontext()
+"""A call without a timeout skips the timer (one less loop.call_at and cancel per call)."""
+
+
+def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
+    """Decode a final outcome: ``(True, value)``, or ``(False, the exception it stands for)``.
+
+    The one place an Outcome frame becomes a value or an error: a RAISE
+    is the routine's own exception (its worker traceback as ``__cause__``),
+    a result that cannot be unpickled is a `SerializationError`, a call
+    the worker cancelled while stopping is `WorkerBroken`.
+    """
+    kind = outcome.kind
+    if kind == pb.Outcome.RETURN:
+        try:
+            return True, _wire.loads(outcome.value, what=f"the result of {name}()")
+        except Exception as exc:
+            return False, exc
+    if kind == pb.Outcome.RAISE:
+        return False, _wire.unpack_exception(outcome.value, outcome.traceback, name)
+    if kind == pb.Outcome.CANCELLED:
+        return False, WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
+    return False, WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
+
+
+def call_failure(call: OutgoingCall, name: str) -> BaseException | None:
+    """Why a finished call failed (to halt its workflow): the routine's own exception; None if it did not.
+
+    A call its caller cancelled (or timed out) did not fail: the caller chose to stop it.
+    """
+    final = call.final
+    if call.cancelled_here or final is None:
+        return None
+    if isinstance(final, BaseException):
+        return final
+    if not final.HasField("outcome") or final.outcome.kind not in (pb.Outcome.RAISE, pb.Outcome.CANCELLED):
+        return None
+    ok, error = outcome_result(final.outcome, name)
+    return None if ok else error
+
+
+def outcome_value(outcome: pb.Outcome, name: str) -> Any:
+    """The value a final outcome stands for; raises the exception it carries."""
+    ok, value = outcome_result(outcome, name)
+    if not ok:
+        raise value
+    return value
+
+
+class RemoteGenerator:
+    """An async-generator routine running on a worker, driven from here.
+
+    Behaves like a local async generator: ``async for``, ``asend``,
+    ``athrow``, ``aclose``. Nothing is dispatched until the first step.
+    Each step waits at most the task's timeout.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, task: Task) -> None:
+        self._dispatcher = dispatcher
+        self._task = task
+        self._call: OutgoingCall | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done = False
+
+    def __aiter__(self) -> RemoteGenerator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._step(pb.Step.NEXT)
+
+    async def asend(self, value: Any) -> Any:
+        """Send ``value`` in; return the next value yielded."""
+        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()"))
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise an exception at the generator's ``yield``; return what it yields next."""
+        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
+        return await self._step(pb.Step.THROW, _wire.dumps(exc, what=f"the exception thrown into {self._task.name}()"))
+
+    async def aclose(self) -> None:
+        """Close the generator (its ``finally`` blocks run on the worker)."""
+        if self._done:
+            return
+        if self._call is None:
+            self._done = True
+            return
+        try:
+            await self._step(pb.Step.CLOSE)
+        except StopAsyncIteration:
+            pass
+
+    async def _step(self, kind: int, value: bytes = b"") -> Any:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            async with asyncio.timeout(self._task.timeout):
+                if self._call is None:
+                    self._loop = asyncio.get_running_loop()
+                    self._call = await self._dispatcher.dispatch(self._task)
+                self._call.step(kind, value)
+                frame = await self._call.receive()
+        except BaseException:
+            await self._abandon()
+            raise
+        outcome = frame.outcome
+        if outcome.kind == pb.Outcome.YIELD:
+            return _wire.loads(outcome.value, what=f"a value yielded by {self._task.name}()")
+        self._done = True
+        if outcome.kind == pb.Outcome.STOP:
+            raise StopAsyncIteration
+        return outcome_value(outcome, self._task.name)
+
+    async def _abandon(self) -> None:
+        self._done = True
+        if self._call is not None:
+            await self._call.abort(CANCEL_CONFIRM_S)
+
+    def __del__(self) -> None:
+        # Dropped mid-stream without aclose(): cancel it on the worker.
+        call, loop = self._call, self._loop
+        if call is None or call.finished or loop is None or loop.is_closed() or sys.is_finalizing():
+            return
+        try:
+            loop.call_soon_threadsafe(call.cancel)
+        except RuntimeError:
+            pass  # the loop closed meanwhile; the stream's end cancels the call

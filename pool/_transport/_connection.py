@@ -1,0 +1,154 @@
+"""The dispatcher's connection to one worker: a channel and its stream.
+
+The channel is gRPC (`GrpcChannel`) for a worker at ``host:port``, and
+length-prefixed messages on a unix socket (`UnixChannel`, see `_framing`)
+for one at ``unix:PATH``, which is how a pool reaches the workers it spawned.
+
+All calls to a worker share one Dispatch stream (a `Session`), opened on
+first use and re-opened on the next call after it fails. The first failure
+of a stream fails every call in flight on it with `WorkerBroken`. A call
+still waiting for Accept when its stream fails with a transient code (the
+worker is unreachable, for now) gets `WorkerRejected` instead: the pool
+keeps the worker and moves on; any other failure is `WorkerBroken`, and
+the pool evicts the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._base._tasks import TaskOwner
+from .._errors import WorkerBroken, WorkerRejected
+from ._calls import open_call
+from ._proto import leakypool_pb2 as pb
+from ._rpc import TRANSIENT_CODES, WorkerMetadata
+from ._session import CallHost, OutgoingCall, Session
+from ._task import Task
+from ._tls import TlsCredentials
+from ._unix_channel import UnixChannel
+
+if TYPE_CHECKING:
+    from ._grpc_channel import GrpcChannel
+
+_log = logging.getLogger("leakypool.pool")
+
+
+def open_channel(address: str, credentials: TlsCredentials | None = None) -> GrpcChannel | UnixChannel:
+    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC)."""
+    if address.startswith("unix:"):
+        return UnixChannel(address.removeprefix("unix:"))
+    from ._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
+
+    return GrpcChannel(address, credentials)
+
+
+class WorkerConnection:
+    """A channel to one worker and the stream its calls share.
+
+    Args:
+        metadata: The worker.
+        host: Serves calls the worker opens back (nested dispatch).
+        credentials: TLS client credentials, for a worker that serves TLS.
+        on_room: Called when the worker says it has room again.
+    """
+
+    def __init__(
+        self,
+        metadata: WorkerMetadata,
+        host: CallHost | None,
+        credentials: TlsCredentials | None = None,
+        on_room: Callable[[pb.Room], None] | None = None,
+    ) -> None:
+        self.metadata = metadata
+        self._host = host
+        self._on_room = on_room
+        self.last_room: pb.Room | None = None  # the worker's load and signals when it last said "room"
+        self._channel = open_channel(metadata.address, credentials)
+        self._session: Session | None = None
+        self._label = f"worker {metadata.uid} at {metadata.address}"
+        self._streams = TaskOwner(self._label, _log)
+        self._on_idle: Callable[[WorkerConnection], None] | None = None
+        self.closed = False
+
+    @property
+    def in_flight(self) -> int:
+        """Calls this pool has open on the worker now."""
+        session = self._session
+        return 0 if session is None or session.failure is not None else session.open_calls
+
+    @property
+    def broken(self) -> bool:
+        """Whether its last stream failed (the worker may be unreachable)."""
+        return self._session is not None and self._session.failure is not None
+
+    async def dispatch(self, task: Task) -> OutgoingCall:
+        """Send ``task`` to the worker; return once it accepted.
+
+        Raises:
+            WorkerRejected: it declined (busy, draining, or unreachable for
+                now): keep the worker, try another.
+            WorkerBroken: it failed for good (a hard gRPC status): evict it.
+        """
+        session = self._live_session()
+        try:
+            return await open_call(session, task)
+        except WorkerBroken as exc:
+            if exc is session.failure and exc.code in TRANSIENT_CODES:
+                raise WorkerRejected(str(exc), exc.code) from exc
+            raise
+
+    def retire(self, on_idle: Callable[[WorkerConnection], None]) -> None:
+        """Take no more calls; once the calls in flight have ended, hand itself to ``on_idle`` to close.
+
+        For a worker that left gracefully (withdrawn, idle, draining): its
+        last calls still deliver their results.
+        """
+        self._on_idle = on_idle
+        session = self._session
+        if session is not None and session.failure is None:
+            for call in session.open_calls_list():
+                call.on_finish(self._call_done)
+        self._call_done(None)
+
+    def _call_done(self, call: OutgoingCall | None) -> None:
+        on_idle = self._on_idle
+        if on_idle is not None and self.in_flight == 0:
+            self._on_idle = None
+            on_idle(self)
+
+    def _live_session(self) -> Session:
+        session = self._session
+        if session is None or session.failure is not None:
+            session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._room)
+            self._streams.spawn(self._channel.run(session, self._describe), name="stream")
+        return session
+
+    def _describe(self, reason: BaseException) -> WorkerBroken:
+        code, detail = self._channel.failure(reason)
+        return WorkerBroken(f"lost {self._label}: {code}: {detail}", code)
+
+    async def state(self, timeout: float = 5.0) -> pb.WorkerState:
+        """The worker's State call."""
+        return await self._channel.state(timeout)
+
+    async def stop(self, grace: float, timeout: float = 5.0) -> pb.WorkerState:
+        """Ask the worker to drain (``grace`` s for in-flight calls) and exit."""
+        return await self._channel.stop(grace, timeout)
+
+    def _room(self, room: pb.Room) -> None:
+        self.last_room = room
+        if self._on_room is not None:
+            self._on_room(room)
+
+    async def close(self) -> None:
+        """Close the stream and the channel now; open calls fail with `WorkerBroken`. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._streams.aclose()
+        await self._channel.close()
+
+    def __repr__(self) -> str:
+        return f"<WorkerConnection {self._label} in_flight={self.in_flight}>"

@@ -1,0 +1,73 @@
+"""`Task`: one routine call as it travels, and as balancers and backpressure hooks see it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ._proto import leakypool_pb2 as pb
+from ._session import Session
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Task:
+    """One routine call on its way to a worker.
+
+    Balancers (``delegate(task, ...)``) and backpressure hooks
+    (``ctx.task``) receive this. The public attributes are ``name``,
+    ``generator``, ``timeout`` and the limits (``queue`` name,
+    ``concurrency``, ``total``, ``key``, ``workflow``, ``halt_on_error``);
+    the rest is the wire form of the routine and its arguments.
+    """
+
+    name: str
+    generator: bool
+    digest: bytes
+    blob: bytes
+    args: bytes
+    timeout: float | None = None
+    queue: str = ""
+    concurrency: int = 0
+    total: int = 0
+    key: str = ""
+    workflow: str = ""
+    halt_on_error: bool = False
+    parent: int = 0
+    dispatch_deadline: float | None = None  # this call's own, over the pool's (not sent to workers)
+
+    def fill(self, call: pb.Call, session: Session) -> None:
+        """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""
+        routine = call.routine
+        routine.digest = self.digest
+        routine.name = self.name
+        routine.generator = self.generator
+        if self.digest not in session.sent_digests:
+            session.sent_digests.add(self.digest)
+            routine.blob = self.blob
+        if self.args:
+            call.args = self.args
+        call.parent = self.parent
+        if self.timeout:
+            call.timeout = self.timeout
+        if self.queue or self.workflow:
+            limits = call.limits
+            limits.queue, limits.key, limits.workflow = self.queue, self.key, self.workflow
+            limits.concurrency, limits.total, limits.halt_on_error = self.concurrency, self.total, self.halt_on_error
+
+    @classmethod
+    def from_message(cls, call: pb.Call, blob: bytes) -> Task:
+        """The task a received Call message describes (``blob``: the routine, resolved)."""
+        limits = call.limits
+        return cls(
+            name=call.routine.name,
+            generator=call.routine.generator,
+            digest=call.routine.digest,
+            blob=blob,
+            args=call.args,
+            timeout=call.timeout or None,
+            queue=limits.queue,
+            concurrency=limits.concurrency,
+            total=limits.total,
+            key=limits.key,
+            workflow=limits.workflow,
+            halt_on_error=limits.halt_on_error,
+        )

@@ -1,0 +1,153 @@
+"""Values <-> bytes for the wire: the only module that imports cloudpickle.
+
+cloudpickle pickles what plain pickle cannot (lambdas, closures, functions
+of ``__main__``) by value; anything importable goes by reference, so the
+worker must be able to import it too. Loading uses plain ``pickle.loads``,
+which reads cloudpickle's output and is faster.
+
+Failures become `SerializationError` (a ``TypeError``) naming the value and
+the reason, so the user learns which argument, result or exception could
+not cross.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import traceback
+from typing import Any, Final
+
+import cloudpickle
+
+from .._errors import RemoteTraceback, SerializationError
+from . import _malloc
+
+DIGEST_BYTES: Final[int] = 16
+"""Length of a routine's content digest (blake2b), its name on a stream."""
+
+_EMPTY: Final[bytes] = b""
+
+
+def dumps(value: Any, *, what: str) -> bytes:
+    """Pickle ``value``; ``None`` becomes empty bytes (the common no-op case).
+
+    Raises:
+        SerializationError: ``value`` cannot be pickled; the message says
+            what ``value`` was (``what``) and why.
+    """
+    if value is None:
+        return _EMPTY
+    try:
+        data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise SerializationError(f"{what} cannot be pickled: {_describe(exc)}") from exc
+    if len(data) >= _malloc.LARGE_BYTES:
+        _malloc.tune()
+    return data
+
+
+def loads(data: bytes, *, what: str) -> Any:
+    """Unpickle ``data`` (empty bytes is ``None``).
+
+    Raises:
+        SerializationError: ``data`` cannot be unpickled here (often: a
+            module the sender could import and this process cannot).
+    """
+    if not data:
+        return None
+    if len(data) >= _malloc.LARGE_BYTES:
+        _malloc.tune()
+    try:
+        return pickle.loads(data)
+    except Exception as exc:
+        raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
+
+
+def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """Pickle a call's arguments, naming the first one that fails.
+
+    Raises:
+        SerializationError: an argument cannot be pickled; nothing was sent.
+    """
+    if not args and not kwargs:
+        return _EMPTY
+    try:
+        data = cloudpickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        pass
+    else:
+        if len(data) >= _malloc.LARGE_BYTES:
+            _malloc.tune()
+        return data
+    for index, arg in enumerate(args):
+        dumps(arg, what=f"argument {index} of {name}() ({_short_repr(arg)})")
+    for key, arg in kwargs.items():
+        dumps(arg, what=f"argument {key!r} of {name}() ({_short_repr(arg)})")
+    return dumps((args, kwargs), what=f"the arguments of {name}()")
+
+
+def unpack_args(data: bytes, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Inverse of `pack_args`."""
+    if not data:
+        return (), {}
+    args, kwargs = loads(data, what=f"the arguments of {name}()")
+    return args, kwargs
+
+
+def digest(blob: bytes) -> bytes:
+    """The content digest a routine is cached under on each side of a stream."""
+    return hashlib.blake2b(blob, digest_size=DIGEST_BYTES).digest()
+
+
+def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
+    """``(pickled exception, traceback text)`` for a RAISE outcome; never raises.
+
+    An exception that cannot be pickled (or loaded back) is replaced by a
+    `SerializationError` that says so; the traceback text still goes along.
+    """
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:
+        tb = f"{type(exc).__qualname__} (its traceback could not be formatted)"
+    try:
+        value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(value)  # an exception whose __init__ cannot take its args fails here
+    except Exception as err:
+        stand_in = SerializationError(
+            f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "
+            f"it cannot be sent back to the caller: {_describe(err)}"
+        )
+        value = cloudpickle.dumps(stand_in, protocol=pickle.HIGHEST_PROTOCOL)
+    return value, tb
+
+
+def unpack_exception(value: bytes, tb: str, name: str) -> BaseException:
+    """The exception a RAISE outcome carries, with the remote traceback as cause."""
+    try:
+        exc = loads(value, what=f"the exception raised by {name}()")
+    except SerializationError as err:
+        exc = err
+    if not isinstance(exc, BaseException):
+        exc = SerializationError(f"{name}() raised a non-exception: {exc!r}")
+    if tb:
+        exc.__cause__ = RemoteTraceback(tb)
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_safe_str(exc)}"
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__qualname__}: str() failed>"
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__qualname__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

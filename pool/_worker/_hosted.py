@@ -1,0 +1,72 @@
+"""A call this worker hosts, as both of its loops see it: the call, its routine, what it reports."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .._transport import _wire
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._session import Session
+from .._transport._task import Task
+
+Outcome = tuple[int, bytes, str]
+"""(Outcome kind, pickled value, traceback text): what the routine loop hands the I/O loop."""
+
+CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
+STOP: Outcome = (pb.Outcome.STOP, b"", "")
+
+
+class Hosted:
+    """A call a dispatcher opened on this worker, from admission to its last frame."""
+
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started")
+
+    def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
+        self.session = session
+        self.id = call_id
+        self.task = task
+        self.code = code
+        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
+        self.runner: asyncio.Task[None] | None = None
+        self.cancelled = False
+        self.nested = 0  # nested calls it is awaiting now
+        self.started = 0.0  # when it was accepted (monotonic)
+
+
+class Code:
+    """A routine as received: its blob, unpickled on first use (on the routine loop)."""
+
+    __slots__ = ("blob", "name", "fn")
+
+    def __init__(self, blob: bytes, name: str) -> None:
+        self.blob = blob
+        self.name = name
+        self.fn: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        if self.fn is None:
+            obj = _wire.loads(self.blob, what=f"routine {self.name}")
+            self.fn = getattr(obj, "__wrapped__", obj)
+        return self.fn
+
+
+class Host(Protocol):
+    """What the runner needs of the gRPC side (the `WorkerService`)."""
+
+    def finish(self, hosted: Hosted, outcome: Outcome) -> None:
+        """The call ended with ``outcome`` (runs on the I/O loop)."""
+        ...
+
+    def send(self, hosted: Hosted, outcome: Outcome) -> None:
+        """A generator yielded ``outcome`` (runs on the I/O loop)."""
+        ...
+
+    def park(self, hosted: Hosted) -> None:
+        """``hosted`` awaits a nested call (runs on the I/O loop)."""
+        ...
+
+    def unpark(self, hosted: Hosted) -> None:
+        """``hosted``'s nested call returned (runs on the I/O loop)."""
+        ...
