@@ -234,10 +234,13 @@ def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]
 
 
 def _importable(routine: Routine[Any, Any]) -> bool:
-    """Whether the worker can find ``routine`` by module and name (pickle by reference)."""
+    """Whether the worker can find ``routine`` by module and name (pickle by reference).
+
+    Not for ``__main__`` nor for a module registered with cloudpickle to go by value.
+    """
     module_name = routine.__module__
     module = sys.modules.get(module_name)
-    if module is None or module_name == "__main__":
+    if module is None or module_name == "__main__" or _wire.by_value(module_name):
         return False
     obj: Any = module
     for part in routine.__qualname__.split("."):

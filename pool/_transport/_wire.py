@@ -94,6 +94,19 @@ def unpack_args(data: bytes, name: str) -> tuple[tuple[Any, ...], dict[str, Any]
     return args, kwargs
 
 
+def by_value(module_name: str) -> bool:
+    """Whether cloudpickle was told to pickle ``module_name`` by value (itself or a package above it).
+
+    ``cloudpickle.register_pickle_by_value(mod)`` is how a user says the workers
+    cannot import ``mod``; whatever comes from it must travel as code, not as a name.
+    """
+    registry = cloudpickle.list_registry_pickle_by_value()
+    if not registry:
+        return False
+    parts = module_name.split(".")
+    return any(".".join(parts[:end]) in registry for end in range(1, len(parts) + 1))
+
+
 def digest(blob: bytes) -> bytes:
     """The content digest a routine is cached under on each side of a stream."""
     return hashlib.blake2b(blob, digest_size=DIGEST_BYTES).digest()

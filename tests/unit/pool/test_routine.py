@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 
+import cloudpickle
 import pytest
 
 import pool
+from pool._transport import _wire
 from pool._transport._dispatcher import dispatching_to
 from tests.integration import routines
 
@@ -115,3 +119,33 @@ class TestRoutine:
         (task,) = recorder.tasks
         args, kwargs = pool._transport._wire.unpack_args(task.args, task.name)
         assert args[0].start == 5 and args[1:] == (1,)
+
+
+
+class TestByValue:
+    """A module registered with ``cloudpickle.register_pickle_by_value`` (or a package above it)."""
+
+    @pytest.fixture
+    def package(self, monkeypatch):
+        top, sub = types.ModuleType("lp_probe_pkg"), types.ModuleType("lp_probe_pkg.sub")
+        top.__path__ = []
+        monkeypatch.setitem(sys.modules, "lp_probe_pkg", top)
+        monkeypatch.setitem(sys.modules, "lp_probe_pkg.sub", sub)
+
+        async def double(x):
+            return 2 * x
+
+        double.__module__, double.__qualname__ = "lp_probe_pkg.sub", "double"
+        sub.double = pool.routine(double)
+        yield top, sub
+        if "lp_probe_pkg" in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.unregister_pickle_by_value(top)
+
+    def test_a_routine_should_go_by_reference_until_its_package_is_registered_by_value(self, package):
+        top, sub = package
+        assert pickle.loads(cloudpickle.dumps(sub.double)) is sub.double  # by name: the worker imports it
+        cloudpickle.register_pickle_by_value(top)
+        assert _wire.by_value("lp_probe_pkg.sub") and _wire.by_value("lp_probe_pkg")
+        assert not _wire.by_value("lp_probe_pkg_other") and not _wire.by_value("lp_probe")
+        copy = pickle.loads(cloudpickle.dumps(sub.double))
+        assert copy is not sub.double and copy.__qualname__ == "double"
