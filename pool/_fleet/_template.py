@@ -123,7 +123,7 @@ class WorkerTemplate:
         async with self._lock:  # requests and their replies stay in order
             self._replies.append(reply)
             try:
-                socket.send_fds(self._channel, [json.dumps(dict(env)).encode()], list(fds))
+                await _send_fds(self._channel, json.dumps(dict(env)).encode(), fds)
             except OSError as exc:
                 self._replies.remove(reply)
                 raise WorkerStartError(f"the worker template is gone: {exc}") from None
@@ -197,6 +197,26 @@ class WorkerTemplate:
         for future in self._statuses.values():
             if not future.done():
                 future.set_result(-1)  # nobody will report it now
+
+
+async def _send_fds(channel: socket.socket, data: bytes, fds: tuple[int, int]) -> None:
+    """Send one request with its descriptors, waiting while the socket's buffer is full.
+
+    A pool that starts many workers at once (say 128) queues requests faster
+    than the template forks; a full buffer means "later", not "gone".
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            socket.send_fds(channel, [data], list(fds))
+            return
+        except BlockingIOError:
+            writable = loop.create_future()
+            loop.add_writer(channel, lambda: writable.done() or writable.set_result(None))
+            try:
+                await writable
+            finally:
+                loop.remove_writer(channel)
 
 
 def _fork(ours: socket.socket, theirs: socket.socket, preload: Sequence[str]) -> ForkedChild:

@@ -98,3 +98,11 @@ async def test_template_fork_false_should_start_a_fresh_interpreter_template():
         assert not p._fleet._template.forked
         assert {parent_of(pid) for pid in p.pids} == {p._fleet._template.pid}
         assert await routines.add(1, 2) == 3
+
+
+async def test_many_workers_started_at_once_should_all_come_from_the_template(monkeypatch):
+    """Requests queue faster than the template forks: a full socket buffer means wait, not "template gone"."""
+    monkeypatch.setenv("BALLAST", "x" * 60_000)  # every request carries the environment: 8 of them fill the buffer
+    async with pool.WorkerPool(spawn=8) as p:
+        assert p._fleet._template.alive
+        assert {parent_of(pid) for pid in p.pids} == {p._fleet._template.pid}
