@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ._protocol import LoadBalancerContextView, iter_ascending
+from ._protocol import LoadBalancerContextView, iter_ascending, known_full
 
 
 class PriorityLoadBalancer:
@@ -26,7 +26,9 @@ class PriorityLoadBalancer:
 
     Contract, per dispatch: each worker present when the dispatch starts is
     offered at most once, in order; a worker that has left the pool by the
-    time its turn comes is skipped; a reported failure moves on to the next
+    time its turn comes is skipped, and so is one the context knows is full
+    (``context.known_full``, when the pool offers it: no round trip to a
+    worker that would say no); a reported failure moves on to the next
     worker; a reported success ends the generator, as does running out of
     workers (the pool then raises ``NoWorkersAvailable``).
 
@@ -50,8 +52,9 @@ class PriorityLoadBalancer:
             Worker uids, lowest first, until one accepts or none are left.
         """
         workers = context.workers
+        full = known_full(context)
         for uid in iter_ascending(context):
-            if uid not in workers:
+            if uid not in workers or uid in full:
                 continue
             try:
                 accepted = yield uid

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 import uuid
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Container, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -32,6 +32,12 @@ class LoadBalancerContextView(Protocol):
     uids in ascending order, rebuilt when membership changes. Balancers
     that order by uid use it to avoid sorting on every dispatch; a pool
     that lacks it (``wool``'s does) still works, only slower at scale.
+
+    A pool MAY also offer ``known_full``: a set-like snapshot of the uids
+    that turned this pool away for lack of room and have not announced room
+    since. Balancers skip them without a round trip; the worker stays the
+    authority (a stale hint costs one rejection, never a lost call). A pool
+    without it (wool's) gets every worker offered, as before.
     """
 
     @property
@@ -88,6 +94,12 @@ def iter_ascending(context: LoadBalancerContextView) -> Iterator[uuid.UUID]:
     yield lowest
     snapshot.remove(lowest)
     yield from sorted(snapshot, key=_UID_INT)
+
+
+def known_full(context: LoadBalancerContextView) -> Container[uuid.UUID]:
+    """The workers the context says are full (``context.known_full``), or none when it does not say."""
+    full = getattr(context, "known_full", None)
+    return full if full else ()
 
 
 def snapshot_ascending(context: LoadBalancerContextView) -> Sequence[uuid.UUID]:

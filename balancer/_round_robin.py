@@ -7,7 +7,7 @@ import weakref
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ._protocol import LoadBalancerContextView, snapshot_ascending
+from ._protocol import LoadBalancerContextView, known_full, snapshot_ascending
 
 
 class RoundRobinLoadBalancer:
@@ -16,7 +16,8 @@ class RoundRobinLoadBalancer:
     The pool's default. Over time every worker gets an equal share, which
     keeps all of them warm (the opposite of `PriorityLoadBalancer`). One
     dispatch offers each worker at most once, starting at this context's
-    cursor, and ends after a full turn without a success.
+    cursor, and ends after a full turn without a success. Workers the
+    context knows are full (``context.known_full``) are passed over.
 
     The cursor is kept per context in a ``WeakKeyDictionary``, so one
     balancer can serve several pools and a closed pool's cursor goes with
@@ -42,6 +43,7 @@ class RoundRobinLoadBalancer:
             Worker uids until one accepts or all were offered.
         """
         workers = context.workers
+        full = known_full(context)
         order = snapshot_ascending(context)
         if not order:
             return
@@ -50,7 +52,7 @@ class RoundRobinLoadBalancer:
         self._cursors[context] = start + 1
         for offset in range(len(order)):
             uid = order[(start + offset) % len(order)]
-            if uid not in workers:
+            if uid not in workers or uid in full:
                 continue
             try:
                 accepted = yield uid

@@ -93,11 +93,14 @@ class WorkerRejected(PoolError):
     Attributes:
         code: The gRPC status code name, e.g. ``"RESOURCE_EXHAUSTED"``
             (information only).
+        full: The worker was at its advertised capacity: it rejects any
+            call until one of its tasks ends (and then tells the pool).
     """
 
-    def __init__(self, message: str, code: str = "RESOURCE_EXHAUSTED") -> None:
+    def __init__(self, message: str, code: str = "RESOURCE_EXHAUSTED", *, full: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.full = full
 
     def __reduce__(self) -> tuple[type, tuple[str, str]]:
         return (type(self), (str(self), self.code))

@@ -50,7 +50,9 @@ BACKSTOP_S: Final[float] = 1.0
 """While calls wait, the pump retries at least this often even without a capacity event.
 
 Capacity events cover task-count backpressure completely; the backstop is
-for hooks whose verdict changes with nothing finishing (memory, time)."""
+for hooks whose verdict changes with nothing finishing (memory, time), and
+it offers workers known full again (a worker that owes a Room and never
+sends one, say an older release, costs a queued call at most this long)."""
 
 DURATION_HALF_LIFE: Final[float] = 0.1
 """Weight of the newest call in the running mean duration (for retry_after)."""
@@ -242,7 +244,7 @@ class Admission:
                         async with asyncio.timeout(BACKSTOP_S):
                             await self._capacity.wait()
                     except TimeoutError:
-                        pass
+                        self.placement.doubt()  # nothing heard for a while: ask every worker again
         finally:
             self._pump = None
 

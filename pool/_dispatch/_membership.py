@@ -204,13 +204,18 @@ class Membership:
         """Each member's own report (its State call); those that do not answer within ``timeout`` are left out."""
         connections = list(self.roster.connections())
         answers = await asyncio.gather(*(c.state(timeout) for c in connections), return_exceptions=True)
-        return {
+        states = {
             c.metadata.uid: answer
             for c, answer in zip(connections, answers, strict=True)
             if not isinstance(answer, BaseException)
         }
+        for uid, state in states.items():
+            if state.capacity and state.in_flight < state.capacity:
+                self.roster.room.announced(uid)  # room as of its answer: offer it again
+        return states
 
-    def _on_room(self, room: pb.Room) -> None:
+    def _on_room(self, uid: uuid.UUID, room: pb.Room | None) -> None:
+        self.roster.room.announced(uid)
         self._changed()
 
     def _notify(self) -> None:

@@ -4,12 +4,15 @@
         │ anext()                                  a candidate uid
         v
     connection.dispatch(task) ── Accept ──> asend(uid): the generator must end ──> OutgoingCall
-        │ WorkerRejected  (busy, draining, unreachable for now): keep the worker
+        │ WorkerRejected  (busy, draining, unreachable for now): keep the worker;
+        │                 full (RESOURCE_EXHAUSTED at its capacity): known full until it says "room"
         │ WorkerBroken    (hard failure): evict it first, close its connection
         └──> athrow(exc) ──> the next candidate ... the generator ends: NoWorkersAvailable
 
 The balancer selects; this module dispatches, reports back and evicts (the
-balancer only ever sees the roster, read-only). Anything that is not a
+balancer only ever sees the roster, read-only). Workers known full are in
+the roster's ``known_full``, which balancers skip: once the first workers
+are full, a call goes to the first with room without a round trip to each. Anything that is not a
 `WorkerRejected` or `WorkerBroken` (a bug, a cancellation) propagates and
 changes no membership.
 """
@@ -50,7 +53,9 @@ class Placement:
         self._roster = roster
         self._membership = membership
         self._close = close
+        self._room = roster.room
         self.dispatched = 0
+        self.rejected = 0  # offers a worker turned down (any reason)
 
     async def place(self, task: Task) -> OutgoingCall:
         """Get ``task`` accepted by one worker, trying them in the balancer's order.
@@ -67,11 +72,12 @@ class Placement:
                 if connection is None:  # left the pool since the balancer looked
                     uid = await delegation.asend(None)
                     continue
+                epoch = self._room.offer(uid)
                 try:
                     call = await connection.dispatch(task)
                 except (WorkerRejected, WorkerBroken) as exc:
                     last = exc
-                    self._refused(uid, connection, exc)
+                    self._refused(uid, connection, exc, epoch)
                     uid = await delegation.athrow(exc)
                     continue
                 self._membership.reachable(uid)
@@ -88,10 +94,25 @@ class Placement:
             await delegation.aclose()
         if not self._roster:
             raise NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty") from last
+        if last is None and self._room.known_full:
+            raise NoWorkersAvailable(
+                f"no worker has room for {task.name}(): {len(self._room)} of {len(self._roster)} "
+                "turned this pool away and have not announced room since"
+            )
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._roster)} busy or unavailable") from last
 
-    def _refused(self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken) -> None:
+    def doubt(self) -> None:
+        """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""
+        for uid in list(self._room.known_full):
+            self._room.announced(uid)
+
+    def _refused(
+        self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken, epoch: int
+    ) -> None:
+        self.rejected += 1
         if isinstance(exc, WorkerBroken):
             self._close(self._membership.evict(uid, str(exc), graceful=False))
         elif connection.broken:
             self._membership.unreachable(connection.metadata, exc)
+        elif exc.full:
+            self._room.rejected(uid, epoch)  # full by its count: it remembers us and owes us a Room

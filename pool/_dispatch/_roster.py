@@ -6,9 +6,11 @@ import operator
 import types
 import uuid
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 
 from .._transport._connection import WorkerConnection
 from .._transport._rpc import WorkerMetadata
+from ._room import RoomBook
 
 _UID_INT = operator.attrgetter("int")
 
@@ -19,13 +21,21 @@ class Roster:
     Satisfies ``balancer.LoadBalancerContextView``: ``workers`` is a live,
     read-only mapping, and ``ascending_uids`` an immutable snapshot of the
     uids in ascending order, rebuilt only when membership changes, so an
-    order-based balancer does not sort on every dispatch.
+    order-based balancer does not sort on every dispatch. ``known_full``
+    names the workers that turned this pool away and have not announced
+    room since (`RoomBook`): balancers skip them without a round trip.
     """
 
     def __init__(self) -> None:
         self._workers: dict[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]] = {}
         self._view = types.MappingProxyType(self._workers)
         self.ascending_uids: tuple[uuid.UUID, ...] = ()
+        self.room = RoomBook()
+
+    @property
+    def known_full(self) -> AbstractSet[uuid.UUID]:
+        """The workers known to have no room for this pool now (an immutable snapshot)."""
+        return self.room.known_full
 
     @property
     def workers(self) -> Mapping[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]]:
@@ -57,6 +67,7 @@ class Roster:
         entry = self._workers.pop(uid, None)
         if entry is None:
             return None
+        self.room.forget(uid)
         self._reorder()
         return entry[1]
 

@@ -71,7 +71,7 @@ def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | Work
     code = status_name(reject.code)
     text = f"{label} rejected {name}(): {code}: {reject.message}"
     if code in TRANSIENT_CODES:
-        return WorkerRejected(text, code)
+        return WorkerRejected(text, code, full=0 < reject.capacity <= reject.in_flight)
     return WorkerBroken(text, code)
 
 

@@ -16,6 +16,7 @@ the pool evicts the worker.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,8 @@ class WorkerConnection:
         metadata: The worker.
         host: Serves calls the worker opens back (nested dispatch).
         credentials: TLS client credentials, for a worker that serves TLS.
-        on_room: Called when the worker says it has room again.
+        on_room: Called with the worker's uid when it says it has room again (its Room
+            frame), or with None when a stream ends (what the worker knew of this pool is gone).
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class WorkerConnection:
         metadata: WorkerMetadata,
         host: CallHost | None,
         credentials: TlsCredentials | None = None,
-        on_room: Callable[[pb.Room], None] | None = None,
+        on_room: Callable[[uuid.UUID, pb.Room | None], None] | None = None,
     ) -> None:
         self.metadata = metadata
         self._host = host
@@ -122,8 +124,17 @@ class WorkerConnection:
         session = self._session
         if session is None or session.failure is not None:
             session = self._session = Session(odd=True, host=self._host, label=self._label, on_room=self._room)
-            self._streams.spawn(self._channel.run(session, self._describe), name="stream")
+            self._streams.spawn(self._run(session), name="stream")
         return session
+
+    async def _run(self, session: Session) -> None:
+        try:
+            await self._channel.run(session, self._describe)
+        finally:
+            # The worker's memory of turning this stream away ended with it: no Room
+            # will come for it, so this pool must not go on thinking the worker full.
+            if self._on_room is not None:
+                self._on_room(self.metadata.uid, None)
 
     def _describe(self, reason: BaseException) -> WorkerBroken:
         code, detail = self._channel.failure(reason)
@@ -140,7 +151,7 @@ class WorkerConnection:
     def _room(self, room: pb.Room) -> None:
         self.last_room = room
         if self._on_room is not None:
-            self._on_room(room)
+            self._on_room(self.metadata.uid, room)
 
     async def close(self) -> None:
         """Close the stream and the channel now; open calls fail with `WorkerBroken`. Idempotent."""

@@ -222,11 +222,14 @@ class Session:
             else:
                 self._outbox.after_write(then)
 
-    def reject(self, call_id: int, code: int, message: str) -> None:
-        """Reject a call the peer opened, with a gRPC status code."""
+    def reject(self, call_id: int, code: int, message: str, in_flight: int = 0, capacity: int = 0) -> None:
+        """Reject a call the peer opened, with a gRPC status code (and, when busy, the count it was at)."""
         reject = self._frame(call_id).reject
         reject.code = code
         reject.message = message
+        if capacity:
+            reject.in_flight = in_flight
+            reject.capacity = capacity
 
     def outcome(self, call_id: int, kind: int, value: bytes = b"", traceback: str = "") -> None:
         """Report an outcome of a call the peer opened."""

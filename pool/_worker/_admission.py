@@ -8,6 +8,8 @@
                           └─> an awaitable    an async hook: the service awaits it, then `settle`
 
     finish ──> release() ──> the sessions turned away since the last room: send each a Room frame
+    sample ──> idle_room() ──> the same, when nothing counts against the hook any more (its
+                               reason was memory, latency ...: it may have changed with nothing ending)
 
 The service does the I/O (frames, logs, the awaiting); this object only
 counts and decides, so every threshold is testable without a loop or a
@@ -142,6 +144,12 @@ class WorkerAdmission:
     def unpark(self) -> None:
         """A task's nested call returned: it counts again."""
         self.parked -= 1
+
+    def idle_room(self) -> set[Any]:
+        """On a resource sample: the sessions to tell "room" if nothing runs that could end and tell them."""
+        if not self._turned_away or self.active() or self.vetting:
+            return set()
+        return self._room()
 
     def _room(self) -> set[Any]:
         sessions, self._turned_away = self._turned_away, set()

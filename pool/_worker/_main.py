@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from backpressure import BackpressureLike, TaskCountBackpressure
+from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
 from .._config import ConfigError, WorkerConfig, default_registry, fail
@@ -112,10 +112,25 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def count_cap(hook: BackpressureLike | None) -> int:
+    """The task count at which ``hook`` rejects whatever else it sees (its advertised capacity); 0: none known.
+
+    `TaskCountBackpressure(n)` has n; `AnyOf` the lowest cap among its parts (any
+    one of them saying no is enough). A worker at that count is full for every
+    task until one ends, which is what lets dispatchers skip it until it says "room".
+    """
+    if isinstance(hook, TaskCountBackpressure):
+        return hook.threshold
+    if isinstance(hook, AnyOf):
+        caps = [cap for cap in map(count_cap, hook.hooks) if cap > 0]
+        return min(caps, default=0)
+    return 0
+
+
 async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     """Serve until drained; returns why the worker stopped."""
     uid = config.uid or str(new_uid())
-    capacity = hook.threshold if isinstance(hook, TaskCountBackpressure) else 0
+    capacity = count_cap(hook)
     service = WorkerService(
         uid=uid,
         backpressure=hook,

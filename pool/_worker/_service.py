@@ -118,7 +118,7 @@ class WorkerService:
         self._runner = RoutineRunner(self, loop, Hop(loop), self._routines.hop)
         self._routines.start()
         self.lifecycle.start()
-        self.tasks.spawn(self.signals.run(), name="resource signals")
+        self.tasks.spawn(self.signals.run(self._sampled), name="resource signals")
 
     async def aclose(self) -> None:
         """Stop the timers, the background tasks and the routine loop (after the drain)."""
@@ -238,7 +238,11 @@ class WorkerService:
         message = verdict.message
         if verdict is Verdict.DRAINING:
             message = f"worker is draining ({self.exit_reason})"
-        session.reject(hosted.id, verdict.code, message)
+        if verdict is Verdict.BUSY:
+            counted = self.admission.active() + self.admission.vetting
+            session.reject(hosted.id, verdict.code, message, counted, self.capacity)
+        else:
+            session.reject(hosted.id, verdict.code, message)
 
     def on_step(self, session: Session, frame: pb.Frame) -> None:
         peer = self._peers.get(session)
@@ -287,6 +291,11 @@ class WorkerService:
         hosted.nested -= 1
         if hosted.nested == 0:
             self.admission.unpark()
+
+    def _sampled(self) -> None:
+        # A worker that turned calls away with nothing running did so for its
+        # signals (memory, latency), which may have changed with nothing ending.
+        self._tell_room(self.admission.idle_room())
 
     def _tell_room(self, sessions: set[Session]) -> None:
         # Dispatchers we turned away may retry now: their queued calls move

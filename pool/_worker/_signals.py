@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+from collections.abc import Callable
 from typing import Final
 
 SAMPLE_S: Final[float] = 0.2
@@ -63,14 +64,16 @@ class ResourceSignals:
         ordered = sorted(self.latencies)
         return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
 
-    async def run(self) -> None:
-        """Sample until cancelled (an owned task of the worker service)."""
+    async def run(self, sampled: Callable[[], None] | None = None) -> None:
+        """Sample until cancelled (an owned task of the worker service), calling ``sampled`` after each."""
         loop = asyncio.get_running_loop()
         while True:
             due = loop.time() + SAMPLE_S
             await asyncio.sleep(SAMPLE_S)
             self.lagged(max(0.0, loop.time() - due))
             self.sample_memory()
+            if sampled is not None:
+                sampled()
 
 
 def rss_bytes() -> int | None:

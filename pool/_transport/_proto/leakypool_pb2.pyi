@@ -1,13 +1,9 @@
-from collections.abc import Iterable as _Iterable
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar
-from typing import Optional as _Optional
-from typing import Union as _Union
-
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -114,12 +110,16 @@ class Room(_message.Message):
     def __init__(self, in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ...) -> None: ...
 
 class Reject(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "in_flight", "capacity")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    in_flight: int
+    capacity: int
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class Outcome(_message.Message):
     __slots__ = ("kind", "value", "traceback")

@@ -8,10 +8,12 @@ from collections.abc import Callable
 
 
 class Context:
-    """A minimal pool view: live read-only ``workers``; optionally ``ascending_uids``."""
+    """A minimal pool view: live read-only ``workers``; optionally ``ascending_uids`` and ``known_full``."""
 
-    def __init__(self, uids, *, ordered_hint: bool):
+    def __init__(self, uids, *, ordered_hint: bool, known_full=None):
         self._workers = {uid: (f"meta-{uid}", f"conn-{uid}") for uid in uids}
+        if known_full is not None:
+            self.known_full = frozenset(known_full)
         self.workers = types.MappingProxyType(self._workers)
         self._ordered_hint = ordered_hint
 

@@ -90,3 +90,37 @@ class TestPriorityLoadBalancer:
             assert pickle.loads(dumps(balancer)) == balancer
         assert copy.deepcopy(balancer) == balancer
         assert b"balancer\nPriorityLoadBalancer" in pickle.dumps(balancer, protocol=0)
+
+
+class TestKnownFull:
+    """``context.known_full``: workers the pool knows have no room are skipped with no round trip."""
+
+    @given(uids, st.data(), st.booleans())
+    def test_priority_should_offer_in_order_every_worker_not_known_full(self, members, data, hint):
+        full = data.draw(st.sets(st.sampled_from(members))) if members else set()
+        context = Context(members, ordered_hint=hint, known_full=full)
+        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: "busy"))
+        assert [uid for uid, _ in log] == sorted(set(members) - full, key=lambda u: u.int)
+
+    @given(uids, st.data())
+    def test_round_robin_should_skip_workers_known_full_and_offer_the_others_once(self, members, data):
+        from balancer import RoundRobinLoadBalancer
+
+        full = data.draw(st.sets(st.sampled_from(members))) if members else set()
+        context = Context(members, ordered_hint=True, known_full=full)
+        balancer = RoundRobinLoadBalancer()
+        for _ in range(3):
+            log = asyncio.run(drive(balancer, context, lambda uid, i: "busy"))
+            assert sorted(uid for uid, _ in log) == sorted(set(members) - full)
+
+    async def test_a_pool_without_the_hint_should_get_every_worker_offered(self):
+        members = [uuid.UUID(int=n) for n in (1, 2, 3)]
+        log = await drive(PriorityLoadBalancer(), Context(members, ordered_hint=False), lambda uid, i: "busy")
+        assert [uid for uid, _ in log] == members
+
+    async def test_the_first_worker_with_room_should_be_found_cheaply_at_a_thousand_workers(self):
+        """Not timed (bench/ is): a thousand skips cost no offer and no await."""
+        members = [uuid.UUID(int=n) for n in range(1, 1001)]
+        context = Context(members, ordered_hint=True, known_full=members[:999])
+        log = await drive(PriorityLoadBalancer(), context, lambda uid, i: "ok")
+        assert log == [(members[999], "ok")]
