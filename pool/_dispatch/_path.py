@@ -42,7 +42,7 @@ class CallPath:
     Args:
         admission: The ceiling, the queue for a worker, and placement.
         default_deadline: Seconds a call may wait before `CapacityTimeout`, unless it sets its own.
-        capacity_changed: Called when a job attempt ends (its worker and limit slots are free again).
+        capacity_changed: Called when a call or a job attempt ends (its worker and limit slots are free again).
         workers: How many workers the pool has now (for error messages).
         metrics: Where calls are counted (None: no metrics).
     """
@@ -121,7 +121,7 @@ class CallPath:
     def _end(self, ticket: Ticket, error: BaseException | None) -> None:
         self.limits.release(ticket, error)
         self.admission.release(ticket)
-        self.admission.capacity_changed()
+        self._capacity_changed()  # the queue's pump, and the job scheduler: a worker has room again
 
     async def place_job(self, task: Task) -> OutgoingCall | None:
         """One dispatch attempt for a job: its limits if free (else None), then the balancer.

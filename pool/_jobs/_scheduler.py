@@ -91,6 +91,7 @@ class Scheduler:
         self._capacity_epoch = 0
         self._claimed = 0  # submissions in flight that will arrive leased to this process
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
+        self._backlog = False  # the store may hold due jobs this process has not leased: lease when room frees
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
@@ -135,7 +136,8 @@ class Scheduler:
             _log.exception("could not hand this process's jobs back to the store; they return when its lease expires")
 
     def wake(self) -> None:
-        """Lease and dispatch now."""
+        """Lease and dispatch now (something may be due in the store: a submit, a notice, jobs given back)."""
+        self._backlog = True
         self._wake.set()
 
     def _claim(self) -> str:
@@ -167,7 +169,7 @@ class Scheduler:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
         self._no_worker = False
         self._capacity_epoch += 1
-        if self._waiting or self._gave_back:  # else in-memory calls ending cost the scheduler nothing
+        if self._waiting or self._gave_back or self._backlog:  # else in-memory calls ending cost nothing here
             self._gave_back = False
             self._wake.set()
 
@@ -203,8 +205,8 @@ class Scheduler:
         while not self._closing:
             self._wake.clear()
             try:
-                leased_all = await self._fill()
-                timeout = 0.0 if leased_all else await self._next_wait()  # a full batch: more may be due
+                again = await self._fill()
+                timeout = 0.0 if again else await self._next_wait()
             except StoreError as exc:
                 outage.failed(exc)
                 await asyncio.sleep(outage.delay())  # the store is back soon, or this keeps trying
@@ -233,15 +235,21 @@ class Scheduler:
         return max(0.0, wait)
 
     async def _fill(self) -> bool:
-        """Lease due jobs into the batch and dispatch what fits; True if the lease filled the batch."""
+        """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
         if room > 0 and not self._closing:
+            self._backlog = False  # from here on, anything new in the store comes with a wake
             leased = await self.store.lease(self.owner, room, time.time())
             for job in leased:
                 self._adopt(job)
+            if len(leased) == room:
+                self._backlog = True  # a full lease: more may be due
+        else:
+            self._backlog = True  # no room to lease: what the store holds waits for room here
         await self._dispatch_waiting()
-        return room > 0 and len(leased) == room
+        # Lease again at once if the store may hold more and placements just made room in the batch.
+        return self._backlog and len(self._waiting) < LEASE_BATCH and self._has_workers() and not self._closing
 
     def _adopt(self, job: JobRecord) -> None:
         try:
@@ -340,6 +348,7 @@ class Scheduler:
         if call is None:
             attempt.blocked_at = epoch  # a limit was full: wait for a slot to free (unless one freed since)
             self._put_back(attempt)
+            self._wake.set()  # its placement slot is free: the jobs behind it may go
             return
         self._cancelled.discard(job.id)
         self._running[job.id] = attempt
