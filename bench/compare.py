@@ -8,8 +8,9 @@ a workload's ratio is the median of its per-round ratios, with their spread.
 Runtimes: leakypool (``bench.bench_pool``; over unix sockets, and over TCP
 with ``--tcp-too``, without the worker template with ``--no-template-too``,
 and from another checkout with ``--baseline DIR``, for before/after), ProcessPoolExecutor and the bare grpc.aio echo (the
-floor for a gRPC design) from ``../shared/bench-peers``, and wool 0.15.7
-when ``--peer-python`` names a venv that has it (``--make-peer-venv``).
+floor for a gRPC design) from ``../shared/bench-peers``, wool 0.15.7
+when ``--peer-python`` names a venv that has it (``--make-peer-venv``), and
+Ray and Dask when ``--ray-dask-python`` names one that has them.
 
     python -m bench.compare [--rounds 5] [--quick] [--tcp-too] [--no-template-too] [--baseline DIR] [--peer-python PY]
 
@@ -40,6 +41,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "leakypool": lambda r: r["a_noop_latency"]["p50_us"],
             "processpool": lambda r: r["a_noop_latency"]["p50_us"],
             "wool": lambda r: r["a_noop_latency"]["p50_us"],
+            "ray": lambda r: r["a_noop_latency"]["p50_us"],
+            "dask": lambda r: r["a_noop_latency"]["p50_us"],
             "grpc_stream": lambda r: r["stream_rtt_p50_us"],
         },
     },
@@ -49,6 +52,15 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "leakypool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
             "processpool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
             "wool": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+            "ray": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+            "dask": lambda r: r["b_noop_throughput"]["tasks_per_s"],
+        },
+    },
+    "c_sleep_tasks_per_s": {
+        "better": "higher",
+        "read": {
+            name: (lambda r: r.get("c_sleep_throughput", {}).get("tasks_per_s"))
+            for name in ("leakypool", "processpool", "wool", "ray", "dask")
         },
     },
     "d_echo_1mib_p50_ms": {
@@ -57,6 +69,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "leakypool": lambda r: r["d_echo_1mib"]["p50_ms"],
             "processpool": lambda r: r["d_echo_1mib"]["p50_ms"],
             "wool": lambda r: r["d_echo_1mib"]["p50_ms"],
+            "ray": lambda r: r["d_echo_1mib"]["p50_ms"],
+            "dask": lambda r: r["d_echo_1mib"]["p50_ms"],
             "grpc_stream": lambda r: r["stream_1mib_p50_ms"],
         },
     },
@@ -80,6 +94,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "leakypool": lambda r: r["e_cold_start_median_first_result_s"],
             "processpool": lambda r: r.get("e_cold_start_median_first_result_s"),
             "wool": lambda r: r.get("e_cold_start_median_first_result_s"),
+            "ray": lambda r: r.get("e_cold_start_median_first_result_s"),
+            "dask": lambda r: r.get("e_cold_start_median_first_result_s"),
         },
     },
 }
@@ -113,6 +129,10 @@ def commands(args: argparse.Namespace) -> dict[str, tuple[list[str], pathlib.Pat
     runs["grpc_stream"] = ([peer, "bench_grpc_floor.py"], PEERS, None)
     if args.peer_python and not args.skip_wool:
         runs["wool"] = ([peer, "bench_wool.py", "--skip-tuned", *quick], PEERS, None)
+    if args.ray_dask_python:
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        runs["ray"] = ([args.ray_dask_python, "bench_ray.py", *quick], PEERS, env)
+        runs["dask"] = ([args.ray_dask_python, "bench_dask.py", "--skip-tuned", *quick], PEERS, None)
     return runs
 
 
@@ -134,7 +154,9 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             for peer, values in per_runtime.items():
                 if peer.startswith("leakypool") and peer == mine:
                     continue
-                per_round = [m / p for m, p in zip(per_runtime[mine], values, strict=True)]
+                per_round = [m / p for m, p in zip(per_runtime[mine], values, strict=True) if p]
+                if not per_round:
+                    continue  # the peer measured 0 every round (a CPU figure under one clock tick)
                 ratios[f"{mine}/{peer}"] = {
                     "median": round(statistics.median(per_round), 3),
                     "range": [round(min(per_round), 3), round(max(per_round), 3)],
@@ -157,6 +179,8 @@ def main() -> None:
     parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)")
     parser.add_argument("--make-peer-venv", metavar="DIR", help="create that venv and exit")
     parser.add_argument("--skip-wool", action="store_true")
+    parser.add_argument("--ray-dask-python", metavar="PY",
+                        help="python of a venv with ray, dask, distributed, uvloop and psutil: also Ray and Dask")
     args = parser.parse_args()
     if args.make_peer_venv:
         subprocess.run([sys.executable, "-m", "venv", args.make_peer_venv], check=True)
@@ -170,6 +194,7 @@ def main() -> None:
     for number in range(args.rounds):
         print(f"[compare] round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
         rounds.append({name: run_json(cmd, cwd, env) for name, (cmd, cwd, env) in runs.items()})
+        print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)  # kept even if the summary fails
     print(json.dumps({"rounds": args.rounds, "quick": args.quick, "runtimes": list(runs),
                       "workloads": summarize(rounds), "raw": rounds}, indent=2))
 

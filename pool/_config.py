@@ -2,7 +2,7 @@
 
 Each setting is declared once, in a `Setting` table, and from that table
 come the command-line flags, the environment variables, the validation
-and the README's table. An explicit argument beats the environment, which
+and docs/configuration.md's table. An explicit argument beats the environment, which
 beats the default. A bad value raises `ConfigError` naming the flag or
 variable, what was expected and what was given; ``worker_main`` turns that
 into exit status 2 and one line.

@@ -61,7 +61,7 @@ class WorkerPool:
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
     this pool's workers (the innermost pool wins when pools nest). Every
-    argument left as None is read from ``LEAKYPOOL_*`` (see the README), then
+    argument left as None is read from ``LEAKYPOOL_*`` (see docs/configuration.md), then
     defaults.
 
     Args:

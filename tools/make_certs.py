@@ -15,7 +15,7 @@ Workers: ``--tls-cert worker.pem --tls-key worker-key.pem --tls-client-ca ca.pem
 Pools: ``pool.TlsCredentials(ca="ca.pem", cert="client.pem", key="client-key.pem")``.
 
 Needs the ``cryptography`` package. Keys are EC P-256; certificates last
-``--days`` (default 365). The same can be done with openssl (README).
+``--days`` (default 365). The same can be done with openssl (docs/lan-security.md).
 """
 
 from __future__ import annotations

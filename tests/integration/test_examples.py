@@ -1,8 +1,10 @@
-"""Every example runs (a smoke test), and the README's commands are the ones CI runs."""
+"""Every example runs (a smoke test), every complete program in the README and docs/ runs, and the README's
+commands are the ones CI runs."""
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -45,3 +47,25 @@ def test_ci_should_run_the_readme_test_command():
     marker = "# install PostgreSQL (for the store tests) and the test extras"
     assert marker in readme
     assert "awk '/^# install PostgreSQL \\(for the store tests\\) and the test extras/" in (ROOT / ".ci" / "run").read_text()
+
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROGRAMS = [
+    pytest.param(body, id=f"{page.name}-{index}")
+    for page in PAGES
+    for index, body in enumerate(re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.M | re.S))
+    if "asyncio.run(" in body
+]
+"""Blocks that are whole programs (they call ``asyncio.run``); the others are fragments, compiled by test_readme."""
+
+
+def test_the_readme_should_show_a_complete_program():
+    assert any(p.id.startswith("README.md") for p in PROGRAMS)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_complete_program_in_the_docs_should_run(program, tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(program)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
