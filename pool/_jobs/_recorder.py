@@ -1,8 +1,13 @@
 """What an attempt leaves in the store once a worker accepted it: running, then its outcome.
 
-    accepted ──> mark_running ──> the worker's outcome ──> decide() ──> finish (succeeded | failed)
+    accepted ──> the worker's outcome within RUNNING_AFTER_S? ──> finish straight from pending (one write)
+        │ no: mark_running ──> the worker's outcome ──> decide() ──> finish (succeeded | failed)
                      │ not ours any more: cancel the call          └──> retry (pending again, later)
                      └ cancelled by request: abort the call, finish as cancelled
+
+A job that ends within a moment is recorded in one write (attempts and its
+start included), not two: nobody could have seen it running anyway. One
+that runs longer is marked running first, so the store shows it running.
 
 Every write is retried while the store is away (`persist`): an outcome is
 never dropped for an outage; a write the store refuses because the job is no
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Final
 
 from .._errors import StoreError, WorkerBroken
 from .._transport._calls import CANCEL_CONFIRM_S
@@ -23,6 +29,9 @@ from ._attempt import Attempt, decide, describe, persist, raised
 from ._store import JobRecord, JobStore
 
 _log = logging.getLogger("leakypool.jobs")
+
+RUNNING_AFTER_S: Final[float] = 0.005
+"""An attempt still going after this long is marked running before its outcome is awaited further."""
 
 
 class Recorder:
@@ -38,22 +47,33 @@ class Recorder:
         self.owner = owner
 
     async def follow(self, attempt: Attempt, call: OutgoingCall) -> JobRecord | None:
-        """Mark the accepted attempt running, await its outcome, record it; the final record, if final."""
+        """Record the accepted attempt: running (unless it ends at once), then its outcome; the final record."""
         job = attempt.job
         attempt.started = time.time()
-        if not await self._mark(attempt):
-            call.cancel()  # cancelled (or taken) meanwhile
-            return None
+        receiving = asyncio.ensure_future(call.receive())
+        marked = False
         try:
-            outcome = (await call.receive()).outcome
-        except WorkerBroken as exc:
-            outcome = raised(exc, job.routine)
+            await asyncio.wait((receiving,), timeout=RUNNING_AFTER_S)
+            if not receiving.done():
+                if not await self._mark(attempt):
+                    call.cancel()  # cancelled (or taken) meanwhile
+                    return None
+                marked = True
+            try:
+                outcome = (await receiving).outcome
+            except WorkerBroken as exc:
+                outcome = raised(exc, job.routine)
         except asyncio.CancelledError:
+            receiving.cancel()
             await call.abort(CANCEL_CONFIRM_S)
             if not attempt.cancel_requested:
                 raise  # the pool is closing: release_owner re-queues it
-            return await self._finish(attempt, "cancelled", None, "cancelled by request")
-        return await self._record(attempt, outcome)
+            return await self._finish(attempt, "cancelled", None, "cancelled by request", marked)
+        if not marked and decide(job, attempt.policy, outcome).retry_in is not None:
+            if not await self._mark(attempt):  # a retry starts from running: mark it, as a longer attempt would be
+                return None
+            marked = True
+        return await self._record(attempt, outcome, marked)
 
     async def fail_pending(self, job: JobRecord, error: BaseException) -> None:
         """A held job that never ran fails (no worker within its deadline, an unreadable payload)."""
@@ -79,24 +99,28 @@ class Recorder:
             return True
         return await self.store.mark_running(job.id, self.owner, attempt.started or time.time())
 
-    async def _record(self, attempt: Attempt, outcome: pb.Outcome) -> JobRecord | None:
+    async def _record(self, attempt: Attempt, outcome: pb.Outcome, marked: bool = True) -> JobRecord | None:
         """Commit an attempt's outcome (or schedule its retry); the final record, if it is final."""
         job = attempt.job
         verdict = decide(job, attempt.policy, outcome)
         if verdict.retry_in is None:
-            return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error)
+            return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error, marked)
         due = time.time() + verdict.retry_in
         await persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
         _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
                   verdict.retry_in)
         return None
 
-    async def _finish(self, attempt: Attempt, state: str, outcome: pb.Outcome | None, error: str) -> JobRecord | None:
+    async def _finish(
+        self, attempt: Attempt, state: str, outcome: pb.Outcome | None, error: str, marked: bool = True
+    ) -> JobRecord | None:
         job = attempt.job
         data = None if outcome is None else outcome.SerializeToString()
         now = time.time()
+        started = None if marked else attempt.started  # not marked running: this write does it too
         finished = await persist(
-            f"recording job {job.id}", lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error)
+            f"recording job {job.id}",
+            lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error, started=started),
         )
         if not finished:
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)

@@ -174,9 +174,15 @@ class JobStore(Protocol):
         ...
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        started: float | None = None,
     ) -> bool:
-        """running + owned -> a terminal ``state``. False (no change) otherwise."""
+        """running + owned -> a terminal ``state``. False (no change) otherwise.
+
+        With ``started``, also pending + owned: an attempt that ended before it
+        was marked running is recorded in this one write (attempts + 1,
+        ``started_at = started``), as if marked running first.
+        """
         ...
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:

@@ -232,3 +232,36 @@ async def test_jobs_that_find_no_worker_should_grow_a_pool_with_max_workers(tmp_
         assert len(p.pids) == 2 and p.stats().grown == 1
         gate.touch()
         assert [await job.result(timeout=30) for job in jobs] == ["j0", "j1"]
+
+
+async def test_a_quick_job_should_be_recorded_in_one_write_and_a_longer_one_seen_running(store_url, monkeypatch):
+    """A job that ends at once skips its running mark (one write, attempts and start included); one that
+    runs longer than a moment is marked running while it runs."""
+    from pool._jobs import _recorder
+    from pool._jobs._stores._sqlite import SQLiteStore
+
+    marks = []
+    mark_running = SQLiteStore.mark_running
+
+    async def counted(self, job_id, owner, now):
+        marks.append(job_id)
+        return await mark_running(self, job_id, owner, now)
+
+    monkeypatch.setattr(SQLiteStore, "mark_running", counted)
+    moment = _recorder.RUNNING_AFTER_S
+    monkeypatch.setattr(_recorder, "RUNNING_AFTER_S", 30.0)  # "at once", however loaded the machine
+    async with pool.WorkerPool(spawn=1, store=store_url) as p:
+        quick = await routines.add.options(job_id="quick").submit(1, 2)
+        assert await quick.result(timeout=30) == 3
+        monkeypatch.setattr(_recorder, "RUNNING_AFTER_S", moment)
+        record = await quick.refresh()
+        assert (record.state, record.attempts, marks) == ("succeeded", 1, [])
+        assert record.started_at is not None and record.started_at <= record.finished_at
+        slow = await routines.sleep.options(job_id="slow").submit(0.5)
+
+        async def seen_running() -> bool:
+            return (await p.jobs.get("slow")).state == "running"
+
+        await eventually(seen_running, timeout=30)
+        assert await slow.result(timeout=30) == 0.5
+        assert marks == ["slow"]

@@ -34,7 +34,7 @@ POOL_SIZE: Final[int] = 8
 
 SCHEMA_VERSION: Final[int] = sql.SCHEMA_VERSION
 
-_Finish = tuple[str, str, str, float, "bytes | None", str]  # id, owner, state, now, outcome, error
+_Finish = tuple[str, str, str, float, "bytes | None", str, "float | None"]  # id, owner, state, now, outcome, error, started
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
@@ -281,11 +281,12 @@ class PostgresStore:
         return [job_id in marked for job_id, _, _ in items]
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        started: float | None = None,
     ) -> bool:
         if state not in TERMINAL_STATES:
             raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
-        return await self._finishes((job_id, owner, state, now, outcome, error))
+        return await self._finishes((job_id, owner, state, now, outcome, error, started))
 
     async def _finish_many(self, items: list[_Finish]) -> list[bool]:
         columns = [list(column) for column in zip(*items, strict=True)]

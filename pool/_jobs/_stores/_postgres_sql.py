@@ -85,11 +85,15 @@ MARK_RUNNING_MANY: Final[str] = (
 
 FINISH_MANY: Final[str] = (
     "UPDATE leakypool_jobs AS j SET state = v.state, finished_at = v.now, outcome = v.outcome, error = v.error, "
-    "owner = '' FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::bytea[], $6::text[]) "
-    "AS v(id, owner, state, now, outcome, error) "
-    "WHERE j.id = v.id AND j.owner = v.owner AND j.state = 'running' "
+    "owner = '', attempts = j.attempts + CASE WHEN j.state = 'pending' THEN 1 ELSE 0 END, "
+    "started_at = CASE WHEN j.state = 'pending' THEN v.started ELSE j.started_at END "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::bytea[], $6::text[], $7::float8[]) "
+    "AS v(id, owner, state, now, outcome, error, started) "
+    "WHERE j.id = v.id AND j.owner = v.owner "
+    "AND (j.state = 'running' OR (j.state = 'pending' AND v.started IS NOT NULL)) "
     "RETURNING j.id, j.queue <> '' OR j.workflow <> ''"
 )
+"""Outcomes, many at once; a row with ``started`` may also go straight from pending (never marked running)."""
 """Outcomes in one statement; each returned row says whether the job held a limit slot (now free)."""
 
 NOTIFY: Final[str] = "SELECT pg_notify($1, $2)"

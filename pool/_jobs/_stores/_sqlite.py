@@ -261,14 +261,17 @@ class SQLiteStore:
         )
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = ""
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        started: float | None = None,
     ) -> bool:
         if state not in TERMINAL_STATES:
             raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
         return await self._update(
-            "UPDATE jobs SET state = ?, finished_at = ?, outcome = ?, error = ?, owner = '' "
-            "WHERE id = ? AND owner = ? AND state = 'running'",
-            (state, now, outcome, error, job_id, owner),
+            "UPDATE jobs SET state = ?, finished_at = ?, outcome = ?, error = ?, owner = '', "
+            "attempts = attempts + (state = 'pending'), "
+            "started_at = CASE WHEN state = 'pending' THEN ? ELSE started_at END "
+            "WHERE id = ? AND owner = ? AND (state = 'running' OR (state = 'pending' AND ? IS NOT NULL))",
+            (state, now, outcome, error, started, job_id, owner, started),
         )
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:

@@ -151,6 +151,24 @@ class TestJobStore:
                 "pending", "", NOW + 5, "boom", 1,
             )
 
+    async def test_finish_with_started_should_record_an_attempt_that_ended_before_it_was_marked(self, backend, tmp_path):
+        """Test the one-write path: pending + owned -> final, attempts + 1, started_at set; fenced as ever."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job())
+            await store.submit(job("b"))
+            await store.lease("me", 2, NOW)
+            assert not await store.finish("a", "other", "succeeded", NOW + 2, outcome=b"x", started=NOW + 1)
+            assert await store.finish("a", "me", "succeeded", NOW + 2, outcome=b"x", started=NOW + 1)
+            record = await store.get("a")
+            assert (record.state, record.owner, record.attempts, record.started_at, record.finished_at, record.outcome) == (
+                "succeeded", "", 1, NOW + 1, NOW + 2, b"x",
+            )
+            assert not await store.finish("a", "me", "failed", NOW + 3, outcome=None, started=NOW + 1)  # final already
+            assert await store.mark_running("b", "me", NOW + 1)  # marked: started only counts from pending
+            assert await store.finish("b", "me", "failed", NOW + 2, outcome=None, error="e", started=NOW + 9)
+            record = await store.get("b")
+            assert (record.state, record.attempts, record.started_at) == ("failed", 1, NOW + 1)
+
     async def test_recover_should_requeue_only_the_jobs_of_dead_owners(self, backend, tmp_path):
         """Test orphan recovery: a live owner's jobs are never touched."""
         async with opened(backend, tmp_path) as store:
