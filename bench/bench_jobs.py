@@ -92,8 +92,10 @@ async def latency(store: str, n: int) -> dict[str, object]:
         "n": n,
         "job_p50_ms": round(jobs["p50_us"] / 1e3, 3),
         "job_p99_ms": round(jobs["p99_us"] / 1e3, 3),
+        "job_max_ms": round(max(samples) * 1e3, 3),
         "call_p50_ms": round(mem["p50_us"] / 1e3, 3),
         "call_p99_ms": round(mem["p99_us"] / 1e3, 3),
+        "call_max_ms": round(max(calls) * 1e3, 3),
     }
 
 

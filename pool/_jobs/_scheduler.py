@@ -91,7 +91,7 @@ class Scheduler:
         self._capacity_epoch = 0
         self._claimed = 0  # submissions in flight that will arrive leased to this process
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
-        self._backlog = False  # the store may hold due jobs this process has not leased: lease when room frees
+        self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._closing = False
         self._started = False
@@ -219,8 +219,11 @@ class Scheduler:
                     await self._wake.wait()
             except TimeoutError:
                 # The backstop: a worker's verdict may change with no event we
-                # see (a hook on memory or time), so probe again now and then.
+                # see (a hook on memory or time), so probe again now and then;
+                # and something may have come due (a retry, a delayed job) or
+                # arrived unannounced (SQLite has no notices): lease.
                 self._no_worker = False
+                self._backlog = True
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
@@ -238,14 +241,16 @@ class Scheduler:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
-        if room > 0 and not self._closing:
+        if room > 0 and not self._closing and self._backlog:
+            # Only when the store may hold something: a job this process submitted
+            # and kept starts without a lease's round trip in front of it.
             self._backlog = False  # from here on, anything new in the store comes with a wake
             leased = await self.store.lease(self.owner, room, time.time())
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:
                 self._backlog = True  # a full lease: more may be due
-        else:
+        elif room <= 0:
             self._backlog = True  # no room to lease: what the store holds waits for room here
         await self._dispatch_waiting()
         # Lease again at once if the store may hold more and placements just made room in the batch.
@@ -321,6 +326,7 @@ class Scheduler:
                 for job_id in given:
                     self._drop(job_id)
                 self._gave_back = True
+                self._backlog = True  # they are in the store again
                 self._window = 1
                 self._starved()
                 return
@@ -362,8 +368,10 @@ class Scheduler:
             self._running.pop(job.id, None)
             self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
+            if final is None:
+                self._backlog = True  # back in the store (a retry, due later) or someone else's now
             if job.queue or job.workflow:
-                self._wake.set()  # a shared limit slot is free now: lease what it lets through
+                self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
 
     async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
         await self._recorder.fail_pending(job, error)
