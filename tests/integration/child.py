@@ -77,3 +77,12 @@ def parent_of(pid: int) -> int:
     """The parent pid of process ``pid`` (from /proc)."""
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+async def run_script(args: list[str], timeout: float = 120) -> tuple[bytes, bytes]:
+    """Run ``args`` as a Child to the end; its (stdout, stderr). Fails the test if it does not exit 0."""
+    async with Child(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        out = await asyncio.wait_for(child.stdout.read(), timeout)
+        err = await asyncio.wait_for(child.stderr.read(), timeout)
+        assert await child.wait(60) == 0, err.decode()
+    return out, err

@@ -3,16 +3,14 @@ and its exceptions come back as its own classes, in every template mode and over
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import sys
 
 import pytest
 
 import pool
 from tests.integration import by_value
-from tests.integration.child import Child
+from tests.integration.child import run_script
 from tests.integration.workers import worker
 
 pytestmark = pytest.mark.integration
@@ -24,11 +22,7 @@ def probe(tmp_path_factory):
 
 
 async def test_a_template_forked_from_the_caller_should_give_back_the_callers_exception_classes(tmp_path):
-    script = [sys.executable, "-m", "tests.integration.by_value_forked", str(tmp_path)]
-    async with Child(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-        out = await asyncio.wait_for(child.stdout.read(), 120)
-        err = await asyncio.wait_for(child.stderr.read(), 120)
-        assert await child.wait(60) == 0, err.decode()
+    out, _ = await run_script([sys.executable, "-m", "tests.integration.by_value_forked", str(tmp_path)])
     seen = json.loads(out)
     assert seen == {"forked": True, "worker_could_import_it": True, **by_value.EXPECTED}
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 
@@ -15,7 +13,7 @@ import pytest
 import pool
 from pool._base._process import native_threads
 from tests.integration import routines
-from tests.integration.child import Child, alive, parent_of
+from tests.integration.child import alive, parent_of, run_script
 from tests.integration.helpers import eventually, until_members
 
 pytestmark = pytest.mark.integration
@@ -64,11 +62,7 @@ async def test_a_single_threaded_process_should_fork_the_template_from_itself(tm
     hold none of its ports, keep none of its warning filters; a template forked while another pool's sockets
     were open still exits when its pool closes; a process over the size limit gets a fresh interpreter."""
     log = tmp_path / "script.log"
-    script = [sys.executable, "-m", "tests.integration.forked_template", str(log)]
-    async with Child(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-        out = await asyncio.wait_for(child.stdout.read(), 120)
-        err = await asyncio.wait_for(child.stderr.read(), 120)
-        assert await child.wait(60) == 0, err.decode()
+    out, err = await run_script([sys.executable, "-m", "tests.integration.forked_template", str(log)])
     seen = json.loads(out)
     assert seen == {
         "forked": True, "template_parent_is_us": True, "workers_parent_is_template": True, "add": 5,
