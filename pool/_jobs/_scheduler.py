@@ -245,7 +245,11 @@ class Scheduler:
             # Only when the store may hold something: a job this process submitted
             # and kept starts without a lease's round trip in front of it.
             self._backlog = False  # from here on, anything new in the store comes with a wake
-            leased = await self.store.lease(self.owner, room, time.time())
+            try:
+                leased = await self.store.lease(self.owner, room, time.time())
+            except BaseException:
+                self._backlog = True  # the store is away: lease again once it is back
+                raise
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:

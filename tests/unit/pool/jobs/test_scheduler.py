@@ -49,3 +49,31 @@ async def test_capacity_freed_during_a_refused_placement_should_retry_at_once(tm
 
 async def scheduler_call(script: Script) -> asyncio.Future[object]:
     return await script.calls.get()
+
+
+async def test_a_lease_that_failed_should_be_tried_again_once_the_store_is_back(tmp_path, monkeypatch):
+    """Test that an outage during a lease does not lose the mark that the store holds jobs to lease."""
+    script = Script()
+    store = SQLiteStore(str(tmp_path / "jobs.db"))
+    lease, failures = store.lease, []
+
+    async def failing_once(owner, limit, now):
+        if not failures:
+            failures.append(owner)
+            raise pool.StoreError("the store went away for a moment")
+        return await lease(owner, limit, now)
+
+    monkeypatch.setattr(store, "lease", failing_once)
+    scheduler = Scheduler(store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
+    await store.open()
+    try:
+        other = Scheduler(store, script.place, lambda: None, lambda: False, lease_ttl=600, default_deadline=600,
+                          max_pending=None)
+        await other.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options)  # in the store, not kept
+        await scheduler.start()  # its first lease fails; the tick is 200 s away
+        first = await asyncio.wait_for(scheduler_call(script), 10)  # leased once the store answered again
+        first.set_result(None)
+        assert failures
+    finally:
+        await scheduler.aclose()
+        await store.close()
