@@ -65,8 +65,9 @@ async def one_size(n: int, calls: int, transport: str) -> dict[str, object]:
         await timed(min(calls, 200))  # warm-up: every worker has the routine's code
         free, free_cpu, free_rejects = await timed(calls)
         holds = [asyncio.create_task(routines.sleeper(3600)) for _ in range(n - 1)]
-        while p.stats().running < n - 1:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(120):
+            while p.stats().running < n - 1:  # the holds reach their workers
+                await asyncio.sleep(0.01)
         try:
             await timed(min(calls, 200))
             behind, behind_cpu, behind_rejects = await timed(calls)

@@ -55,7 +55,6 @@ class Placement:
         self._close = close
         self._room = roster.room
         self.dispatched = 0
-        self.rejected = 0  # offers a worker turned down (any reason)
 
     async def place(self, task: Task) -> OutgoingCall:
         """Get ``task`` accepted by one worker, trying them in the balancer's order.
@@ -109,7 +108,6 @@ class Placement:
     def _refused(
         self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken, epoch: int
     ) -> None:
-        self.rejected += 1
         if isinstance(exc, WorkerBroken):
             self._close(self._membership.evict(uid, str(exc), graceful=False))
         elif connection.broken:

@@ -23,23 +23,17 @@ has room).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Set
 
 
 class RoomBook:
     """The workers that turned this pool away and have not announced room since."""
 
-    __slots__ = ("_epochs", "_full", "_view")
+    __slots__ = ("_epochs", "known_full")
 
     def __init__(self) -> None:
         self._epochs: dict[uuid.UUID, int] = {}
-        self._full: set[uuid.UUID] = set()
-        self._view: frozenset[uuid.UUID] = frozenset()
-
-    @property
-    def known_full(self) -> Set[uuid.UUID]:
-        """An immutable snapshot, replaced on every change (balancers may keep it for one dispatch)."""
-        return self._view
+        self.known_full: frozenset[uuid.UUID] = frozenset()
+        """Immutable, replaced on every change (a balancer may keep it for one dispatch)."""
 
     def offer(self, uid: uuid.UUID) -> int:
         """The epoch to hand back to `rejected` if the call offered to ``uid`` now is turned away."""
@@ -51,28 +45,24 @@ class RoomBook:
         Not if it announced room since that offer: its Room came after its
         refusal, and nothing else would tell us again.
         """
-        if self._epochs.get(uid, 0) != epoch or uid in self._full:
-            return uid in self._full
-        self._full.add(uid)
-        self._view = frozenset(self._full)
-        return True
+        if self._epochs.get(uid, 0) == epoch and uid not in self.known_full:
+            self.known_full = self.known_full | {uid}
+        return uid in self.known_full
 
     def announced(self, uid: uuid.UUID) -> None:
         """``uid`` said it has room (a Room frame, or a State answer with room)."""
         self._epochs[uid] = self._epochs.get(uid, 0) + 1
-        if uid in self._full:
-            self._full.discard(uid)
-            self._view = frozenset(self._full)
+        if uid in self.known_full:
+            self.known_full = self.known_full - {uid}
 
     def forget(self, uid: uuid.UUID) -> None:
         """``uid`` left the pool."""
         self._epochs.pop(uid, None)
-        if uid in self._full:
-            self._full.discard(uid)
-            self._view = frozenset(self._full)
+        if uid in self.known_full:
+            self.known_full = self.known_full - {uid}
 
     def __len__(self) -> int:
-        return len(self._full)
+        return len(self.known_full)
 
     def __repr__(self) -> str:
-        return f"<RoomBook {len(self._full)} known full>"
+        return f"<RoomBook {len(self.known_full)} known full>"

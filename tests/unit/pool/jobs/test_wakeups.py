@@ -26,6 +26,7 @@ from pool._jobs._scheduler import Scheduler
 from pool._jobs._stores._sqlite import SQLiteStore
 from pool._transport._proto import leakypool_pb2 as pb
 from tests.integration import routines
+from tests.integration.helpers import eventually
 
 
 class Call:
@@ -149,14 +150,13 @@ class WakeMachine(RuleBasedStateMachine):
 
     def settle(self) -> None:
         async def settled() -> bool:
-            for _ in range(500):  # at most 5 s
-                pending = (await self.here.store.counts()).get("pending", 0)
-                if not pending or not self.slots.free:
-                    return True
-                await asyncio.sleep(0.01)
-            return False
+            return not (await self.here.store.counts()).get("pending", 0) or not self.slots.free
 
-        self.stalled = not self.run(settled())
+        try:
+            self.run(eventually(settled, timeout=5))
+            self.stalled = False
+        except TimeoutError:
+            self.stalled = True
 
     @invariant()
     def no_startable_job_should_stay_pending_while_a_worker_has_room(self):
