@@ -145,6 +145,8 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
         False,
         "count a task that awaits a nested routine call against --max-concurrent-tasks",
     ),
+    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
+    Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
@@ -181,6 +183,8 @@ class WorkerConfig:
     log_level: str = "INFO"
     uid: str = ""
     hold_slot_while_waiting: bool = False
+    registry: str = ""
+    registry_ttl: float = 15.0
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
@@ -317,6 +321,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter"),
     Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
+    Setting("provision_timeout", positive_seconds, "seconds > 0", 120.0, "a worker asked of the provisioner counts toward max_workers until it joins or this passes"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -341,6 +346,7 @@ class PoolConfig:
     worker_template: bool = True
     template_fork: bool = True
     metrics_port: int | None = None
+    provision_timeout: float = 120.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

@@ -34,7 +34,7 @@ from ._dispatch._path import CallPath
 from ._dispatch._placement import Placement
 from ._dispatch._relay import NestedHost
 from ._errors import ConfigError, PoolClosed
-from ._fleet._local_fleet import LocalFleet, worker_env
+from ._fleet._provisioning import Provisioner, pool_capacity
 from ._observe._stats import PoolStats, WorkerSignals
 from ._routine import CallOptions
 from ._transport._calls import RemoteGenerator, call_routine
@@ -111,6 +111,8 @@ class WorkerPool:
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
+        provisioner: Where workers come from when work waits, up to ``max_workers`` (default: local
+            `SubprocessProvisioner`); ``provision_timeout``: seconds a request counts until it joins (docs/capacity.md).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -138,6 +140,8 @@ class WorkerPool:
         store: str | JobStore | None = None,
         lease_ttl: float | None = None,
         metrics_port: int | None = None,
+        provisioner: Provisioner | None = None,
+        provision_timeout: float | None = None,
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
@@ -147,7 +151,7 @@ class WorkerPool:
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)
         self._config = config
-        minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
+        minimum = config.spawn if config.spawn is not None else (0 if (discovery or provisioner) is not None else os.cpu_count() or 1)
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
         self._membership = Membership(
@@ -160,18 +164,10 @@ class WorkerPool:
             broken_local=lambda uid: self._fleet.replace(uid),
         )
         self._roster = self._membership.roster
-        self._fleet = LocalFleet(
-            env=worker_env(backpressure, config),
-            minimum=minimum,
-            maximum=max(minimum, config.max_workers or 0),
-            idle_timeout=config.idle_timeout,
-            startup_timeout=config.startup_timeout,
-            shutdown_grace=config.shutdown_grace,
-            on_ready=self._membership.admit,
+        self._fleet, self._growth = pool_capacity(
+            config, backpressure, provisioner, minimum=minimum, members=lambda: self._roster.workers.keys(), tags=tags,
+            registry=getattr(discovery, "worker_url", ""), on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
-            transport=config.local_transport,
-            template=config.worker_template,
-            template_fork=config.template_fork,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
@@ -182,7 +178,7 @@ class WorkerPool:
         self._admission = Admission(
             placement,
             self._tasks,
-            self._fleet.grow,
+            self._growth.grow,
             queue_depth=config.queue_depth,
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
@@ -202,8 +198,8 @@ class WorkerPool:
             self._scheduler = Scheduler(
                 job_store,
                 self._path.place_job,
-                self._fleet.grow,
-                lambda: len(self._roster) > 0 or self._fleet.maximum > 0,
+                self._growth.grow,
+                lambda: len(self._roster) > 0 or self._growth.maximum > 0,
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,
@@ -264,6 +260,7 @@ class WorkerPool:
                 self._scheduler.stop_leasing()
                 stack.push_async_callback(self._scheduler.store.close)
                 stack.push_async_callback(self._scheduler.aclose)
+            stack.push_async_callback(self._growth.aclose)
             await self._fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
 
     def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
@@ -312,6 +309,7 @@ class WorkerPool:
         return await self._path.dispatch(task, parent)
 
     def _capacity_changed(self) -> None:
+        self._growth.changed()
         self._admission.capacity_changed()
         if self._scheduler is not None:
             self._scheduler.capacity_changed()
@@ -352,7 +350,8 @@ class WorkerPool:
             dispatched=self._admission.placement.dispatched,
             rejected=self._admission.rejected,
             capacity_timeouts=self._path.capacity_timeouts,
-            grown=self._fleet.grown,
+            grown=self._growth.grown,
+            provision_failures=self._growth.failures,
             limits=limits,
             shrunk=self._fleet.shrunk,
             worker_signals={

@@ -198,6 +198,9 @@ class _Gauges:
         shrunk = CounterMetricFamily("leakypool_workers_shrunk", "Workers grown under load that left after idling.")
         shrunk.add_metric([], s.shrunk)
         yield shrunk
+        failures = CounterMetricFamily("leakypool_provision_failures", "Worker requests the provisioner failed.")
+        failures.add_metric([], s.provision_failures)
+        yield failures
         dispatched = CounterMetricFamily("leakypool_calls_dispatched", "Calls a worker accepted (jobs too).")
         dispatched.add_metric([], s.dispatched)
         yield dispatched

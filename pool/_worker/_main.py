@@ -27,6 +27,7 @@ from .._observe._http import ObservationServer
 from .._transport import _malloc, _wire
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
+from ._registry import start_registry
 from ._service import WorkerService
 from ._threads import new_event_loop
 from ._unix_server import UnixServer
@@ -167,6 +168,13 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         await stop_server(None)
         await service.aclose()
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
+    try:
+        registry = await start_registry(config, service, info)
+    except ConfigError:
+        await stop_server(None)
+        await withdraw()
+        await service.aclose()
+        raise
     _report_ready(config.ready_fd, info)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
@@ -178,6 +186,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     finally:
         await stop_server(1.0)
         await withdraw()
+        if registry is not None:
+            await registry.withdraw()
         if observation is not None:
             await observation.aclose()
         await service.aclose()
