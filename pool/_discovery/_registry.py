@@ -33,6 +33,9 @@ CONNECT_TIMEOUT_S: Final[float] = 10.0
 SQLITE_BUSY_S: Final[float] = 5.0
 """How long an SQLite statement waits for another writer's lock."""
 
+DATA_VERSION_POLL_S: Final[float] = 0.1
+"""How often an SQLite reader checks ``PRAGMA data_version`` (one cheap read; no table scan)."""
+
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS leakypool_workers (
     uid text PRIMARY KEY,
@@ -63,8 +66,12 @@ class Registry(Protocol):
         """Rows not expired, uid -> record (expired ones are deleted)."""
         ...
 
-    async def changes(self, changed: Callable[[], None]) -> None:
-        """Call ``changed`` whenever the table may have changed, until cancelled (or the connection fails)."""
+    async def listen(self, changed: Callable[[], None]) -> None:
+        """From now on, call ``changed`` whenever the table may have changed (while `watch` runs, on SQLite)."""
+        ...
+
+    async def watch(self) -> None:
+        """Run until cancelled, or raise `StoreError` once the connection is lost."""
         ...
 
     async def close(self) -> None:
@@ -99,6 +106,7 @@ class _Postgres:
     def __init__(self, url: str, connection: Any) -> None:
         self._url = url
         self._connection = connection
+        self._lost = asyncio.Event()
 
     @classmethod
     async def open(cls, url: str) -> _Postgres:
@@ -140,14 +148,16 @@ class _Postgres:
         rows = await self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > now()")
         return {row["uid"]: row["record"] for row in rows}
 
-    async def changes(self, changed: Callable[[], None]) -> None:
-        lost = asyncio.Event()
+    async def listen(self, changed: Callable[[], None]) -> None:
+        self._lost = asyncio.Event()
         try:
-            self._connection.add_termination_listener(lambda _c: lost.set())
+            self._connection.add_termination_listener(lambda _c: self._lost.set())
             await self._connection.add_listener(CHANNEL, lambda *_: changed())
         except Exception as exc:
             raise _error(self._url, exc) from exc
-        await lost.wait()
+
+    async def watch(self) -> None:
+        await self._lost.wait()
         raise StoreError(f"registry {redacted(self._url)}: the connection closed")
 
     async def close(self) -> None:
@@ -162,6 +172,8 @@ class _Sqlite:
     def __init__(self, path: str, connection: sqlite3.Connection) -> None:
         self._path = path
         self._connection = connection
+        self._changed: Callable[[], None] = lambda: None
+        self._version = 0
 
     @classmethod
     def open(cls, path: str) -> _Sqlite:
@@ -194,14 +206,17 @@ class _Sqlite:
         self._run("DELETE FROM leakypool_workers WHERE expires_at <= ?", now)
         return dict(self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > ?", now))
 
-    async def changes(self, changed: Callable[[], None], poll_s: float = 0.1) -> None:
-        last = self._run("PRAGMA data_version")[0][0]
+    async def listen(self, changed: Callable[[], None]) -> None:
+        self._changed = changed
+        self._version = self._run("PRAGMA data_version")[0][0]
+
+    async def watch(self) -> None:
         while True:
-            await asyncio.sleep(poll_s)
+            await asyncio.sleep(DATA_VERSION_POLL_S)
             version = self._run("PRAGMA data_version")[0][0]
-            if version != last:
-                last = version
-                changed()
+            if version != self._version:
+                self._version = version
+                self._changed()
 
     async def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

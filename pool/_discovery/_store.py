@@ -82,7 +82,8 @@ class StoreDiscovery:
     async def _follow(self, registry: Registry, known: dict[uuid.UUID, WorkerMetadata]) -> AsyncIterator[DiscoveryEvent]:
         wake = asyncio.Event()
         wake.set()
-        watcher = asyncio.ensure_future(registry.changes(wake.set))
+        await registry.listen(wake.set)
+        watcher = asyncio.ensure_future(registry.watch())
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
