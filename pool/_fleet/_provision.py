@@ -171,19 +171,21 @@ class CommandProvisioner:
             )
         except OSError as exc:
             raise ProvisionError(f"command {argv[0]!r} could not start: {exc}") from None
+        self._running[process.pid] = process
         tail = await _Tail.attach(process)
         exited = watch_exit(process)
         try:
             code = await asyncio.wait_for(asyncio.shield(exited), self._settle)
         except TimeoutError:
-            self._running[process.pid] = process
             self._tasks.spawn(self._watch(process, exited, tail, request.uid), name=f"watch command {process.pid}")
             return
         except BaseException:
             _kill(process)
             await exited
             tail.close()
+            self._running.pop(process.pid, None)
             raise
+        self._running.pop(process.pid, None)
         await tail.finish()
         if code != 0:
             raise ProvisionError(f"command {shlex.join(argv)[:200]} exited with status {code}: {tail.text() or '(no stderr)'}")
