@@ -158,3 +158,19 @@ async def test_a_worker_should_refuse_to_start_with_a_registry_it_cannot_reach(t
         assert child.stderr is not None
         line = (await child.stderr.read()).decode()
         assert "--registry: cannot record this worker" in line
+
+
+async def test_the_provisioned_occupancy_plot_should_grow_to_max_and_drain_with_every_call_served(tmp_path):
+    import json
+    import subprocess
+
+    out = tmp_path / "provisioned.png"
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "bench.plot_provisioned", "--smoke", "--out", str(out)],
+        capture_output=True, text=True, timeout=110,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["max_workers_alive"] == 6 and report["failed"] == 0 and report["records_left"] == 0
+    assert report["time_to_first_worker_s"] is not None and report["time_to_drain_s"] is not None
