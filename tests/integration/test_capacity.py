@@ -174,3 +174,23 @@ async def test_the_provisioned_occupancy_plot_should_grow_to_max_and_drain_with_
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["max_workers_alive"] == 6 and report["failed"] == 0 and report["records_left"] == 0
     assert report["time_to_first_worker_s"] is not None and report["time_to_drain_s"] is not None
+
+
+async def test_jobs_should_wait_for_a_provisioned_worker_and_run_on_it(tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    provisioner = pool.CommandProvisioner(WORKER_COMMAND)
+    async with one_slot_pool(url, provisioner, max_workers=1, idle_timeout=1.0, store=f"sqlite:///{tmp_path / 'jobs.db'}") as p:
+        jobs = [await routines.add.submit(i, 1) for i in range(3)]
+        assert [await j.result(timeout=60) for j in jobs] == [1, 2, 3]
+        assert p.stats().grown == 1
+        await eventually(lambda: not provisioner.pids, timeout=60)
+
+
+async def test_an_explicit_subprocess_provisioner_should_grow_the_local_fleet_from_none():
+    async with pool.WorkerPool(
+        provisioner=pool.SubprocessProvisioner(), max_workers=2, idle_timeout=1.0,
+        backpressure=TaskCountBackpressure(1), queue_depth=10,
+    ) as p:
+        assert p.stats().local_workers == 0
+        assert sorted(await asyncio.gather(*(routines.add(i, 0) for i in range(4)))) == [0, 1, 2, 3]
+        assert 1 <= p.stats().grown <= 2 and all(m.local for m in p.workers.values())
