@@ -19,10 +19,10 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import os
 import shlex
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 from .._base._process import watch_exit
 from .._base._tasks import TaskOwner
 from .._errors import ConfigError, ProvisionError
+from ._local_worker import child_env
 
 if TYPE_CHECKING:
     from ._local_fleet import LocalFleet
@@ -119,7 +120,8 @@ class CommandProvisioner:
     inside a longer one, a shell-quoted string), ``{uid}`` its uid and
     ``{seq}`` the request number. The command also gets the worker's
     settings as ``LEAKYPOOL_*`` variables, on top of this process's
-    environment and ``env``.
+    environment (less its own ``LEAKYPOOL_*``, plus its ``sys.path`` as
+    ``PYTHONPATH``), and ``env``.
 
     A command that exits within `SETTLE_S` is judged by its status: 0 is a
     worker on its way (``docker run -d``, ``kubectl run``); anything else
@@ -166,7 +168,7 @@ class CommandProvisioner:
         argv = self.command(request)
         try:
             process = subprocess.Popen(
-                argv, env=os.environ | self._env | dict(request.env), stdin=subprocess.DEVNULL,
+                argv, env=child_env(request.env) | self._env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
@@ -174,23 +176,20 @@ class CommandProvisioner:
         self._running[process.pid] = process
         tail = await _Tail.attach(process)
         exited = watch_exit(process)
-        try:
-            code = await asyncio.wait_for(asyncio.shield(exited), self._settle)
-        except TimeoutError:
-            self._tasks.spawn(self._watch(process, exited, tail, request.uid), name=f"watch command {process.pid}")
-            return
-        except BaseException:
-            _kill(process)
-            await exited
-            tail.close()
-            self._running.pop(process.pid, None)
-            raise
-        self._running.pop(process.pid, None)
-        await tail.finish()
+        settled_at = time.monotonic() + self._settle
+        self._tasks.spawn(self._watch(process, exited, tail, request.uid, settled_at), name=f"command {process.pid}")
+        done, _ = await asyncio.wait([exited], timeout=self._settle)  # cancelling this leaves the command to _watch
+        if not done:
+            return  # still running: it is the worker
+        code = exited.result()
         if code != 0:
+            await tail.finish()
             raise ProvisionError(f"command {shlex.join(argv)[:200]} exited with status {code}: {tail.text() or '(no stderr)'}")
 
-    async def _watch(self, process: subprocess.Popen[bytes], exited: asyncio.Future[int], tail: _Tail, uid: uuid.UUID) -> None:
+    async def _watch(
+        self, process: subprocess.Popen[bytes], exited: asyncio.Future[int], tail: _Tail, uid: uuid.UUID, settled_at: float
+    ) -> None:
+        """Reap the command; log a failure after `provision` returned; on close, stop it (SIGTERM, then SIGKILL)."""
         try:
             code = await asyncio.shield(exited)
         except asyncio.CancelledError:
@@ -202,7 +201,7 @@ class CommandProvisioner:
             raise
         self._running.pop(process.pid, None)
         await tail.finish()
-        if code not in (0, -signal.SIGTERM):
+        if time.monotonic() >= settled_at and code not in (0, -signal.SIGTERM):
             _log.warning("worker %s: its command (pid %s) exited with status %s: %s", uid, process.pid, code, tail.text())
 
     @staticmethod
