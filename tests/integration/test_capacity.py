@@ -97,10 +97,16 @@ async def test_a_failing_provisioner_should_be_logged_and_counted_and_the_work_s
 async def test_a_provisioner_that_keeps_failing_should_end_the_wait_at_the_dispatch_deadline(tmp_path):
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     failing = pool.CommandProvisioner(["false"])
-    async with one_slot_pool(url, failing, max_workers=2, dispatch_deadline=1.5) as p:
+    async with one_slot_pool(url, failing, max_workers=2, dispatch_deadline=1.5, metrics_port=0) as p:
         with pytest.raises(pool.CapacityTimeout):
             await routines.add(1, 2)
         assert p.stats().provision_failures >= 1
+        import httpx
+
+        host, port = p.metrics_address
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"http://{host}:{port}/metrics")).text
+        assert f"leakypool_provision_failures_total {float(p.stats().provision_failures)}" in text
 
 
 async def test_a_request_that_never_joins_should_stop_counting_after_provision_timeout(tmp_path, caplog):

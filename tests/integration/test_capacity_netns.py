@@ -99,6 +99,10 @@ def listen_on_bridge(server: pg.Server) -> None:
     with open(os.path.join(server.data, "pg_hba.conf"), "a") as f:
         f.write("host all all 10.77.0.0/24 scram-sha-256\n")
     server.stop()
+    start_on_bridge(server)
+
+
+def start_on_bridge(server: pg.Server) -> None:
     server.run("pg_ctl", "-D", server.data, "-l", os.path.join(server.base, "server.log"), "-w", "-t", "60",
                "-o", f"-h 127.0.0.1,{BRIDGE_IP} -p {server.port} -k {server.sockets} -F -c max_connections=200", "start")
 
@@ -166,3 +170,39 @@ async def test_a_killed_remote_worker_should_expire_and_a_restarted_pool_should_
             async with cluster.pool(url, worker_url, None) as p:
                 await p.wait_for_workers(1, timeout=30)
                 assert await routines.pid() == children[1].pid
+
+
+async def test_workers_should_keep_serving_through_a_registry_restart_and_be_followed_after_it(cluster):
+    url, worker_url = cluster.database()
+    host = cluster.lan.hosts[2]
+    flags = [*cluster.tls_flags(), "--registry", worker_url, "--registry-ttl", "2", "--max-concurrent-tasks", "0"]
+    async with host.child([sys.executable, "worker_main.py", "--host", host.ip, *flags, "--log-level", "WARNING"]) as w:
+        async with cluster.pool(url, worker_url, None) as p:
+            await p.wait_for_workers(1, timeout=30)
+            await asyncio.to_thread(cluster.server.stop, "immediate")
+            try:
+                assert await routines.pid() == w.pid  # the registry says where a worker is; calls do not need it
+                await asyncio.sleep(2.5)  # an outage longer than the record's TTL
+                assert len(p.workers) == 1 and await routines.pid() == w.pid  # known workers stay meanwhile
+            finally:
+                await asyncio.to_thread(start_on_bridge, cluster.server)
+            await eventually(recorded_fresh(url), timeout=30)  # the worker wrote its record back
+            w.signal(signal.SIGTERM)
+            await until_members(p, lambda p: not p.workers)  # the pool follows the registry again
+            assert await w.wait(30) == 0
+
+
+def recorded_fresh(url: str):
+    async def check() -> bool:
+        import asyncpg
+
+        try:
+            db = await asyncpg.connect(url)
+        except (OSError, asyncpg.PostgresError):
+            return False
+        try:
+            return bool(await db.fetchval("SELECT count(*) FROM leakypool_workers WHERE expires_at > now()"))
+        finally:
+            await db.close()
+
+    return check
