@@ -169,7 +169,10 @@ async def soak(url: str, server: Any, duration: float, count: int, rate: float, 
             t0 = time.monotonic()
             restarted_pg = server is None
             while (elapsed := time.monotonic() - t0) < duration:
-                await asyncio.sleep(min(rng.uniform(*CHAOS_EVERY_S), max(0.1, duration - elapsed)))
+                pause = rng.uniform(*CHAOS_EVERY_S)
+                if not restarted_pg:
+                    pause = min(pause, max(0.0, duration / 2 - elapsed))  # the restart comes half-way, on time
+                await asyncio.sleep(min(pause, max(0.1, duration - elapsed)))
                 if time.monotonic() - t0 >= duration:
                     break
                 if not restarted_pg and time.monotonic() - t0 >= duration / 2:
