@@ -113,7 +113,9 @@ class _Postgres:
         try:
             import asyncpg
         except ImportError:
-            raise ConfigError("registry: a postgresql:// registry needs asyncpg: pip install 'leakypool[postgres]'") from None
+            raise ConfigError(
+                "registry: a postgresql:// registry needs asyncpg: pip install 'leakypool[postgres]'"
+            ) from None
         try:
             connection = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_S)
             async with connection.transaction():  # one creator at a time: CREATE IF NOT EXISTS races otherwise

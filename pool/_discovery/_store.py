@@ -79,7 +79,9 @@ class StoreDiscovery:
             finally:
                 await registry.close()
 
-    async def _follow(self, registry: Registry, known: dict[uuid.UUID, WorkerMetadata]) -> AsyncIterator[DiscoveryEvent]:
+    async def _follow(
+        self, registry: Registry, known: dict[uuid.UUID, WorkerMetadata]
+    ) -> AsyncIterator[DiscoveryEvent]:
         wake = asyncio.Event()
         wake.set()
         await registry.listen(wake.set)

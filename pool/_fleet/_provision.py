@@ -184,10 +184,16 @@ class CommandProvisioner:
         code = exited.result()
         if code != 0:
             await tail.finish()
-            raise ProvisionError(f"command {shlex.join(argv)[:200]} exited with status {code}: {tail.text() or '(no stderr)'}")
+            stderr = tail.text() or "(no stderr)"
+            raise ProvisionError(f"command {shlex.join(argv)[:200]} exited with status {code}: {stderr}")
 
     async def _watch(
-        self, process: subprocess.Popen[bytes], exited: asyncio.Future[int], tail: _Tail, uid: uuid.UUID, settled_at: float
+        self,
+        process: subprocess.Popen[bytes],
+        exited: asyncio.Future[int],
+        tail: _Tail,
+        uid: uuid.UUID,
+        settled_at: float,
     ) -> None:
         """Reap the command; log a failure after `provision` returned; on close, stop it (SIGTERM, then SIGKILL)."""
         try:
@@ -202,7 +208,9 @@ class CommandProvisioner:
         self._running.pop(process.pid, None)
         await tail.finish()
         if time.monotonic() >= settled_at and code not in (0, -signal.SIGTERM):
-            _log.warning("worker %s: its command (pid %s) exited with status %s: %s", uid, process.pid, code, tail.text())
+            _log.warning(
+                "worker %s: its command (pid %s) exited with status %s: %s", uid, process.pid, code, tail.text()
+            )
 
     @staticmethod
     async def _stop(process: subprocess.Popen[bytes], exited: asyncio.Future[int]) -> None:

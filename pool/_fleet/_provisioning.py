@@ -36,7 +36,13 @@ FORWARDED: tuple[str, ...] = ("MAX_CONCURRENT_TASKS", "BACKPRESSURE", "SHUTDOWN_
 
 
 def worker_request(
-    uid: uuid.UUID, seq: int, spawned_env: Mapping[str, str], *, registry: str, tags: Collection[str], idle_timeout: float
+    uid: uuid.UUID,
+    seq: int,
+    spawned_env: Mapping[str, str],
+    *,
+    registry: str,
+    tags: Collection[str],
+    idle_timeout: float,
 ) -> WorkerRequest:
     """The request for worker ``uid``: the spawned workers' capacity settings, plus where and how to join.
 
@@ -120,7 +126,9 @@ class Growth:
         now = time.monotonic()
         for uid in self.plan.expired(now):
             self.timeouts += 1
-            _log.warning("requested worker %s has not joined within %.0fs; it no longer counts", uid, self.plan.provision_timeout)
+            _log.warning(
+                "requested worker %s has not joined within %.0fs; it no longer counts", uid, self.plan.provision_timeout
+            )
         if not self.plan.wanted(now, len(self._members())):
             return False
         uid = new_uid()
@@ -207,6 +215,11 @@ def pool_capacity(
         return worker_request(uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout)
 
     growth = Growth(
-        fleet, provisioner, max_workers=ceiling, provision_timeout=config.provision_timeout, members=members, request=request
+        fleet,
+        provisioner,
+        max_workers=ceiling,
+        provision_timeout=config.provision_timeout,
+        members=members,
+        request=request,
     )
     return fleet, growth

@@ -91,7 +91,9 @@ class RegistryRecord:
                         self._registry = await connect(self._url)
                     await self._registry.remove(self._uid)
             except (StoreError, TimeoutError) as exc:
-                _log.warning("could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc)
+                _log.warning(
+                    "could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc
+                )
             finally:
                 await self._drop_connection()
 

@@ -185,7 +185,8 @@ async def test_the_provisioned_occupancy_plot_should_grow_to_max_and_drain_with_
 async def test_jobs_should_wait_for_a_provisioned_worker_and_run_on_it(tmp_path):
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     provisioner = pool.CommandProvisioner(WORKER_COMMAND)
-    async with one_slot_pool(url, provisioner, max_workers=1, idle_timeout=1.0, store=f"sqlite:///{tmp_path / 'jobs.db'}") as p:
+    jobs_url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    async with one_slot_pool(url, provisioner, max_workers=1, idle_timeout=1.0, store=jobs_url) as p:
         jobs = [await routines.add.submit(i, 1) for i in range(3)]
         assert [await j.result(timeout=60) for j in jobs] == [1, 2, 3]
         assert p.stats().grown == 1

@@ -63,7 +63,8 @@ class Cluster:
     def provisioner(self, *, fail_unless: str = "") -> pool.CommandProvisioner:
         """Start worker number ``{seq}`` on host ``seq % HOSTS``; fail (status 1) while ``fail_unless`` is absent."""
         cases = " ".join(f"{h.index}) p={h.holder.pid} a={h.ip};;" for h in self.lan.hosts)
-        guard = f'[ -e "{fail_unless}" ] || {{ echo "quota exceeded: no capacity" >&2; exit 1; }}; ' if fail_unless else ""
+        refuse = '{ echo "quota exceeded: no capacity" >&2; exit 1; }'
+        guard = f'[ -e "{fail_unless}" ] || {refuse}; ' if fail_unless else ""
         script = (
             f'{guard}n=$1; shift; case $((n % {HOSTS})) in {cases} esac; '
             f'exec nsenter -t "$p" -n {sys.executable} worker_main.py "$@" --host "$a" '
@@ -71,7 +72,9 @@ class Cluster:
         )
         return pool.CommandProvisioner(["sh", "-c", script, "provision", "{seq}", "{worker_args}"])
 
-    def pool(self, url: str, worker_url: str, provisioner: pool.Provisioner | None, **kwargs: object) -> pool.WorkerPool:
+    def pool(
+        self, url: str, worker_url: str, provisioner: pool.Provisioner | None, **kwargs: object
+    ) -> pool.WorkerPool:
         return pool.WorkerPool(
             provisioner=provisioner, discovery=pool.StoreDiscovery(url, worker_url=worker_url, poll_interval=0.2),
             credentials=self.credentials(), backpressure=TaskCountBackpressure(1), queue_depth=100, **kwargs,
@@ -103,8 +106,9 @@ def listen_on_bridge(server: pg.Server) -> None:
 
 
 def start_on_bridge(server: pg.Server) -> None:
-    server.run("pg_ctl", "-D", server.data, "-l", os.path.join(server.base, "server.log"), "-w", "-t", "60",
-               "-o", f"-h 127.0.0.1,{BRIDGE_IP} -p {server.port} -k {server.sockets} -F -c max_connections=200", "start")
+    options = f"-h 127.0.0.1,{BRIDGE_IP} -p {server.port} -k {server.sockets} -F -c max_connections=200"
+    log = os.path.join(server.base, "server.log")
+    server.run("pg_ctl", "-D", server.data, "-l", log, "-w", "-t", "60", "-o", options, "start")
 
 
 def test_the_hosts_should_have_no_multicast_route(cluster):

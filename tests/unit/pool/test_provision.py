@@ -123,14 +123,17 @@ def test_backoff_should_grow_and_stay_bounded(failures):
 
 def test_worker_request_should_carry_the_settings_as_variables_and_as_flags():
     uid = uuid.uuid4()
-    spawned = {"LEAKYPOOL_MAX_CONCURRENT_TASKS": "4", "LEAKYPOOL_HOST": "127.0.0.1", "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING": "1"}
+    spawned = {
+        "LEAKYPOOL_MAX_CONCURRENT_TASKS": "4", "LEAKYPOOL_HOST": "127.0.0.1", "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING": "1"
+    }
     request = worker_request(uid, 3, spawned, registry="postgresql://u:p@db/x", tags=("gpu",), idle_timeout=2.0)
     assert "LEAKYPOOL_HOST" not in request.env  # where the worker binds is the provisioner's business
     from_env = WorkerConfig.from_env(request.env)
     from_args = WorkerConfig.from_argv(list(request.args), environ={})
     assert from_env == from_args
     assert from_args.uid == str(uid) and from_args.max_concurrent_tasks == 4 and from_args.idle_timeout == 2.0
-    assert from_args.registry == "postgresql://u:p@db/x" and from_args.tags == ("gpu",) and from_args.hold_slot_while_waiting
+    assert from_args.registry == "postgresql://u:p@db/x" and from_args.tags == ("gpu",)
+    assert from_args.hold_slot_while_waiting
     assert request.seq == 3
 
 
