@@ -111,11 +111,22 @@ async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
     return headers
 
 
+_REASONS: Final[dict[int, str]] = {
+    200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+}
+
+PAGE_POLICY: Final[str] = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'"
+"""The page's Content-Security-Policy: its own inline script and style, and requests to this port only."""
+
+
 async def _respond(writer: asyncio.StreamWriter, code: int, kind: str, body: bytes) -> None:
-    reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}[code]
-    head = f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+    head = f"HTTP/1.0 {code} {_REASONS[code]}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+    if code == 200:
+        head += "Cache-Control: no-store\r\n"
+    if kind.startswith("text/html"):
+        head += f"Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n"
+    head += "\r\n"
     try:
-        head += "Cache-Control: no-store\r\n\r\n" if code == 200 else "\r\n"
         writer.write(head.encode() + body)
         await writer.drain()
     except ConnectionError:

@@ -44,6 +44,9 @@ async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_ru
     async with Signals() as signals, one_slot_pool(spawn=2, metrics_port=0, store=store_url) as p, \
             chromium_page(tmp_path / "profile") as page:
         host, port = p.metrics_address
+        errors: list[str] = []  # script errors, and anything the page's Content-Security-Policy blocked
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
         await page.goto(f"http://{host}:{port}/?every=250")
         await shows(page, "#conn", "live")
         await shows(page, "#workers-alive", "2")
@@ -76,6 +79,7 @@ async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_ru
         assert "page-visible failure 7431" in await page.locator(row).inner_text()
         await shows(page, '#jobs .chip[data-state="failed"] .n', "1")
         assert (await page.locator("#workers-alive").inner_text()) == str(len(p.workers))
+        assert errors == []
 
 
 async def test_page_should_keep_polling_across_a_pool_restart(one_slot_pool, tmp_path):
