@@ -115,7 +115,9 @@ _REASONS: Final[dict[int, str]] = {
     200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
 }
 
-PAGE_POLICY: Final[str] = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'"
+PAGE_POLICY: Final[str] = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'"
+)
 """The page's Content-Security-Policy: its own inline script and style, and requests to this port only."""
 
 

@@ -16,7 +16,9 @@ from .._observe._trace import active_tracer, remote_context, traceparent
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._task import Task
 
-_OUTCOMES = {pb.Outcome.RETURN: "ok", pb.Outcome.STOP: "ok", pb.Outcome.RAISE: "error", pb.Outcome.CANCELLED: "cancelled"}
+_OUTCOMES = {
+    pb.Outcome.RETURN: "ok", pb.Outcome.STOP: "ok", pb.Outcome.RAISE: "error", pb.Outcome.CANCELLED: "cancelled",
+}
 
 
 def start(task: Task) -> tuple[Any, object] | None:

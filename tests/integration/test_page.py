@@ -39,7 +39,9 @@ async def painted(page) -> int:
     }""")
 
 
-async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_runs_them(one_slot_pool, store_url, tmp_path):
+async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_runs_them(
+    one_slot_pool, store_url, tmp_path
+):
     """Test the page against the pool: worker count, in flight rising and falling, a failed job appearing."""
     async with Signals() as signals, one_slot_pool(spawn=2, metrics_port=0, store=store_url) as p, \
             chromium_page(tmp_path / "profile") as page:
