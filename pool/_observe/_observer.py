@@ -36,6 +36,7 @@ class PoolObserver:
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
         self._failed: list[dict[str, Any]] | None = None
+        self._failed_count: int | None = None  # the failed count when `_failed` was read
         self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts)
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
@@ -66,11 +67,14 @@ class PoolObserver:
         from .._errors import StoreError
 
         try:
-            self._job_counts = await self._pool.jobs.counts()
+            counts = self._job_counts = await self._pool.jobs.counts()
+            if self._failed is not None and counts.get("failed") == self._failed_count:
+                return  # no new failure: the list stands (the store is not asked to sort its failures again)
             failed = await self._pool.jobs.store.list("failed", FAILED_SHOWN, newest=True)
         except StoreError as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
             return
+        self._failed_count = counts.get("failed")
         self._failed = [
             {"id": r.id, "routine": r.routine, "queue": r.queue, "attempts": r.attempts,
              "finished_at": r.finished_at, "error": r.error[-ERROR_SHOWN_CHARS:]}
