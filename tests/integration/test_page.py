@@ -12,7 +12,8 @@ import pool
 from tests.integration import routines
 from tests.integration.browser import chromium_page
 from tests.integration.signals import Signals
-from tests.integration.workers import worker
+from tests.integration.child import Child
+from tests.integration.workers import WORKER, clean_env, worker
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +128,24 @@ async def test_worker_port_should_serve_the_page_for_that_worker(tmp_path):
         await shows(page, "#workers-alive", "1")
         await shows(page, "#in-flight", "0 / 3")
         await page.wait_for_selector(f'#workers tr[data-uid="{w.uid}"]', timeout=WAIT_MS)
+
+
+async def test_worker_port_with_a_token_should_refuse_requests_without_it():
+    """Test ``--metrics-token`` on a worker: 401 without it, the page and /status with it."""
+    async with worker("--metrics-port", "0", "--metrics-token", "w0rker") as w:
+        base = f"http://127.0.0.1:{w.info['metrics_port']}"
+        async with httpx.AsyncClient(base_url=base) as client:
+            refused = (await client.get("/status", timeout=10)).status_code
+            page = await client.get("/?token=w0rker", timeout=10)
+            status = await client.get("/status", headers={"Authorization": "Bearer w0rker"}, timeout=10)
+    assert refused == 401
+    assert page.status_code == 200 and "connect-src 'self'" in page.headers["content-security-policy"]
+    assert status.json()["uid"] == w.uid
+
+
+async def test_worker_off_loopback_without_a_token_should_not_start():
+    """Test that a worker refuses, in one line, to show its port off loopback without a token."""
+    async with Child([*WORKER, "--metrics-port", "0", "--metrics-host", "0.0.0.0"], env=clean_env(), stderr=-1) as child:
+        err = (await asyncio.wait_for(child.stderr.read(), 60)).decode().strip()
+        assert await child.wait(60) == 2
+    assert err.count("\n") == 0 and "--metrics-host: expected a loopback address unless a metrics token is set" in err
