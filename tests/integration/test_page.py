@@ -145,7 +145,8 @@ async def test_worker_port_with_a_token_should_refuse_requests_without_it():
 
 async def test_worker_off_loopback_without_a_token_should_not_start():
     """Test that a worker refuses, in one line, to show its port off loopback without a token."""
-    async with Child([*WORKER, "--metrics-port", "0", "--metrics-host", "0.0.0.0"], env=clean_env(), stderr=-1) as child:
+    args = [*WORKER, "--metrics-port", "0", "--metrics-host", "0.0.0.0"]
+    async with Child(args, env=clean_env(), stderr=-1) as child:
         err = (await asyncio.wait_for(child.stderr.read(), 60)).decode().strip()
         assert await child.wait(60) == 2
     assert err.count("\n") == 0 and "--metrics-host: expected a loopback address unless a metrics token is set" in err
