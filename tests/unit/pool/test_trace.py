@@ -30,3 +30,16 @@ def test_traceparent_should_round_trip_through_the_w3c_propagator():
     got = trace.get_current_span(_trace.remote_context(header)).get_span_context()
     assert (got.trace_id, got.span_id, got.trace_flags, got.is_remote) == (sent.trace_id, sent.span_id, 1, True)
     assert not trace.get_current_span(_trace.remote_context("garbage")).get_span_context().is_valid
+
+
+def test_opentelemetry_should_be_imported_by_no_module_of_pool():
+    """Test that the otel extra stays optional: pool (and a worker) never import it at module level."""
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    check = (
+        "import sys, pool, pool._worker._main, pool._worker._runner; "
+        "sys.exit(any(m.startswith('opentelemetry') for m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", check], cwd=root, timeout=120).returncode == 0
