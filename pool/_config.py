@@ -332,7 +332,6 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
-    Setting("provision_timeout", positive_seconds, "seconds > 0", 120.0, "a worker asked of the provisioner counts toward max_workers until it joins or this passes"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -359,7 +358,6 @@ class PoolConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
-    provision_timeout: float = 120.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

@@ -112,7 +112,7 @@ class WorkerPool:
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
         provisioner: Where workers come from when work waits, up to ``max_workers`` (default: local
-            `SubprocessProvisioner`); ``provision_timeout``: seconds a request counts until it joins (docs/capacity.md).
+            `SubprocessProvisioner`). ``provision_timeout``: seconds a request counts (120; docs/capacity.md).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -151,7 +151,8 @@ class WorkerPool:
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)
         self._config = config
-        minimum = config.spawn if config.spawn is not None else (0 if (discovery or provisioner) is not None else os.cpu_count() or 1)
+        automatic = 0 if discovery is not None or provisioner is not None else os.cpu_count() or 1
+        minimum = config.spawn if config.spawn is not None else automatic
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
         self._membership = Membership(
@@ -165,8 +166,9 @@ class WorkerPool:
         )
         self._roster = self._membership.roster
         self._fleet, self._growth = pool_capacity(
-            config, backpressure, provisioner, minimum=minimum, members=lambda: self._roster.workers.keys(), tags=tags,
-            registry=getattr(discovery, "worker_url", ""), on_ready=self._membership.admit,
+            config, backpressure, provisioner, minimum=minimum, provision_timeout=provision_timeout, tags=tags,
+            members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
+            on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
         )
         placement = Placement(

@@ -17,19 +17,23 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Final
 
 from backpressure import BackpressureLike
 
 from .._base._ids import new_uid
 from .._base._tasks import TaskOwner
 from .._config import PoolConfig
+from .._errors import ConfigError
 from .._transport._rpc import WorkerMetadata
 from ._local_fleet import LocalFleet, worker_env
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
 
 _log = logging.getLogger("leakypool.pool")
+
+PROVISION_TIMEOUT_S: Final[float] = 120.0
+"""By default, how long a requested worker counts toward ``max_workers`` before it is given up."""
 
 FORWARDED: tuple[str, ...] = ("MAX_CONCURRENT_TASKS", "BACKPRESSURE", "SHUTDOWN_GRACE", "HOLD_SLOT_WHILE_WAITING")
 """Settings of the pool's own workers that provisioned workers get too (``LEAKYPOOL_`` + these)."""
@@ -175,6 +179,7 @@ def pool_capacity(
     provisioner: Provisioner | None,
     *,
     minimum: int,
+    provision_timeout: float | None,
     members: Callable[[], Collection[uuid.UUID]],
     registry: str,
     tags: Collection[str],
@@ -188,12 +193,16 @@ def pool_capacity(
         backpressure: The hook its workers run.
         provisioner: Where extra workers come from (None: the local fleet).
         minimum: Local workers kept.
+        provision_timeout: Seconds a request counts until its worker joins (None: `PROVISION_TIMEOUT_S`).
         members: The pool's worker uids now.
         registry: The registry URL provisioned workers record themselves in.
         tags: Tags the pool admits workers by.
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
     """
+    timeout = PROVISION_TIMEOUT_S if provision_timeout is None else provision_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ConfigError(f"provision_timeout: expected seconds > 0, got {provision_timeout!r}")
     env = worker_env(backpressure, config)
     ceiling = max(minimum, config.max_workers or 0)
     remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
@@ -218,7 +227,7 @@ def pool_capacity(
         fleet,
         provisioner,
         max_workers=ceiling,
-        provision_timeout=config.provision_timeout,
+        provision_timeout=float(timeout),
         members=members,
         request=request,
     )

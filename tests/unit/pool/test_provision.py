@@ -154,3 +154,9 @@ def test_command_provisioner_should_refuse_a_bad_command(argv):
 def test_provision_error_should_survive_pickling():
     error = pickle.loads(pickle.dumps(pool.ProvisionError("command exited with status 1")))
     assert type(error) is pool.ProvisionError and str(error) == "command exited with status 1"
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "60"])
+def test_a_pool_should_refuse_a_bad_provision_timeout(bad):
+    with pytest.raises(pool.ConfigError, match="provision_timeout"):
+        pool.WorkerPool(provisioner=CommandProvisioner(["true"]), max_workers=1, provision_timeout=bad, use_env=False)
