@@ -18,7 +18,10 @@ the backlog drains. It prints JSON:
   or ``failed`` once drained, or missing from the store (must be 0);
 - ``run_twice``: jobs whose routine started more than once (only attempts
   running at a kill should be); ``run_twice_without_chaos``: of those, jobs
-  with no kill or outage between their first and last start (must be 0);
+  with no kill or outage between their first and last start, and
+  ``run_twice_after_a_lease_expired_unkilled``: of those, jobs re-queued
+  because a live process's lease expired (it renewed too late: a loaded
+  machine, ``lease_ttl`` 3 s); ``suspects``: the first few, with details;
   ``completed_twice``: jobs whose routine ran to its end more than once (a
   run whose outcome a kill or an outage kept from the store);
 - ``max_past_due_s`` / ``p99_past_due_s``: how long after its due time
@@ -115,16 +118,27 @@ class Dispatcher:
         self.generation = 0
         self.process: asyncio.subprocess.Process | None = None
         self.workers: list[int] = []
-        self.reader: asyncio.Task[None] | None = None
+        self.reader: asyncio.Future[Any] | None = None
 
-    async def start(self, acked: set[str], nacked: list[str]) -> None:
+    async def start(self, acked: set[str], nacked: list[str], requeued: list[float]) -> None:
         self.generation += 1
         name = f"d{self.index}g{self.generation}"
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.soak_jobs", "--child", self.url, name, self.log, str(self.rate),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
-        self.reader = asyncio.ensure_future(self._read(self.process, acked, nacked))
+        self.reader = asyncio.ensure_future(asyncio.gather(
+            self._read(self.process, acked, nacked), self._read_log(self.process, requeued)
+        ))
+
+    @staticmethod
+    async def _read_log(process: asyncio.subprocess.Process, requeued: list[float]) -> None:
+        """Pass the process's log on; note when it re-queued the running jobs of a process whose lease expired."""
+        assert process.stderr is not None
+        while line := await process.stderr.readline():
+            if b"re-queued" in line:
+                requeued.append(time.time())
+            sys.stderr.write(line.decode(errors="replace"))
 
     async def _read(self, process: asyncio.subprocess.Process, acked: set[str], nacked: list[str]) -> None:
         assert process.stdout is not None
@@ -160,12 +174,13 @@ async def soak(url: str, server: Any, duration: float, count: int, rate: float, 
     nacked: list[str] = []
     chaos: dict[str, int] = defaultdict(int)
     events: list[tuple[float, float]] = []  # (from, to) wall-clock seconds of each kill or outage
+    requeued: list[float] = []  # when a process re-queued the running jobs of one whose lease expired
     with tempfile.TemporaryDirectory(prefix="leakypool-soak-") as scratch:
         log = os.path.join(scratch, "runs.log")
         dispatchers = [Dispatcher(i, url, log, rate) for i in range(count)]
         try:
             for d in dispatchers:
-                await d.start(acked, nacked)
+                await d.start(acked, nacked, requeued)
             t0 = time.monotonic()
             restarted_pg = server is None
             while (elapsed := time.monotonic() - t0) < duration:
@@ -196,7 +211,7 @@ async def soak(url: str, server: Any, duration: float, count: int, rate: float, 
                     await victim.reap()
                     chaos["dispatcher_kills"] += 1
                     await asyncio.sleep(rng.uniform(*RESTART_AFTER_S))
-                    await victim.start(acked, nacked)
+                    await victim.start(acked, nacked, requeued)
             for d in dispatchers:
                 await d.tell("STOP")
             drained_in = await drain(url, acked)
@@ -210,7 +225,7 @@ async def soak(url: str, server: Any, duration: float, count: int, rate: float, 
                 d.kill()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(d.reap(), 30)
-        return await report(url, log, acked, nacked, dict(chaos), events, drained_in, duration)
+        return await report(url, log, acked, nacked, dict(chaos), events, requeued, drained_in, duration)
 
 
 async def drain(url: str, acked: set[str]) -> float | None:
@@ -233,7 +248,8 @@ async def drain(url: str, acked: set[str]) -> float | None:
 
 
 async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: dict[str, int],
-                 events: list[tuple[float, float]], drained_in: float | None, duration: float) -> dict[str, Any]:
+                 events: list[tuple[float, float]], requeued: list[float], drained_in: float | None,
+                 duration: float) -> dict[str, Any]:
     import asyncpg
 
     db = await asyncpg.connect(url)
@@ -242,17 +258,22 @@ async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: 
     finally:
         await db.close()
     starts: dict[str, list[float]] = defaultdict(list)
+    pids: dict[str, list[str]] = defaultdict(list)
     ends: dict[str, int] = defaultdict(int)
     with contextlib.suppress(FileNotFoundError), open(log) as f:
         for line in f:
-            kind, job_id, at, _pid = line.split()
+            kind, job_id, at, pid = line.split()
             if kind == "S":
                 starts[job_id].append(float(at))
+                pids[job_id].append(pid)
             else:
                 ends[job_id] += 1
     states: dict[str, int] = defaultdict(int)
     for job_id in acked:
         states[rows[job_id]["state"] if job_id in rows else "missing"] += 1
+    twice = [j for j in acked if len(starts.get(j, ())) > 1]
+    unexplained = [j for j in twice if not chaos_between(events, min(starts[j]), max(starts[j]))]
+    after_expiry = [j for j in unexplained if any(min(starts[j]) <= t <= max(starts[j]) for t in requeued)]
     past_due = sorted(min(starts[j]) - rows[j]["created_at"] for j in acked if j in rows and starts.get(j))
     return {
         "duration_s": duration,
@@ -264,15 +285,23 @@ async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: 
         "lost": len(acked) - states["succeeded"] - states["failed"],
         "run_twice": sum(1 for j in acked if len(starts.get(j, ())) > 1),
         "completed_twice": sum(1 for j in acked if ends.get(j, 0) > 1),
-        "run_twice_without_chaos": sum(
-            1 for j in acked if len(starts.get(j, ())) > 1 and not chaos_between(events, min(starts[j]), max(starts[j]))
-        ),
+        "run_twice_without_chaos": len(unexplained),
+        "run_twice_after_a_lease_expired_unkilled": len(after_expiry),
+        "suspects": [suspect(j, starts[j], pids[j], requeued) for j in unexplained[:5]],
+        "lease_requeues": len(requeued),
         "max_past_due_s": round(past_due[-1], 3) if past_due else None,
         "p99_past_due_s": round(past_due[int(0.99 * (len(past_due) - 1))], 3) if past_due else None,
         "drained_in_s": drained_in,
         **{k: chaos.get(k, 0) for k in ("dispatcher_kills", "worker_kills", "postgres_restarts")},
         "cpu_s": round(sum(os.times()[:4]), 1),
     }
+
+
+def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[float]) -> dict[str, Any]:
+    """A job run twice with no kill or outage near: its starts and the lease re-queues around them."""
+    first = min(starts)
+    return {"job": job_id, "pids": pids, "starts_s": [round(t - first, 3) for t in starts],
+            "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10]}
 
 
 def chaos_between(events: list[tuple[float, float]], first: float, last: float) -> bool:
