@@ -185,7 +185,8 @@ class CommandProvisioner:
         if code != 0:
             await tail.finish()
             stderr = tail.text() or "(no stderr)"
-            raise ProvisionError(f"command {shlex.join(argv)[:200]} exited with status {code}: {stderr}")
+            # the template, not the command run: the worker's flags may carry the registry's password
+            raise ProvisionError(f"command {shlex.join(self.argv)[:200]} exited with status {code}: {stderr}")
 
     async def _watch(
         self,

@@ -201,3 +201,15 @@ async def test_an_explicit_subprocess_provisioner_should_grow_the_local_fleet_fr
         assert p.stats().local_workers == 0
         assert sorted(await asyncio.gather(*(routines.add(i, 0) for i in range(4)))) == [0, 1, 2, 3]
         assert 1 <= p.stats().grown <= 2 and all(m.local for m in p.workers.values())
+
+
+async def test_a_failed_command_should_say_why_without_the_registry_password():
+    import uuid
+
+    failing = pool.CommandProvisioner(["sh", "-c", 'echo "bad flag: $1" >&2; exit 4', "sh", "{worker_args}"])
+    request = pool.WorkerRequest(uuid.uuid4(), {}, ("--registry", "postgresql://app:hunter2@db/app"))
+    with pytest.raises(pool.ProvisionError) as info:
+        await failing.provision(request)
+    assert "exited with status 4" in str(info.value) and "bad flag: --registry" in str(info.value)
+    assert "hunter2" not in str(info.value)
+    await failing.aclose()
