@@ -141,6 +141,7 @@ class WorkerPool:
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
+        keep_finished: float | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
@@ -207,6 +208,7 @@ class WorkerPool:
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,
+                keep_finished=config.keep_finished,
             )
         self._token: Any = None
         self._observer: PoolObserver | None = None

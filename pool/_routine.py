@@ -10,6 +10,7 @@ generator function, an async iterator) that runs it remotely.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import inspect
 import math
@@ -43,10 +44,15 @@ class CallOptions:
     retries: int = 0
     retry_backoff: float = 1.0
     retry_on: tuple[type[BaseException], ...] = ()
+    priority: int = 0
+    delay: float = 0.0
+    run_at: datetime.datetime | None = None
+    connection: Any = None
 
     def __post_init__(self) -> None:
         self._check_call_options()
         self._check_job_options()
+        check_schedule_options(self)
 
     def _check_job_options(self) -> None:
         deadline = self.dispatch_deadline
@@ -84,6 +90,35 @@ class CallOptions:
             raise ValueError(f"key: a concurrency key needs a queue to apply to, got key={self.key!r} and no queue")
         if not isinstance(self.halt_on_error, bool):
             raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
+
+
+def check_schedule_options(options: CallOptions) -> None:
+    """Raise one clear line for a bad ``priority``, ``delay``, ``run_at`` or ``connection``.
+
+    Raises:
+        TypeError, ValueError: the option named first in the message is wrong.
+    """
+    priority = options.priority
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority: expected an int (higher runs first, default 0), got {priority!r}")
+    delay = options.delay
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay: expected seconds >= 0, got {delay!r}")
+    if not (delay >= 0 and math.isfinite(delay)):
+        raise ValueError(f"delay: expected seconds >= 0, got {delay!r}")
+    run_at = options.run_at
+    if run_at is not None:
+        if not isinstance(run_at, datetime.datetime):
+            raise TypeError(f"run_at: expected an aware datetime, got {run_at!r}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError(
+                f"run_at: expected an aware datetime (e.g. tzinfo=datetime.UTC), got the naive {run_at.isoformat()}"
+            )
+        if delay:
+            raise ValueError(f"run_at: give run_at or delay, not both (got delay={delay!r})")
+    connection = options.connection
+    if connection is not None and not callable(getattr(connection, "is_in_transaction", None)):
+        raise TypeError(f"connection: expected an asyncpg connection, got {connection!r}")
 
 
 class Routine(Generic[P, R]):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,7 @@ from ._codec import decode
 from ._job import Jobs
 from ._presence import Presence
 from ._recorder import Recorder
+from ._retention import Retention
 from ._store import JobRecord, JobStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -61,6 +63,7 @@ class Scheduler:
         lease_ttl: Seconds this process's owner lease lasts without renewal.
         default_deadline: Dispatch deadline of jobs without their own.
         max_pending: Active jobs the store may hold (the submit ceiling).
+        keep_finished: Seconds finished jobs are kept before they are purged (0: forever).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Scheduler:
         lease_ttl: float,
         default_deadline: float,
         max_pending: int | None,
+        keep_finished: float = 0.0,
     ) -> None:
         self.store = store
         self.owner = uuid.uuid4().hex
@@ -93,19 +97,22 @@ class Scheduler:
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
+        self._next_due = math.inf  # the earliest future due time known here (a delayed job): sleep until then
         self._closing = False
         self._started = False
         self._recorder = Recorder(store, self.owner)
+        self.retention = Retention(store, keep_finished)
         self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running)
         self.jobs = Jobs(
             store,
             claim=self._claim,
             adopt=self._adopt_submitted,
-            holds=self._holds,
-            wake=self.wake,
+            holds=self._held.__contains__,  # held here (leased or running): its end is reported
+            wake=self.due_at,
             cancel_running=self.cancel_running,
             max_pending=max_pending,
             default_deadline=default_deadline,
+            purged=lambda: self.retention.purged,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -115,6 +122,8 @@ class Scheduler:
         await self._presence.start()
         self._started = True
         self._tasks.spawn(self._run(), name="schedule")
+        if self.retention.enabled:  # every process: the store lets one purge at a time
+            self._tasks.spawn(self.retention.run(), name="retention")
 
     def stop_leasing(self) -> None:
         """Lease no more jobs (the pool is closing); running ones finish."""
@@ -140,6 +149,14 @@ class Scheduler:
         self._backlog = True
         self._wake.set()
 
+    def due_at(self, when: float) -> None:
+        """A job in the store is due at ``when`` (Unix seconds): lease it then (now, if it is due)."""
+        if when <= time.time():
+            self.wake()
+        elif when < self._next_due:
+            self._next_due = when
+            self._wake.set()  # sleep until then, not until the tick
+
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
         if not self._has_workers():
@@ -153,10 +170,6 @@ class Scheduler:
         """This process no longer holds ``job_id`` (cancelled while it waited here)."""
         self._held.discard(job_id)
         self.jobs.notify_finished(job_id, None)
-
-    def _holds(self, job_id: str) -> bool:
-        """Whether this process holds ``job_id`` (leased or running): it will report its end."""
-        return job_id in self._held
 
     def _adopt_submitted(self, job: JobRecord | None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not)."""
@@ -218,10 +231,9 @@ class Scheduler:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
-                # The backstop: a worker's verdict may change with no event we
-                # see (a hook on memory or time), so probe again now and then;
-                # and something may have come due (a retry, a delayed job) or
-                # arrived unannounced (SQLite has no notices): lease.
+                # The backstop: a worker's verdict may change with no event we see (a hook on memory
+                # or time), so probe again now and then; and something may have come due (a retry,
+                # a delayed job) or arrived unannounced (SQLite has no notices): lease.
                 self._no_worker = False
                 self._backlog = True
 
@@ -233,8 +245,11 @@ class Scheduler:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
         else:
             due = await self.store.oldest_due(now)
-            if due is not None and due > now:  # due already but not leased: its limits are full; wait for an event
-                wait = min(wait, due - now)
+            # Due already but not leased: its limits are full; wait for an event.
+            self._next_due = due if due is not None and due > now else math.inf
+        if self._next_due <= now:
+            self._next_due = math.inf  # passed: leased by the time it is looked at here
+        wait = min(wait, self._next_due - now)
         return max(0.0, wait)
 
     async def _fill(self) -> bool:
@@ -319,10 +334,8 @@ class Scheduler:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
             if job.queue or job.workflow or not self._has_workers():
-                # Do not sit on a shared limit slot, nor on any job while this
-                # process has no worker at all: give back, so a process that
-                # has room can take it (the deadline is still checked here, at
-                # each lease).
+                # Do not sit on a shared limit slot, nor on any job while this process has no worker:
+                # give back, so a process with room takes it (the deadline is checked at each lease).
                 given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
                 if len(given) > 1:
                     self._waiting = []

@@ -41,6 +41,8 @@ class NewJob:
             ``total`` of its queue (0: no cap), and no other job of its
             workflow are held by any process.
         concurrency, total: The queue's limits (0 for a job without a queue).
+        next_at: When it is due, Unix seconds (None: at once, ``created_at``).
+        priority: Higher first among due jobs (FIFO within a priority).
     """
 
     id: str
@@ -54,7 +56,17 @@ class NewJob:
     workflow: str = ""
     concurrency: int = 0
     total: int = 0
+    next_at: float | None = None
+    priority: int = 0
 
+    @property
+    def due(self) -> float:
+        """When the job is due (its ``next_at``, or at once)."""
+        return self.created_at if self.next_at is None else self.next_at
+
+
+LEASE_ORDER: Final[str] = "priority DESC, next_at, created_at, id"
+"""The order due jobs are leased in: priority first, then due time, then submission (FIFO)."""
 
 LIMITED_DUE_SQL: Final[str] = """
 WITH held AS (
@@ -64,21 +76,21 @@ WITH held AS (
 ), held_queue AS (SELECT queue, count(*) AS n FROM held WHERE queue <> '' GROUP BY queue
 ), held_flow AS (SELECT workflow, count(*) AS n FROM held WHERE workflow <> '' GROUP BY workflow
 ), due AS (
-    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at,
-        row_number() OVER (PARTITION BY queue, key ORDER BY next_at, created_at, id) AS nth_key,
-        row_number() OVER (PARTITION BY queue ORDER BY next_at, created_at, id) AS nth_queue,
+    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at, priority,
+        row_number() OVER (PARTITION BY queue, key ORDER BY priority DESC, next_at, created_at, id) AS nth_key,
+        row_number() OVER (PARTITION BY queue ORDER BY priority DESC, next_at, created_at, id) AS nth_queue,
         row_number() OVER (PARTITION BY workflow ORDER BY next_at, created_at, id) AS nth_flow
     FROM {table}
     WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND (queue <> '' OR workflow <> '')
 )
-SELECT due.id, due.next_at, due.created_at FROM due
+SELECT due.id, due.next_at, due.created_at, due.priority FROM due
 LEFT JOIN held_key ON held_key.queue = due.queue AND held_key.key = due.key
 LEFT JOIN held_queue ON held_queue.queue = due.queue
 LEFT JOIN held_flow ON held_flow.workflow = due.workflow
 WHERE (due.queue = '' OR coalesce(held_key.n, 0) + due.nth_key <= due.concurrency)
   AND (due.queue = '' OR due.total = 0 OR coalesce(held_queue.n, 0) + due.nth_queue <= due.total)
   AND (due.workflow = '' OR coalesce(held_flow.n, 0) + due.nth_flow <= 1)
-ORDER BY due.next_at, due.created_at, due.id LIMIT {limit}
+ORDER BY due.priority DESC, due.next_at, due.created_at, due.id LIMIT {limit}
 """
 """Due jobs with limits that fit, counting what every process holds (pending leased or running).
 
@@ -111,6 +123,12 @@ class JobRecord:
     queue: str
     key: str
     workflow: str
+    priority: int = 0
+
+    @property
+    def lease_order(self) -> tuple[int, float, float, str]:
+        """Its place among due jobs (see `LEASE_ORDER`)."""
+        return (-self.priority, self.next_at, self.created_at, self.id)
 
 
 @runtime_checkable
@@ -237,5 +255,36 @@ class WatchableStore(Protocol):
 
         Raises:
             StoreError: the store could not be reached or the listening was lost (call again).
+        """
+        ...
+
+
+@runtime_checkable
+class MaintainedStore(Protocol):
+    """What retention and an operator (``leakypool jobs``) need of a store beyond `JobStore` (both built-in stores).
+
+    Kept apart from `JobStore` so a store written for an earlier release still is one.
+    """
+
+    async def purge(self, finished_before: float, limit: int) -> int:
+        """Delete at most ``limit`` final jobs that finished before ``finished_before``; how many went.
+
+        Never a pending or running job. One process purges at a time: while
+        another one does, this returns 0 at once (PostgreSQL), or waits for
+        the file's write lock, held for one bounded batch (SQLite).
+        """
+        ...
+
+    async def select(
+        self, state: str | None = None, routine: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        """Jobs in ``state`` of ``routine`` (any if None), newest first."""
+        ...
+
+    async def requeue(self, job_id: str, now: float) -> JobRecord | None:
+        """A failed or cancelled job -> pending, due now, one more attempt allowed; history kept.
+
+        Its attempt count and last error stay; its dispatch deadline starts
+        again from ``now``. Anything else is left as it is. The record after, or None (no such job).
         """
         ...

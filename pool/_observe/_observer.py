@@ -25,7 +25,8 @@ class PoolObserver:
         self._port = port
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
-        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts)
+        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
+                                   lambda: pool.jobs.purged if pool.has_store else None)
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh)
 
     @property

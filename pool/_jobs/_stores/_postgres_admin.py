@@ -1,0 +1,85 @@
+"""The PostgreSQL store's schema upgrades, retention, an operator's verbs, and a submit in the caller's transaction.
+
+Functions over an asyncpg pool or connection (the store translates their
+errors); kept apart from `PostgresStore`'s hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ..._errors import ConfigError
+from .._store import NewJob
+from . import _postgres_sql as sql
+
+
+async def prepare(db: Any, where: str) -> None:
+    """Create the schema, or migrate one written by an earlier release, in one transaction under a lock.
+
+    Raises:
+        ConfigError: a newer schema (the database left untouched).
+    """
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_SCHEMA)
+        if await db.fetchval("SELECT to_regclass('leakypool_schema')") is None:
+            for statement in sql.SCHEMA_V1:
+                await db.execute(statement)
+            await db.execute("INSERT INTO leakypool_schema VALUES (1)")
+        version = await db.fetchval("SELECT max(version) FROM leakypool_schema")
+        if version > sql.SCHEMA_VERSION:
+            raise ConfigError(
+                f"store {where}: schema version {version} is newer than this release's "
+                f"({sql.SCHEMA_VERSION}); upgrade leakypool (the database was left untouched)"
+            )
+        for step in range(version + 1, sql.SCHEMA_VERSION + 1):
+            for statement in sql.MIGRATIONS[step]:
+                await db.execute(statement)
+            await db.execute("INSERT INTO leakypool_schema VALUES ($1)", step)
+
+
+async def purge(pool: Any, finished_before: float, limit: int) -> int:
+    """One bounded batch (see `MaintainedStore.purge`); 0 at once while another process purges."""
+    async with pool.acquire() as db, db.transaction():
+        if not await db.fetchval("SELECT pg_try_advisory_xact_lock($1)", sql.LOCK_PURGE):
+            return 0
+        status = await db.execute(sql.PURGE, finished_before, limit)
+    return int(status.split()[-1])
+
+
+def insert_values(job: NewJob, owner: str) -> tuple[Any, ...]:
+    """`sql.INSERT`'s arguments for ``job``."""
+    return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
+            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority)
+
+
+COMMITTED: Final[str] = "-"
+"""The sender of a notice sent inside a caller's transaction: every process hears it, the submitting one too
+(its own wake-up came before the commit, when the job could not be seen yet)."""
+
+
+async def submit_in(connection: Any, job: NewJob) -> tuple[Any, bool]:
+    """Insert ``job`` on the caller's ``connection``, in the transaction it is in: the row and whether it is new.
+
+    The job exists if and only if that transaction commits; the notice is
+    part of the transaction too, so PostgreSQL delivers it (waking the
+    other processes) on commit, and never on a rollback.
+
+    Raises:
+        ConfigError: the connection is not inside a transaction (the job would commit alone).
+    """
+    if not connection.is_in_transaction():
+        raise ConfigError(
+            "connection: expected an asyncpg connection inside a transaction (async with conn.transaction()), "
+            "got one outside any transaction"
+        )
+    row = await connection.fetchrow(
+        sql.INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + sql.COLUMNS, *insert_values(job, "")
+    )
+    if row is None:
+        existing = await connection.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1", job.id)
+        if existing is not None and existing[2] in ("pending", "running"):
+            return existing, False
+        await connection.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)  # a final job: replaced
+        row = await connection.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *insert_values(job, ""))
+    await connection.execute(sql.NOTIFY, sql.CHANNEL, f"{COMMITTED} due")
+    return row, True
