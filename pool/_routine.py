@@ -210,6 +210,7 @@ class Routine(Generic[P, R]):
             workflow=options.workflow,
             halt_on_error=options.halt_on_error,
             dispatch_deadline=options.dispatch_deadline,
+            priority=options.priority,
         )
 
     def code(self) -> tuple[bytes, bytes]:

@@ -19,7 +19,10 @@
 Admission owns the whole path to a worker: it asks its `Placement` (the
 balancer loop) for each call, and its pump, a task the pool's `TaskOwner`
 ends, serves the queue. The pump serves waiters strictly in order, so a
-burst starts in arrival order and a newcomer never jumps the queue. Calls
+burst starts in arrival order and a newcomer never jumps the queue, unless
+it has a higher ``priority`` (``options(priority=...)``): the queue is
+ordered by priority, then arrival (a steady stream of higher priority calls
+starves lower ones; that is the contract, kept simple). Calls
 that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
@@ -67,12 +70,17 @@ class _Waiter:
         self.served: asyncio.Future[OutgoingCall] = loop.create_future()
 
 
+def _order(waiter: _Waiter) -> tuple[int, int]:
+    """Higher priority first, then admission order (FIFO within a priority)."""
+    return -waiter.ticket.task.priority, waiter.ticket.seq
+
+
 def _insert(line: list[_Waiter], waiter: _Waiter) -> None:
-    """Put ``waiter`` in ``line`` by admission order (usually at the end)."""
-    if not line or line[-1].ticket.seq < waiter.ticket.seq:
+    """Put ``waiter`` in ``line`` by priority, then admission order (usually at the end)."""
+    if not line or _order(line[-1]) < _order(waiter):
         line.append(waiter)
     else:
-        bisect.insort(line, waiter, key=lambda w: w.ticket.seq)
+        bisect.insort(line, waiter, key=_order)
 
 
 class Admission:
@@ -107,7 +115,7 @@ class Admission:
         self.admitted = 0
         self.rejected = 0
         self.mean_duration = 1.0
-        self._queue: list[_Waiter] = []  # by admission order (ticket.seq)
+        self._queue: list[_Waiter] = []  # by priority, then admission order (ticket.seq)
         self._lobby: list[_Waiter] = []
         self._arrivals = itertools.count()
         self._capacity = asyncio.Event()

@@ -33,6 +33,7 @@ class Task:
     halt_on_error: bool = False
     parent: int = 0
     dispatch_deadline: float | None = None  # this call's own, over the pool's (not sent to workers)
+    priority: int = 0  # higher first in the admission queue (not sent to workers)
 
     def fill(self, call: pb.Call, session: Session) -> None:
         """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""

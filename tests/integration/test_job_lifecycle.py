@@ -175,3 +175,18 @@ async def test_a_submit_with_a_connection_should_need_a_postgresql_store(store_u
     async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store_url):
         with pytest.raises(pool.ConfigError, match="needs a PostgreSQL store"):
             await routines.noop.options(connection=NotAConnection()).submit()
+
+
+async def test_calls_waiting_for_a_worker_should_start_higher_priority_first(one_slot_pool):
+    """Test options(priority=...) on calls in the admission queue: by priority, FIFO within one."""
+    async with Signals() as signals, one_slot_pool(queue_depth=10) as p:
+        blocker = asyncio.ensure_future(routines.span(0.3, "blocker", signals.address))
+        await signals.wait("start blocker")
+        calls = []
+        for tag, priority in [("low0", 0), ("high0", 3), ("low1", 0), ("high1", 3), ("neg", -1)]:
+            calls.append(asyncio.ensure_future(routines.span.options(priority=priority)(0.01, tag)))
+            await asyncio.sleep(0)  # make the arrival order unambiguous
+        await eventually(lambda: p.stats().waiting_for_worker == 5)
+        await blocker
+        results = await asyncio.gather(*calls)
+    assert [r[0] for r in sorted(results, key=lambda r: r[2])] == ["high0", "high1", "low0", "low1", "neg"]
