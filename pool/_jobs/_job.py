@@ -209,23 +209,8 @@ class Jobs:
     async def submit(self, task: Task, options: JobOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
         now = time.time()
-        due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
-        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
-        new = NewJob(
-            id=options.job_id or f"{self._id_prefix}{next(self._serial):x}",
-            routine=task.name,
-            payload=payload,
-            created_at=now,
-            deadline=max(now, due) + (options.dispatch_deadline or self._default_deadline),
-            max_attempts=1 + options.retries,
-            queue=task.queue,
-            key=task.key,
-            workflow=task.workflow,
-            concurrency=task.concurrency,
-            total=task.total,
-            next_at=due,
-            priority=options.priority,
-        )
+        new = self.new_job(task, options, now)
+        due = new.due
         if options.connection is not None:
             return await self._submit_in(options.connection, new)
         # A job with limits is leased through the store's limit check, a delayed one when it is due;
@@ -241,6 +226,29 @@ class Jobs:
         if created and not owner:
             self._due(due)  # in the store, not kept here: lease it when due (its limits are checked there)
         return Job(self, record)
+
+    def new_job(
+        self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
+    ) -> NewJob:
+        """The row `submit` writes for ``task`` (``job_id`` and ``due`` override the options': a periodic slot's)."""
+        if due is None:
+            due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
+        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
+        return NewJob(
+            id=job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}",
+            routine=task.name,
+            payload=payload,
+            created_at=now,
+            deadline=max(now, due) + (options.dispatch_deadline or self._default_deadline),
+            max_attempts=1 + options.retries,
+            queue=task.queue,
+            key=task.key,
+            workflow=task.workflow,
+            concurrency=task.concurrency,
+            total=task.total,
+            next_at=due,
+            priority=options.priority,
+        )
 
     async def _submit_in(self, connection: Any, new: NewJob) -> Job:
         """Submit on the caller's asyncpg connection, inside its transaction (PostgreSQL only)."""

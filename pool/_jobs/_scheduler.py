@@ -38,6 +38,7 @@ from ._attempt import due_order as _due_order
 from ._codec import decode
 from ._job import Jobs
 from ._presence import Presence
+from ._periodic import Schedules
 from ._recorder import Recorder
 from ._retention import Retention
 from ._store import JobRecord, JobStore
@@ -114,6 +115,7 @@ class Scheduler:
             default_deadline=default_deadline,
             purged=lambda: self.retention.purged,
         )
+        self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -133,6 +135,7 @@ class Scheduler:
     async def aclose(self) -> None:
         """Stop, and hand every job this process still holds back to the store."""
         self._closing = True
+        await self.schedules.aclose()
         await self._presence.aclose()
         await self._tasks.aclose()
         for job_id in list(self._held):  # their waiters here read the store from now on
@@ -201,15 +204,8 @@ class Scheduler:
             attempt.cancel_requested = True
             attempt.runner.cancel()
 
-    @property
-    def waiting(self) -> int:
-        """Leased jobs waiting here for a worker or a limit."""
-        return len(self._waiting)
-
-    @property
-    def running(self) -> int:
-        """Jobs of this process a worker runs now."""
-        return len(self._running)
+    waiting = property(lambda self: len(self._waiting), doc="Leased jobs waiting here for a worker or a limit.")
+    running = property(lambda self: len(self._running), doc="Jobs of this process a worker runs now.")
 
     # -- the loop --------------------------------------------------------------------
 

@@ -281,6 +281,16 @@ class MaintainedStore(Protocol):
         """Jobs in ``state`` of ``routine`` (any if None), newest first."""
         ...
 
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        """Record that schedule ``name`` reached ``slot``; the slot it had recorded before (None: none).
+
+        With ``job``: if the recorded slot is older than ``slot`` (or none),
+        record ``slot`` and insert ``job`` (unless its id exists), in one
+        transaction: of all the processes that try one slot, one submits it.
+        Without: record ``slot`` only if the schedule has no slot yet (its start).
+        """
+        ...
+
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         """A failed or cancelled job -> pending, due now, one more attempt allowed; history kept.
 

@@ -5,6 +5,7 @@ submit inside the caller's PostgreSQL transaction. Real SQLite files, a real Pos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -16,8 +17,9 @@ import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
-from pool._jobs import _retention
+from pool._jobs import _retention, open_store
 from tests.integration import routines
+from tests.integration.child import Child
 from tests.integration.helpers import eventually
 from tests.integration.signals import Signals
 
@@ -190,3 +192,79 @@ async def test_calls_waiting_for_a_worker_should_start_higher_priority_first(one
         await blocker
         results = await asyncio.gather(*calls)
     assert [r[0] for r in sorted(results, key=lambda r: r[2])] == ["high0", "high1", "low0", "low1", "neg"]
+
+
+async def test_a_schedule_shared_by_three_processes_should_run_each_slot_exactly_once(store, tmp_path):
+    """Test periodic jobs: three processes schedule the same per-second cron; every slot runs once, none twice."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    args = [sys.executable, "-m", "tests.integration.cron_replica", store, str(markers), "* * * * * */1"]
+    async with contextlib.AsyncExitStack() as stack:
+        children = [
+            await stack.enter_async_context(Child(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+            for _ in range(3)
+        ]
+        names = {(await asyncio.wait_for(c.stdout.readline(), 60)).decode().split()[1] for c in children}
+        assert len(names) == 1  # the same routine, expression and arguments: one schedule
+        (name,) = names
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store) as observer:
+
+            async def six_slots_done() -> bool:
+                done = [j for j in await observer.jobs.list("succeeded", limit=1000) if j.id.startswith(name)]
+                return len(done) >= 6
+            await eventually(six_slots_done, timeout=60)
+            for child in children:
+                child.process.stdin.write(b"stop\n")
+                child.process.stdin.close()
+            for child in children:
+                assert await child.wait(60) == 0
+            slot_jobs = [j for j in await observer.jobs.list(limit=1000) if j.id.startswith(name)]
+    slots = sorted(int(j.id.rsplit("@", 1)[1]) for j in slot_jobs)
+    assert slots == list(range(slots[0], slots[0] + len(slots)))  # every second from the first on, each once
+    done = [j for j in slot_jobs if j.state == "succeeded"]
+    assert all(j.attempts == 1 for j in done) and len(done) >= 6
+    assert all(j.started_at.timestamp() >= j.run_at.timestamp() for j in done)
+    assert routines.executions(str(markers), "tick")[0] == len(done)  # nothing ran twice, nothing ran unrecorded
+
+
+async def test_a_slot_missed_while_no_process_ran_should_run_once_at_start_up_and_say_so(store, tmp_path, caplog):
+    """Test the catch-up: three hourly slots missed -> the latest one runs once, with a warning; not all three."""
+    async with pool.WorkerPool(spawn=1, store=store) as p:
+        name = p.schedule(routines.mark, cron="0 * * * *", args=(str(tmp_path), "hourly"))
+    store_object = open_store(store)
+    await store_object.open()
+    try:
+        previous = await store_object.schedule_slot(name, 0.0, None)  # reads the start recorded above
+        assert previous is not None
+        rewind = "UPDATE {} SET last_slot = last_slot - 3 * 3600"
+        if store.startswith("sqlite"):
+            await store_object._run(lambda db: db.execute(rewind.format("schedules")), write=True)
+        else:
+            await store_object._call("execute", rewind.format("leakypool_schedules"))
+    finally:
+        await store_object.close()
+    caplog.set_level("WARNING", logger="leakypool.jobs")
+    async with pool.WorkerPool(spawn=1, store=store) as p:
+        assert p.schedule(routines.mark, cron="0 * * * *", args=(str(tmp_path), "hourly")) == name
+        job_id = f"{name}@{previous:.0f}"
+
+        async def caught_up() -> bool:
+            job = await p.jobs.get(job_id)
+            return job is not None and job.state == "succeeded"
+        await eventually(caught_up, timeout=30)
+        assert [j.id for j in await p.jobs.list()] == [job_id]
+    assert routines.executions(str(tmp_path), "hourly") == (1, 1)
+    warnings = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert len(warnings) == 1 and "missed 3 slot(s)" in warnings[0] and "running the latest" in warnings[0]
+
+
+async def test_a_bad_schedule_should_fail_in_one_line(store_url):
+    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store_url) as p:
+        for kwargs, message in [
+            ({"cron": "every day at 7"}, "cron: expected 'minute hour day month weekday'"),
+            ({"cron": "61 * * * *"}, "cron: expected"),
+            ({"cron": "0 7 * * *", "tz": "Mars/Olympus"}, "tz: expected an IANA time zone name"),
+        ]:
+            with pytest.raises(pool.ConfigError, match=message) as info:
+                p.schedule(routines.noop, **kwargs)
+            assert "\n" not in str(info.value)

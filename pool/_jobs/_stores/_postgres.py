@@ -201,28 +201,9 @@ class PostgresStore:
         return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
 
     async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
-        values = admin.insert_values(job, owner)
-        pool = self._db()
         async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                if max_active is not None:
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_CEILING)
-                row = await db.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
-                if row is not None and row[2] in ACTIVE_STATES:
-                    return _record(row), False
-                if max_active is not None:
-                    active = await db.fetchval(
-                        "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
-                    )
-                    if active >= max_active:
-                        raise AdmissionRejected(
-                            f"{job.routine}() refused: {active} jobs already active in the store "
-                            f"(max_pending={max_active})",
-                            retry_after=1.0,
-                        )
-                if row is not None:
-                    await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
-                return _record(await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *values)), True
+            row, created = await admin.submit_one(self._db(), job, max_active, owner)
+        return _record(row), created
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
@@ -371,6 +352,13 @@ class PostgresStore:
 
     async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
         return [_record(row) for row in await self._call("fetch", sql.SELECT, state, routine, limit)]
+
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        async with self._errors():
+            previous, inserted = await admin.schedule_slot(self._db(), name, slot, job)
+        if inserted:
+            await self._notify("due")
+        return previous
 
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         row = await self._call("fetchrow", sql.REQUEUE, job_id, now)

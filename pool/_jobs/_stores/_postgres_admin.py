@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..._errors import ConfigError
-from .._store import NewJob
+from ..._errors import AdmissionRejected, ConfigError
+from .._store import ACTIVE_STATES, NewJob
 from . import _postgres_sql as sql
 
 
@@ -57,6 +57,30 @@ COMMITTED: Final[str] = "-"
 (its own wake-up came before the commit, when the job could not be seen yet)."""
 
 
+async def submit_one(pool: Any, job: NewJob, max_active: int | None, owner: str) -> tuple[Any, bool]:
+    """One job, or the active one with its id: under ``max_active`` (counted under a lock), or its id is taken.
+
+    Raises:
+        AdmissionRejected: ``max_active`` jobs are already active.
+    """
+    async with pool.acquire() as db, db.transaction():
+        if max_active is not None:
+            await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_CEILING)
+        row = await db.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
+        if row is not None and row[2] in ACTIVE_STATES:
+            return row, False
+        if max_active is not None:
+            active = await db.fetchval("SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')")
+            if active >= max_active:
+                raise AdmissionRejected(
+                    f"{job.routine}() refused: {active} jobs already active in the store (max_pending={max_active})",
+                    retry_after=1.0,
+                )
+        if row is not None:
+            await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
+        return await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *insert_values(job, owner)), True
+
+
 async def submit_in(connection: Any, job: NewJob) -> tuple[Any, bool]:
     """Insert ``job`` on the caller's ``connection``, in the transaction it is in: the row and whether it is new.
 
@@ -83,3 +107,22 @@ async def submit_in(connection: Any, job: NewJob) -> tuple[Any, bool]:
         row = await connection.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *insert_values(job, ""))
     await connection.execute(sql.NOTIFY, sql.CHANNEL, f"{COMMITTED} due")
     return row, True
+
+
+async def schedule_slot(pool: Any, name: str, slot: float, job: NewJob | None) -> tuple[float | None, bool]:
+    """See `MaintainedStore.schedule_slot`; also whether a job was inserted (to wake the others)."""
+    async with pool.acquire() as db, db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", sql.LOCK_SCHEDULE, name)
+        previous = await db.fetchval("SELECT last_slot FROM leakypool_schedules WHERE name = $1", name)
+        claim = job is not None and (previous is None or previous < slot)
+        if claim or (job is None and previous is None):
+            await db.execute(
+                "INSERT INTO leakypool_schedules VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET last_slot = $2",
+                name, slot,
+            )
+        inserted = False
+        if claim:
+            assert job is not None
+            status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *insert_values(job, ""))
+            inserted = status.endswith(" 1")
+    return previous, inserted

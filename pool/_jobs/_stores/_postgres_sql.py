@@ -25,6 +25,9 @@ LOCK_LEASE: Final[int] = 0x6C70_0003
 LOCK_PURGE: Final[int] = 0x6C70_0004
 """Advisory lock key: one process purges finished jobs at a time (the others skip their turn)."""
 
+LOCK_SCHEDULE: Final[int] = 0x6C70_0005
+"""Advisory lock class (with the schedule name's hash): one process records a schedule's slot at a time."""
+
 CHANNEL: Final[str] = "leakypool_jobs"
 """The LISTEN/NOTIFY channel; payload ``"<sender> due"`` or ``"<sender> cancel <owner>"``."""
 
@@ -67,6 +70,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         # Retention deletes the oldest finished jobs first, a bounded batch at a time.
         "CREATE INDEX leakypool_jobs_finished ON leakypool_jobs (finished_at) "
         "WHERE state IN ('succeeded', 'failed', 'cancelled')",
+        # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
+        "CREATE TABLE leakypool_schedules (name TEXT PRIMARY KEY, last_slot DOUBLE PRECISION NOT NULL)",
     ),
 }
 """Statements that bring a database from version ``n - 1`` to ``n`` (one transaction, under `LOCK_SCHEMA`)."""

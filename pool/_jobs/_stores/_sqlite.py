@@ -145,8 +145,7 @@ class SQLiteStore:
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
-                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority)
+        values = _values(job, owner)
 
         def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
             if max_active is None:  # the common case: one statement when the id is new
@@ -300,6 +299,19 @@ class SQLiteStore:
         rows = await self._run(lambda db: db.execute(sql, (state, state, routine, routine, limit)).fetchall(), write=False)
         return [_record(row) for row in rows]
 
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        def op(db: sqlite3.Connection) -> float | None:  # the write lock (BEGIN IMMEDIATE) orders the processes
+            row = db.execute("SELECT last_slot FROM schedules WHERE name = ?", (name,)).fetchone()
+            previous = None if row is None else row[0]
+            if (job is None and previous is None) or (job is not None and (previous is None or previous < slot)):
+                db.execute("INSERT INTO schedules VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_slot = ?",
+                           (name, slot, slot))
+            if job is not None and (previous is None or previous < slot):
+                db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING", _values(job, ""))
+            return previous
+
+        return await self._run(op, write=True)
+
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         def op(db: sqlite3.Connection) -> JobRecord | None:
             row = db.execute(_REQUEUE + " RETURNING " + _COLUMNS, (now, now, job_id)).fetchone()
@@ -329,3 +341,9 @@ _REQUEUE: Final[str] = (
     "max_attempts = max(max_attempts, attempts + 1), finished_at = NULL, outcome = NULL, cancel_requested = 0 "
     "WHERE id = ? AND state IN ('failed', 'cancelled')"
 )
+
+
+def _values(job: NewJob, owner: str) -> tuple[Any, ...]:
+    """`_INSERT`'s arguments for ``job``."""
+    return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
+            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority)

@@ -52,6 +52,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"CREATE INDEX jobs_lease ON jobs ({LEASE_ORDER}) WHERE state = 'pending' AND owner = ''",
         # Retention deletes the oldest finished jobs first, a bounded batch at a time.
         "CREATE INDEX jobs_finished ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled')",
+        # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
+        "CREATE TABLE schedules (name TEXT PRIMARY KEY, last_slot REAL NOT NULL)",
     ),
 }
 """Statements that bring a file from version ``n - 1`` to ``n`` (in one transaction with the rest)."""
