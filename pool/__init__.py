@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._discovery._lan import LanDiscovery as LanDiscovery
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
+    from ._dispatch._rates import RateLimit as RateLimit
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -90,6 +91,7 @@ __all__ = sorted(
         "Queue",
         "map",
         "routine",
+        "RateLimit",
     ]
 )
 
@@ -113,6 +115,7 @@ _LAZY: dict[str, str] = {
     "TlsCredentials": "._transport._tls",
     "WorkerMetadata": "._transport._rpc",
     "WorkerPool": "._pool",
+    "RateLimit": "._dispatch._rates",
     "map": "._dispatch._fanout",
     "routine": "._routine",
 }

@@ -211,6 +211,7 @@ class Routine(Generic[P, R]):
             halt_on_error=options.halt_on_error,
             dispatch_deadline=options.dispatch_deadline,
             priority=options.priority,
+            rate=(queue.rate.n, float(queue.rate.per)) if queue and queue.rate else None,
         )
 
     def code(self) -> tuple[bytes, bytes]:

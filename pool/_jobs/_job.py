@@ -248,6 +248,8 @@ class Jobs:
             total=task.total,
             next_at=due,
             priority=options.priority,
+            rate=task.rate[0] if task.rate else 0,
+            rate_per=task.rate[1] if task.rate else 0.0,
         )
 
     async def _submit_in(self, connection: Any, new: NewJob) -> Job:

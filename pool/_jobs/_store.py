@@ -43,6 +43,8 @@ class NewJob:
         concurrency, total: The queue's limits (0 for a job without a queue).
         next_at: When it is due, Unix seconds (None: at once, ``created_at``).
         priority: Higher first among due jobs (FIFO within a priority).
+        rate, rate_per: The queue's rate limit: at most ``rate`` leases of its
+            queue and key per ``rate_per`` seconds, across processes (0: none).
     """
 
     id: str
@@ -58,6 +60,8 @@ class NewJob:
     total: int = 0
     next_at: float | None = None
     priority: int = 0
+    rate: int = 0
+    rate_per: float = 0.0
 
     @property
     def due(self) -> float:
@@ -76,20 +80,23 @@ WITH held AS (
 ), held_queue AS (SELECT queue, count(*) AS n FROM held WHERE queue <> '' GROUP BY queue
 ), held_flow AS (SELECT workflow, count(*) AS n FROM held WHERE workflow <> '' GROUP BY workflow
 ), due AS (
-    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at, priority,
+    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at, priority, rate, rate_per,
+        CASE WHEN rate > 0 THEN (SELECT count(*) FROM {starts} AS s
+            WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) ELSE 0 END AS recent,
         row_number() OVER (PARTITION BY queue, key ORDER BY priority DESC, next_at, created_at, id) AS nth_key,
         row_number() OVER (PARTITION BY queue ORDER BY priority DESC, next_at, created_at, id) AS nth_queue,
         row_number() OVER (PARTITION BY workflow ORDER BY next_at, created_at, id) AS nth_flow
     FROM {table}
     WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND (queue <> '' OR workflow <> '')
 )
-SELECT due.id, due.next_at, due.created_at, due.priority FROM due
+SELECT due.id, due.next_at, due.created_at, due.priority, due.queue, due.key, due.rate, due.rate_per FROM due
 LEFT JOIN held_key ON held_key.queue = due.queue AND held_key.key = due.key
 LEFT JOIN held_queue ON held_queue.queue = due.queue
 LEFT JOIN held_flow ON held_flow.workflow = due.workflow
 WHERE (due.queue = '' OR coalesce(held_key.n, 0) + due.nth_key <= due.concurrency)
   AND (due.queue = '' OR due.total = 0 OR coalesce(held_queue.n, 0) + due.nth_queue <= due.total)
   AND (due.workflow = '' OR coalesce(held_flow.n, 0) + due.nth_flow <= 1)
+  AND (due.rate = 0 OR due.recent + due.nth_key <= due.rate)
 ORDER BY due.priority DESC, due.next_at, due.created_at, due.id LIMIT {limit}
 """
 """Due jobs with limits that fit, counting what every process holds (pending leased or running).
@@ -97,8 +104,22 @@ ORDER BY due.priority DESC, due.next_at, due.created_at, due.id LIMIT {limit}
 A candidate's rank among the due jobs of its key, queue and workflow is
 added to what is held, so one lease never takes more than fits; a rank
 taken by a job that another limit keeps out only makes it more cautious,
-never exceed a limit. Run inside the lease transaction, under the lease
+never exceed a limit. A rate limit counts the leases of the job's queue
+and key in the last ``rate_per`` seconds (``{starts}``, written by the
+same transaction). Run inside the lease transaction, under the lease
 lock, so two processes never count the same slot free."""
+
+HELD_BACK_SQL: Final[str] = """
+UPDATE {table} SET next_at = (SELECT min(s.at) FROM {starts} AS s
+    WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) + rate_per
+WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND rate > 0
+  AND (SELECT count(*) FROM {starts} AS s
+       WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) >= rate
+"""
+"""Due jobs their rate holds back: due again when the oldest lease in their window leaves it.
+
+So a held-back job stays pending with its next due time set (the
+scheduler sleeps until then), and is not looked at again before."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ class Task:
     parent: int = 0
     dispatch_deadline: float | None = None  # this call's own, over the pool's (not sent to workers)
     priority: int = 0  # higher first in the admission queue (not sent to workers)
+    rate: tuple[int, float] | None = None  # the queue's RateLimit (n, per) (not sent to workers)
 
     def fill(self, call: pb.Call, session: Session) -> None:
         """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""

@@ -188,11 +188,11 @@ class PostgresStore:
         return created
 
     async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
-        columns: list[list[Any]] = [[] for _ in range(14)]
+        columns: list[list[Any]] = [[] for _ in range(16)]
         for job, owner in items:
             for column, value in zip(columns, (
                 job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.payload, job.queue,
-                job.key, job.workflow, owner, job.concurrency, job.total, job.due, job.priority,
+                job.key, job.workflow, owner, job.concurrency, job.total, job.due, job.priority, job.rate, job.rate_per,
             ), strict=True):
                 column.append(value)
         inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
@@ -217,7 +217,7 @@ class PostgresStore:
             async with pool.acquire() as db, db.transaction():
                 free = await db.fetch(sql.FREE_DUE, now, limit)
                 limited = []
-                if await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
                     await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
                     limited = await db.fetch(sql.LIMITED_DUE, now, limit)
                 chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited],
@@ -228,6 +228,8 @@ class PostgresStore:
                     owner,
                     [r[0] for r in chosen[:limit]],
                 )
+                if checked:  # rate limits: count these leases, hold back what they leave no room for
+                    await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:

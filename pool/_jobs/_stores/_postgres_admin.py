@@ -49,7 +49,7 @@ async def purge(pool: Any, finished_before: float, limit: int) -> int:
 def insert_values(job: NewJob, owner: str) -> tuple[Any, ...]:
     """`sql.INSERT`'s arguments for ``job``."""
     return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
-            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority)
+            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority, job.rate, job.rate_per)
 
 
 COMMITTED: Final[str] = "-"
@@ -126,3 +126,16 @@ async def schedule_slot(pool: Any, name: str, slot: float, job: NewJob | None) -
             status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *insert_values(job, ""))
             inserted = status.endswith(" 1")
     return previous, inserted
+
+
+async def count_rates(db: Any, leased: list[Any], now: float) -> None:
+    """Inside the lease (under its lock): record the rate-limited leases, hold back what their rates leave out.
+
+    ``leased`` are the `sql.LIMITED_DUE` rows this lease takes.
+    """
+    rated = [row for row in leased if row[6] > 0]
+    if rated:
+        await db.execute(sql.RECORD_STARTS, [r[4] for r in rated], [r[5] for r in rated], [now] * len(rated),
+                         [now + r[7] for r in rated])
+        await db.execute("DELETE FROM leakypool_rate_starts WHERE expires < $1", now)
+    await db.execute(sql.HELD_BACK, now)

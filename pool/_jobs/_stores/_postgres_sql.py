@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._store import LEASE_ORDER, LIMITED_DUE_SQL
+from .._store import HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL
 
 SCHEMA_VERSION: Final[int] = 2
 """The schema this release writes; an older one is migrated (`MIGRATIONS`), a newer one refused, untouched."""
@@ -72,6 +72,14 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "WHERE state IN ('succeeded', 'failed', 'cancelled')",
         # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
         "CREATE TABLE leakypool_schedules (name TEXT PRIMARY KEY, last_slot DOUBLE PRECISION NOT NULL)",
+        # Rate limits: each job's queue rate, and the recent leases they are counted against.
+        "ALTER TABLE leakypool_jobs ADD COLUMN rate INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE leakypool_jobs ADD COLUMN rate_per DOUBLE PRECISION NOT NULL DEFAULT 0",
+        "CREATE TABLE leakypool_rate_starts (queue TEXT NOT NULL, key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
+        "expires DOUBLE PRECISION NOT NULL)",
+        "CREATE INDEX leakypool_rate_starts_key ON leakypool_rate_starts (queue, key, at)",
+        "CREATE INDEX leakypool_rate_starts_expires ON leakypool_rate_starts (expires)",
+        "CREATE INDEX leakypool_jobs_rated ON leakypool_jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
     ),
 }
 """Statements that bring a database from version ``n - 1`` to ``n`` (one transaction, under `LOCK_SCHEMA`)."""
@@ -83,19 +91,19 @@ COLUMNS: Final[str] = (
 
 _INSERTED: Final[str] = (
     "INSERT INTO leakypool_jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, "
-    "key, workflow, owner, concurrency, total, priority) "
+    "key, workflow, owner, concurrency, total, priority, rate, rate_per) "
 )
 
 INSERT: Final[str] = (
-    _INSERTED + "VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    _INSERTED + "VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
 )
 
 INSERT_MANY: Final[str] = (
     _INSERTED + "SELECT id, routine, 'pending', max_attempts, created_at, deadline, next_at, payload, queue, key, "
-    "workflow, owner, concurrency, total, priority FROM unnest($1::text[], $2::text[], $3::int[], $4::float8[], "
-    "$5::float8[], $6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], $12::int[], "
-    "$13::float8[], $14::int[]) AS v(id, routine, max_attempts, created_at, deadline, payload, queue, key, workflow, "
-    "owner, concurrency, total, next_at, priority) "
+    "workflow, owner, concurrency, total, priority, rate, rate_per FROM unnest($1::text[], $2::text[], $3::int[], "
+    "$4::float8[], $5::float8[], $6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], "
+    "$12::int[], $13::float8[], $14::int[], $15::int[], $16::float8[]) AS v(id, routine, max_attempts, created_at, "
+    "deadline, payload, queue, key, workflow, owner, concurrency, total, next_at, priority, rate, rate_per) "
     f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}"
 )
 """New jobs in one statement; an id already present is skipped (the caller takes the one-row path for it)."""
@@ -129,7 +137,13 @@ ANY_LIMITED_DUE: Final[str] = (
     "SELECT EXISTS (SELECT 1 FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
     "AND (queue <> '' OR workflow <> ''))"
 )
-LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="leakypool_jobs", now="$1", limit="$2")
+LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(
+    table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", limit="$2"
+)
+HELD_BACK: Final[str] = HELD_BACK_SQL.format(table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8")
+RECORD_STARTS: Final[str] = (
+    "INSERT INTO leakypool_rate_starts SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[])"
+)
 
 DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
 

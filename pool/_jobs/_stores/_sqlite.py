@@ -20,7 +20,7 @@ import sqlite3
 from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
-from .._store import ACTIVE_STATES, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
 from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -180,6 +180,11 @@ class SQLiteStore:
             rows = []
             for job_id, *_ in chosen:
                 rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
+            if limited:  # rate limits: count these leases, hold back what they leave no room for
+                starts = [(r[4], r[5], now, now + r[7]) for r in chosen if len(r) > 4 and r[6] > 0]
+                db.executemany("INSERT INTO rate_starts VALUES (?, ?, ?, ?)", starts)
+                db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
+            db.execute(_HELD_BACK, (now,))
             return [_record(row) for row in rows]
 
         return await self._run(op, write=True)
@@ -326,7 +331,8 @@ _FREE_DUE: Final[str] = (
     "SELECT id, next_at, created_at, priority FROM jobs WHERE state = 'pending' AND owner = '' AND next_at <= ? "
     f"AND queue = '' AND workflow = '' ORDER BY {LEASE_ORDER} LIMIT ?"
 )
-_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", now="?", limit="?")
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now="?1", limit="?2")
+_HELD_BACK: Final[str] = HELD_BACK_SQL.format(table="jobs", starts="rate_starts", now="?1")
 
 
 def _count_active(db: sqlite3.Connection) -> int:
@@ -346,4 +352,4 @@ _REQUEUE: Final[str] = (
 def _values(job: NewJob, owner: str) -> tuple[Any, ...]:
     """`_INSERT`'s arguments for ``job``."""
     return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
-            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority)
+            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority, job.rate, job.rate_per)

@@ -54,6 +54,13 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX jobs_finished ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled')",
         # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
         "CREATE TABLE schedules (name TEXT PRIMARY KEY, last_slot REAL NOT NULL)",
+        # Rate limits: each job's queue rate, and the recent leases they are counted against.
+        "ALTER TABLE jobs ADD COLUMN rate INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN rate_per REAL NOT NULL DEFAULT 0",
+        "CREATE TABLE rate_starts (queue TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, expires REAL NOT NULL)",
+        "CREATE INDEX rate_starts_key ON rate_starts (queue, key, at)",
+        "CREATE INDEX rate_starts_expires ON rate_starts (expires)",
+        "CREATE INDEX jobs_rated ON jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
     ),
 }
 """Statements that bring a file from version ``n - 1`` to ``n`` (in one transaction with the rest)."""
@@ -65,7 +72,7 @@ COLUMNS: Final[str] = (
 
 INSERT: Final[str] = (
     "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
-    "owner, concurrency, total, priority) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "owner, concurrency, total, priority, rate, rate_per) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 

@@ -296,6 +296,24 @@ class TestJobStore:
             assert [j.id for j in await store.select(state="pending", routine="a.f")] == ["j0"]
             assert [j.id for j in await store.select(limit=1)] == ["j2"]
 
+    async def test_lease_should_hold_a_rate_across_owners_and_set_the_next_due_time_of_what_it_holds_back(
+        self, backend, tmp_path
+    ):
+        """Test RateLimit in the store: n leases per window per queue and key, whoever leases; the rest wait, due later."""
+        async with opened(backend, tmp_path) as store:
+            rated = {"queue": "api", "concurrency": 10, "rate": 2, "rate_per": 10.0}
+            for i in range(5):
+                await store.submit(job(f"t{i}", created=NOW + i / 10, key="t", **rated))
+            await store.submit(job("u0", created=NOW, key="u", **rated))
+            assert [j.id for j in await store.lease("one", 100, NOW + 1)] == ["t0", "u0", "t1"]
+            assert await store.lease("two", 100, NOW + 2) == []  # key t: 2 in the last 10 s, whoever asks
+            held = {j.id: j.next_at for j in await store.list() if j.owner == ""}
+            assert held == dict.fromkeys(["t2", "t3", "t4"], NOW + 11)  # due when the first lease leaves the window
+            assert await store.oldest_due(NOW + 2) == NOW + 11
+            assert [j.id for j in await store.lease("two", 100, NOW + 11)] == ["t2", "t3"]
+            assert await store.lease("one", 100, NOW + 11.5) == []
+            assert [j.id for j in await store.lease("one", 100, NOW + 21)] == ["t4"]
+
     async def test_open_should_migrate_a_store_written_by_the_previous_release(self, backend, tmp_path):
         """Test the upgrade: a version-1 store keeps its jobs, gains priority (0) and the new indexes, and works."""
         await write_v1_store(backend)
