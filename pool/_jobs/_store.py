@@ -110,7 +110,7 @@ same transaction). Run inside the lease transaction, under the lease
 lock, so two processes never count the same slot free."""
 
 HELD_BACK_SQL: Final[str] = """
-UPDATE {table} SET next_at = (SELECT min(s.at) FROM {starts} AS s
+UPDATE {table} {rated_index} SET next_at = (SELECT min(s.at) FROM {starts} AS s
     WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) + rate_per
 WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND rate > 0
   AND (SELECT count(*) FROM {starts} AS s
@@ -119,7 +119,9 @@ WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND rate > 0
 """Due jobs their rate holds back: due again when the oldest lease in their window leaves it.
 
 So a held-back job stays pending with its next due time set (the
-scheduler sleeps until then), and is not looked at again before."""
+scheduler sleeps until then), and is not looked at again before.
+``{rated_index}``: SQLite's ``INDEXED BY`` the partial index of rated
+pending jobs (its planner would scan every due job), "" for PostgreSQL."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

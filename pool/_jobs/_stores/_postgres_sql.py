@@ -140,7 +140,9 @@ ANY_LIMITED_DUE: Final[str] = (
 LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(
     table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", limit="$2"
 )
-HELD_BACK: Final[str] = HELD_BACK_SQL.format(table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8")
+HELD_BACK: Final[str] = HELD_BACK_SQL.format(
+    table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", rated_index=""
+)
 RECORD_STARTS: Final[str] = (
     "INSERT INTO leakypool_rate_starts SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[])"
 )

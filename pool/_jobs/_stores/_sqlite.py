@@ -328,11 +328,16 @@ class SQLiteStore:
 
 
 _FREE_DUE: Final[str] = (
-    "SELECT id, next_at, created_at, priority FROM jobs WHERE state = 'pending' AND owner = '' AND next_at <= ? "
+    # INDEXED BY: read in lease order from the partial index of unowned pending jobs and stop at the limit
+    # (the planner, without statistics, would take jobs_due for the next_at range and sort every due job).
+    "SELECT id, next_at, created_at, priority FROM jobs INDEXED BY jobs_lease "
+    "WHERE state = 'pending' AND owner = '' AND next_at <= ? "
     f"AND queue = '' AND workflow = '' ORDER BY {LEASE_ORDER} LIMIT ?"
 )
 _LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now="?1", limit="?2")
-_HELD_BACK: Final[str] = HELD_BACK_SQL.format(table="jobs", starts="rate_starts", now="?1")
+_HELD_BACK: Final[str] = HELD_BACK_SQL.format(
+    table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
+)
 
 
 def _count_active(db: sqlite3.Connection) -> int:
