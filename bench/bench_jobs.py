@@ -6,10 +6,12 @@
     (i) seed 000's burst as jobs: 3,704 jobs of sleep(2.29) on 2 workers x 100:
         drain time vs the ideal 42.41 s, rejected count (target <= 1.10x, 0 rejected)
     (j) the dispatching process's RSS with 100,000 pending jobs vs 100 (target < 50 MiB more)
+    (m) with ``--prefill N``: (g) and (h) again on a store holding N finished jobs (bulk inserted),
+        beside the empty store's figures of the same run (target: within 0.9x)
 
 Prints one JSON object. Run from the repository root::
 
-    python -m bench.bench_jobs [--quick] [--only g,h,i,j] [--postgres auto|URL]
+    python -m bench.bench_jobs [--quick] [--only g,h,i,j] [--postgres auto|URL] [--prefill 1000000]
 
 With ``--postgres``, (g) and (h) also run on PostgreSQL (``auto`` starts a
 throwaway server as the tests do; it needs PostgreSQL installed).
@@ -30,6 +32,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from bench import routines
+from bench.prefill import prefill
 from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, summarize_us
 
 
@@ -158,10 +161,43 @@ async def backlog_memory(directory: str, big: int) -> dict[str, object]:
     return result
 
 
-async def main(quick: bool, only: set[str], postgres: str | None) -> dict[str, object]:
+async def history(store: str, prefill_n: int, quick: bool) -> dict[str, object]:
+    """(m): (g) and (h) on ``store`` once empty-ish and once holding ``prefill_n`` finished jobs."""
+    scale = 10 if quick else 1
+    empty_g = await throughput(store + "_empty_g" if store.startswith("postgres") else store + "_empty_g.db",
+                               TP_CALLS // scale)
+    empty_h = await latency(store + "_empty_h" if store.startswith("postgres") else store + "_empty_h.db", 1000 // scale)
+    full = store + "_full" if store.startswith("postgres") else store + "_full.db"
+    log(f"(m) pre-filling {prefill_n} finished jobs")
+    filled_s = await prefill(full, prefill_n)
+    full_g = await throughput(full, TP_CALLS // scale)
+    full_h = await latency(full, 1000 // scale)
+    return {
+        "finished_jobs": prefill_n,
+        "prefill_s": round(filled_s, 1),
+        "g_empty": empty_g,
+        "g_full": full_g,
+        "g_full_over_empty": round(full_g["jobs_per_s_median"] / empty_g["jobs_per_s_median"], 3),  # type: ignore[operator]
+        # Each (g) run alternates with in-memory calls: jobs/calls of full over empty cancels the machine's drift.
+        "g_full_over_empty_vs_calls": round(
+            full_g["jobs_over_calls_median"] / empty_g["jobs_over_calls_median"], 3  # type: ignore[operator]
+        ),
+        "h_empty": empty_h,
+        "h_full": full_h,
+        "h_p50_empty_over_full": round(empty_h["job_p50_ms"] / full_h["job_p50_ms"], 3),  # type: ignore[operator]
+    }
+
+
+async def main(quick: bool, only: set[str], postgres: str | None, prefill_n: int = 0) -> dict[str, object]:
     scale = 10 if quick else 1
     result: dict[str, object] = {"runtime": "leakypool jobs", "quick": quick}
     with tempfile.TemporaryDirectory(prefix="leakypool-bench-") as directory:
+        if prefill_n:
+            log("(m) (g), (h) beside a history of finished jobs, SQLite")
+            result["m_history_sqlite"] = await history(f"sqlite:///{directory}/m", prefill_n, quick)
+            if postgres:
+                log("(m) (g), (h) beside a history of finished jobs, PostgreSQL")
+                result["m_history_postgres"] = await history(postgres + "_m", prefill_n, quick)
         if "g" in only:
             log("(g) job throughput, SQLite")
             result["g_job_throughput"] = await throughput(f"sqlite:///{directory}/g.db", TP_CALLS // scale)
@@ -188,15 +224,16 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--only", default="g,h,i,j", help="comma-separated workloads (default g,h,i,j)")
     parser.add_argument("--postgres", help="also run (g), (h) on PostgreSQL: 'auto' (a throwaway server) or a URL "
-                        "prefix: databases PREFIX_g and PREFIX_h must exist")
+                        "prefix: databases PREFIX_g and PREFIX_h (and PREFIX_m_empty_g, _m_empty_h, _m_full) must exist")
+    parser.add_argument("--prefill", type=int, default=0, help="(m): also run (g), (h) beside N finished jobs")
     args = parser.parse_args()
-    only = set(args.only.split(","))
+    only = set(args.only.split(",")) - {""}
     if args.postgres == "auto":
         from tests import pg
 
         with pg.server() as server:
-            for suffix in ("g", "h"):
+            for suffix in ("g", "h", "m_empty_g", "m_empty_h", "m_full"):
                 server.psql(f"CREATE DATABASE bench_{suffix} OWNER {pg.USER}")
-            print(json.dumps(uvloop.run(main(args.quick, only, server.url("bench"))), indent=2))
+            print(json.dumps(uvloop.run(main(args.quick, only, server.url("bench"), args.prefill)), indent=2))
     else:
-        print(json.dumps(uvloop.run(main(args.quick, only, args.postgres)), indent=2))
+        print(json.dumps(uvloop.run(main(args.quick, only, args.postgres, args.prefill)), indent=2))
