@@ -42,7 +42,8 @@ async def prefill(url: str, count: int) -> float:
         try:
             await db.execute(
                 f"INSERT INTO leakypool_jobs ({_COLUMNS}) SELECT 'done-' || i, 'bench.routines.noop', 'succeeded', "
-                f"1, 1, $2, $2, $2, $2 + 300, $2, '\\x00'::bytea, '\\x00'::bytea FROM generate_series(0, $1 - 1) AS i",
+                f"1, 1, $2::float8, $2::float8, $2::float8, $2::float8 + 300, $2::float8, '\\x00'::bytea, "
+                f"'\\x00'::bytea FROM generate_series(0, $1::int - 1) AS i",
                 count, now,
             )
             await db.execute("ANALYZE leakypool_jobs")
