@@ -43,8 +43,10 @@ async def delayed(store: str, n: int) -> dict[str, object]:
             await (await routines.stamp.submit()).result(timeout=60)
         t0 = time.time() + 1.0
         dues = [t0 + 2.0 * i / n for i in range(n)]
-        jobs = [await routines.stamp.options(run_at=datetime.datetime.fromtimestamp(d, datetime.UTC)).submit()
-                for d in dues]
+        jobs = await asyncio.gather(*(
+            routines.stamp.options(run_at=datetime.datetime.fromtimestamp(d, datetime.UTC)).submit() for d in dues
+        ))
+        late_submits = sum(1 for job, due in zip(jobs, dues) if job.created_at.timestamp() > due)
         late = [await job.result(timeout=120) - due for job, due in zip(jobs, dues)]
 
         async def call_at(due: float) -> float:
@@ -54,7 +56,7 @@ async def delayed(store: str, n: int) -> dict[str, object]:
         in_memory = await asyncio.gather(*(call_at(t0 + 2.0 * i / n) for i in range(n)))
         counts = await p.jobs.counts()
     return {"jobs": n, "job_start_minus_due": _ms(late), "call_start_minus_due": _ms(list(in_memory)),
-            "early": sum(1 for x in late if x < 0), "store_counts": counts}
+            "early": sum(1 for x in late if x < 0), "submitted_after_due": late_submits, "store_counts": counts}
 
 
 async def periodic(store: str, seconds: int) -> dict[str, object]:

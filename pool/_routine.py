@@ -302,6 +302,9 @@ def routine(
     retries: int = 0,
     retry_backoff: float = 1.0,
     retry_on: tuple[type[BaseException], ...] = (),
+    priority: int = 0,
+    delay: float = 0.0,
+    run_at: datetime.datetime | None = None,
 ) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make an async function a routine: its calls run on the pool's workers.
@@ -329,6 +332,12 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     - ``retries``: attempts after the first when the worker is lost or the
       routine raises a type listed in ``retry_on``; exponential back-off from
       ``retry_backoff`` seconds, with jitter.
+    - ``delay`` (seconds) or ``run_at`` (an aware datetime): when it is due.
+    - ``connection``: an asyncpg connection inside a transaction: the job
+      is inserted in it, so it exists iff that transaction commits.
+
+    For both: ``priority`` (int, default 0): higher first among due jobs
+    and among calls waiting for a worker; FIFO within a priority.
 
     Raises:
         TypeError: ``fn`` is not an ``async def`` function, or a bad option.

@@ -41,7 +41,7 @@ from ._presence import Presence
 from ._periodic import Schedules
 from ._recorder import Recorder
 from ._retention import Retention
-from ._store import JobRecord, JobStore
+from ._store import JobRecord, JobStore, next_due
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -98,7 +98,8 @@ class Scheduler:
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
-        self._next_due = math.inf  # the earliest future due time known here (a delayed job): sleep until then
+        self._next_due = math.inf  # the earliest future due time (a delayed, retried or rate-held job): sleep until
+        self._due_known = False  # False: the store may hold an earlier one (read it before sleeping)
         self._closing = False
         self._started = False
         self._recorder = Recorder(store, self.owner)
@@ -150,6 +151,7 @@ class Scheduler:
     def wake(self) -> None:
         """Lease and dispatch now (something may be due in the store: a submit, a notice, jobs given back)."""
         self._backlog = True
+        self._due_known = False
         self._wake.set()
 
     def due_at(self, when: float) -> None:
@@ -231,7 +233,7 @@ class Scheduler:
                 # or time), so probe again now and then; and something may have come due (a retry,
                 # a delayed job) or arrived unannounced (SQLite has no notices): lease.
                 self._no_worker = False
-                self._backlog = True
+                self._backlog, self._due_known = True, False
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
@@ -239,14 +241,9 @@ class Scheduler:
         wait = self._ttl / 3
         if self._waiting:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
-        else:
-            due = await self.store.oldest_due(now)
-            # Due already but not leased: its limits are full; wait for an event.
-            self._next_due = due if due is not None and due > now else math.inf
-        if self._next_due <= now:
-            self._next_due = math.inf  # passed: leased by the time it is looked at here
-        wait = min(wait, self._next_due - now)
-        return max(0.0, wait)
+        if not self._due_known or self._next_due <= now:  # unknown, or passed (leased just now): the next one
+            self._next_due, self._due_known = await next_due(self.store, now), True
+        return max(0.0, min(wait, self._next_due - now))
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
@@ -261,6 +258,7 @@ class Scheduler:
             except BaseException:
                 self._backlog = True  # the store is away: lease again once it is back
                 raise
+            self._due_known = False  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:
@@ -381,8 +379,8 @@ class Scheduler:
             self._running.pop(job.id, None)
             self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
-            if final is None:
-                self._backlog = True  # back in the store (a retry, due later) or someone else's now
+            if final is None:  # back in the store (a retry, due later) or someone else's now
+                self._backlog, self._due_known = True, False
             if job.queue or job.workflow:
                 self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
 

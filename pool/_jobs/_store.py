@@ -16,6 +16,7 @@ what another process did since. The state machine:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -298,6 +299,10 @@ class MaintainedStore(Protocol):
         """
         ...
 
+    async def next_due(self, now: float) -> float | None:
+        """The earliest ``next_at`` after ``now`` among unowned pending jobs, or None."""
+        ...
+
     async def select(
         self, state: str | None = None, routine: str | None = None, limit: int = 100
     ) -> list[JobRecord]:
@@ -321,3 +326,13 @@ class MaintainedStore(Protocol):
         again from ``now``. Anything else is left as it is. The record after, or None (no such job).
         """
         ...
+
+
+async def next_due(store: JobStore, now: float) -> float:
+    """When the store's next job comes due after ``now`` (inf: none known), for a store of any release."""
+    if isinstance(store, MaintainedStore):
+        due = await store.next_due(now)
+    else:
+        due = await store.oldest_due(now)  # due already but not leased: its limits are full; events wake for it
+        due = due if due is not None and due > now else None
+    return math.inf if due is None else due

@@ -175,6 +175,9 @@ class PostgresStore:
             "fetchval", "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = ''"
         )
 
+    async def next_due(self, now: float) -> float | None:
+        return await self._call("fetchval", sql.NEXT_DUE, now)
+
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:

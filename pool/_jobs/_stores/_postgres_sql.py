@@ -168,3 +168,7 @@ REQUEUE: Final[str] = (
     f"WHERE id = $1 AND state IN ('failed', 'cancelled') RETURNING {COLUMNS}"
 )
 """A failed or cancelled job runs again (`MaintainedStore.requeue`): its attempts and last error stay."""
+
+NEXT_DUE: Final[str] = (
+    "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at > $1::float8"
+)

@@ -142,6 +142,10 @@ class SQLiteStore:
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = ''"
         return (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
 
+    async def next_due(self, now: float) -> float | None:
+        sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = '' AND next_at > ?"
+        return (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
