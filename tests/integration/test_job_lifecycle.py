@@ -294,8 +294,9 @@ async def test_a_rate_limit_should_hold_across_three_processes(store, tmp_path):
     starts = sorted(float(line.split()[0]) for line in (tmp_path / "runs").read_text().splitlines())
     ran_on = {int(line.split()[3]) for line in (tmp_path / "runs").read_text().splitlines()}
     assert len(starts) == 15 and ran_on <= pids
-    # The store counts leases; a start follows its lease by a few ms, so windows are checked 0.1 s short.
-    assert max(sum(1 for t in starts[i:] if t < s + 0.9) for i, s in enumerate(starts)) <= 3
+    # The store counts leases; a start follows its lease by a few ms (more on a busy machine), so windows are
+    # checked a quarter short: without the limit, all 15 start within a fraction of a second.
+    assert max(sum(1 for t in starts[i:] if t < s + 0.75) for i, s in enumerate(starts)) <= 3
     assert starts[-1] - starts[0] >= 4 - 0.1  # 15 at 3 a second: five windows
 
 
@@ -303,7 +304,10 @@ async def test_a_rate_limit_should_space_calls_in_this_process(one_slot_pool):
     """Test RateLimit for calls: in-process, per key; the calls over the rate wait (in order), then run."""
     queue = pool.Queue("calls", concurrency=10, rate=pool.RateLimit(2, per=0.5))
     async with one_slot_pool(spawn=2, queue_depth=10):
+        await asyncio.gather(*(routines.span(0.05, "warm") for _ in range(2)))  # both workers have the routine
         results = await asyncio.gather(*(routines.span.options(queue=queue, key="k")(0, i) for i in range(6)))
         starts = sorted(r[2] for r in results)
-        assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(6))
-        assert starts[2] - starts[0] >= 0.5 - 0.05 and starts[4] - starts[2] >= 0.5 - 0.05
+        order = [r[0] for r in sorted(results, key=lambda r: r[2])]  # two workers: a window's pair may swap
+        assert [set(order[0:2]), set(order[2:4]), set(order[4:6])] == [{0, 1}, {2, 3}, {4, 5}]
+        # The book spaces dispatches; a start follows its dispatch by a few ms (checked with 0.1 s to spare).
+        assert starts[2] - starts[0] >= 0.5 - 0.1 and starts[4] - starts[2] >= 0.5 - 0.1
