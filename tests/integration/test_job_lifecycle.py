@@ -22,6 +22,7 @@ from tests.integration import routines
 from tests.integration.child import Child
 from tests.integration.helpers import eventually
 from tests.integration.signals import Signals
+from tests.integration.test_metrics import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ async def test_retention_should_purge_finished_jobs_under_load_and_never_an_acti
     monkeypatch.setattr(_retention, "PURGE_EVERY_S", 0.2)
     monkeypatch.setattr(_retention, "PURGE_BATCH", 7)  # several batches per pass
     gate = tmp_path / "go"
-    async with Signals() as signals, pool.WorkerPool(spawn=2, store=store, keep_finished=0.5) as p:
+    async with Signals() as signals, pool.WorkerPool(spawn=2, store=store, keep_finished=0.5, metrics_port=0) as p:
         held = await routines.hold_until.submit(str(gate), signals.address, "held")
         await signals.wait("start held", timeout=30)
         delayed = await routines.add.options(delay=4).submit(2, 2)
@@ -102,6 +103,7 @@ async def test_retention_should_purge_finished_jobs_under_load_and_never_an_acti
             return sorted(j.id for j in await p.jobs.list()) == sorted([held.id, delayed.id])
         await eventually(only_active_left, timeout=30)
         assert p.jobs.purged >= 60
+        assert (await scrape(p))[("leakypool_jobs_purged_total", ())] == p.jobs.purged
         assert (await p.jobs.get(held.id)).state == "running" and (await p.jobs.get(delayed.id)).state == "pending"
         gate.touch()
         assert await held.result(timeout=30) == "held" and await delayed.result(timeout=30) == 4
