@@ -25,6 +25,8 @@ async def prefill(url: str, count: int) -> float:
     await store.open()  # the schema, at this release's version
     await store.close()
     t0, now = time.perf_counter(), time.time()
+    if count <= 0:
+        return 0.0
     if url.startswith("sqlite:///"):
         db = sqlite3.connect("/" + url[len("sqlite:///"):].lstrip("/"))
         db.execute(
@@ -34,6 +36,7 @@ async def prefill(url: str, count: int) -> float:
             (count - 1, now, now, now, now, now),
         )
         db.commit()
+        db.execute("ANALYZE")
         db.close()
     else:
         import asyncpg
@@ -46,7 +49,7 @@ async def prefill(url: str, count: int) -> float:
                 f"'\\x00'::bytea FROM generate_series(0, $1::int - 1) AS i",
                 count, now,
             )
-            await db.execute("ANALYZE leakypool_jobs")
+            await db.execute("VACUUM ANALYZE leakypool_jobs")  # a store of steady state: its history vacuumed
         finally:
             await db.close()
     return time.perf_counter() - t0

@@ -282,7 +282,7 @@ async def test_a_rate_limit_should_hold_across_three_processes(store, tmp_path):
         runners = [await stack.enter_async_context(Child(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
                    for _ in range(3)]
         pids = {int((await asyncio.wait_for(r.stdout.readline(), 60)).split()[1]) for r in runners}
-        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store) as api:
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store):
             jobs = [await routines.interval.options(queue=API, key="tenant").submit(str(tmp_path), "runs", "tenant", 0)
                     for _ in range(15)]
             other = await routines.interval.options(queue=API, key="other").submit(str(tmp_path), "other", "other", 0)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..._base._tasks import TaskOwner
-from ..._errors import AdmissionRejected, ConfigError, StoreError
+from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin
 from . import _postgres_sql as sql
