@@ -59,6 +59,10 @@ class Host(Protocol):
         """The call ended with ``outcome`` (runs on the I/O loop)."""
         ...
 
+    def started(self, hosted: Hosted) -> None:
+        """``hosted``'s routine awaited something in its first step (runs on the I/O loop)."""
+        ...
+
     def send(self, hosted: Hosted, outcome: Outcome) -> None:
         """A generator yielded ``outcome`` (runs on the I/O loop)."""
         ...

@@ -54,10 +54,17 @@ class RoutineRunner:
         self._to_routines.post(_cancel_runner, hosted)
 
     def _start_routine(self, hosted: Hosted) -> None:
-        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
+        loop = asyncio.get_running_loop()
+        hosted.runner = loop.create_task(self._run(hosted))
         hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
         if hosted.cancelled:
             hosted.runner.cancel()
+        elif not hosted.task.generator:
+            loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
+
+    def _first_step_done(self, hosted: Hosted) -> None:
+        if hosted.runner is not None and not hosted.runner.done():
+            self._to_io.post(self._host.started, hosted)
 
     def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
         # A task cancelled before its first step never enters `_run`'s try
