@@ -106,7 +106,8 @@ class MessageStream(asyncio.Protocol):
             self._pending, self._pending_bytes = [], 0
         self._split(data)
         if self._sink is not None:
-            self._to_sink()
+            self._to_sink()  # the reader only waits for the end: no wake-up per message
+            return
         self._wake()
         if len(self._messages) > READ_AHEAD_MESSAGES and not self._reading_paused and self.transport is not None:
             self._reading_paused = True

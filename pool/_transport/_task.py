@@ -56,18 +56,10 @@ class Task:
     @classmethod
     def from_message(cls, call: pb.Call, blob: bytes) -> Task:
         """The task a received Call message describes (``blob``: the routine, resolved)."""
-        limits = call.limits
-        return cls(
-            name=call.routine.name,
-            generator=call.routine.generator,
-            digest=call.routine.digest,
-            blob=blob,
-            args=call.args,
-            timeout=call.timeout or None,
-            queue=limits.queue,
-            concurrency=limits.concurrency,
-            total=limits.total,
-            key=limits.key,
-            workflow=limits.workflow,
-            halt_on_error=limits.halt_on_error,
-        )
+        routine = call.routine
+        task = cls(routine.name, routine.generator, routine.digest, blob, call.args, call.timeout or None)
+        if call.HasField("limits"):
+            limits = call.limits
+            task.queue, task.concurrency, task.total = limits.queue, limits.concurrency, limits.total
+            task.key, task.workflow, task.halt_on_error = limits.key, limits.workflow, limits.halt_on_error
+        return task

@@ -46,7 +46,8 @@ class RoutineRunner:
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
         """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
-        self._to_routines.post(hosted.steps.put_nowait, step)
+        if hosted.steps is not None:
+            self._to_routines.post(hosted.steps.put_nowait, step)
 
     def cancel(self, hosted: Hosted) -> None:
         """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
@@ -96,7 +97,7 @@ class RoutineRunner:
         name = hosted.task.name
         try:
             while True:
-                step = await hosted.steps.get()
+                step = await hosted.steps.get()  # type: ignore[union-attr]  # a generator's call has its queue
                 try:
                     if step.kind == pb.Step.NEXT:
                         value = await agen.__anext__()
