@@ -21,7 +21,7 @@ STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started", "rendezvous")
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started")
 
     def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
         self.session = session
@@ -34,7 +34,6 @@ class Hosted:
         self.cancelled = False
         self.nested = 0  # nested calls it is awaiting now
         self.started = 0.0  # when it was accepted (monotonic)
-        self.rendezvous: Any = None  # `_threads.Rendezvous`, while the I/O thread waits for its first step
 
 
 class Code:

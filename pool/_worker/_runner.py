@@ -13,21 +13,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any, Final
+from typing import Any
 
 from .._transport import _wire
 from .._transport._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport._proto import leakypool_pb2 as pb
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
-from ._threads import Hop, Rendezvous
+from ._threads import Hop
 from ._upstream import Upstream
 
 _log = logging.getLogger("leakypool.worker")
-
-QUICK_WAIT_S: Final[float] = 0.0005
-"""How long the I/O thread waits for the first step of a call it handed over while nothing else ran.
-
-Bounds what admission and State answers can wait for; 0 turns the wait off."""
 
 class RoutineRunner:
     """Runs hosted calls on the routine loop; reports back through ``to_io``.
@@ -40,34 +35,14 @@ class RoutineRunner:
     """
 
     def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, to_io: Hop, to_routines: Hop) -> None:
-        self._running = 0  # calls handed over by `start` that have not finished
         self._host = host
         self._io_loop = io_loop
         self._to_io = to_io
         self._to_routines = to_routines
 
     def start(self, hosted: Hosted) -> None:
-        """Run ``hosted`` (call from the I/O loop).
-
-        When it is the only call running here, wait up to `QUICK_WAIT_S` for
-        its first step (see `Rendezvous`): a call that ends at once is then
-        finished here, with no wake-up of this loop on the way back.
-        """
-        self._running += 1
-        if self._running > 1 or hosted.task.generator or not QUICK_WAIT_S:
-            self._to_routines.post(self._start_routine, hosted)
-            return
-        rendezvous = hosted.rendezvous = Rendezvous()
+        """Run ``hosted`` (call from the I/O loop)."""
         self._to_routines.post(self._start_routine, hosted)
-        item = rendezvous.wait(QUICK_WAIT_S)
-        if item is Rendezvous.SUSPENDED:
-            self._host.started(hosted)
-        elif item is not None:
-            self._host.finish(hosted, item)
-
-    def finished(self) -> None:
-        """A call handed over by `start` ended (call from the I/O loop)."""
-        self._running -= 1
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
         """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
@@ -90,19 +65,7 @@ class RoutineRunner:
 
     def _first_step_done(self, hosted: Hosted) -> None:
         if hosted.runner is not None and not hosted.runner.done():
-            self._report(hosted, self._host.started, Rendezvous.SUSPENDED)
-
-    def _report(self, hosted: Hosted, fn: Any, item: Any) -> None:
-        """Hand ``item`` to the I/O thread waiting for it, else post ``fn(hosted, item)`` (or ``fn(hosted)``)."""
-        rendezvous = hosted.rendezvous
-        if rendezvous is not None:
-            hosted.rendezvous = None
-            if rendezvous.hand(item):
-                return
-        if item is Rendezvous.SUSPENDED:
-            self._to_io.post(fn, hosted)
-        else:
-            self._to_io.post(fn, hosted, item)
+            self._to_io.post(self._host.started, hosted)
 
     def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
         # A task cancelled before its first step never enters `_run`'s try
@@ -127,7 +90,7 @@ class RoutineRunner:
             outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
         finally:
             reset_dispatcher(token)
-        self._report(hosted, self._host.finish, outcome)
+        self._to_io.post(self._host.finish, hosted, outcome)
 
     async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:
         """Advance an async generator one step per Step frame, until it ends."""

@@ -292,7 +292,6 @@ class WorkerService:
 
     def finish(self, hosted: Hosted, outcome: Outcome) -> None:
         """``hosted`` ended: report it, count it out, tell turned-away dispatchers there is room."""
-        self._runner.finished()
         peer = self._peers.get(hosted.session)
         if peer is not None:
             peer.hosted.pop(hosted.id, None)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -62,50 +62,6 @@ class Hop:
                 fn(*args)
             except Exception:
                 _log.exception("callback %r failed", fn)
-
-
-class Rendezvous:
-    """One call's outcome handed straight to an I/O thread that waits for it, instead of through a `Hop`.
-
-    The I/O thread waits (GIL released) a bounded time for a call it just
-    handed over while nothing else ran; the routine thread hands the outcome
-    over (or `SUSPENDED`: the routine awaits something) if the I/O thread
-    still waits, else reports it through the `Hop` as usual. It saves, per
-    quick call, the routine thread's wake-up write and the I/O loop's
-    wake-up (epoll, read, drain) on the way back.
-    """
-
-    __slots__ = ("_guard", "_done", "_waiting", "_item")
-
-    SUSPENDED: Final[object] = object()
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._waiting = True
-        self._item: Any = None
-
-    def hand(self, item: Any) -> bool:
-        """Hand ``item`` to the waiting I/O thread (routine thread); False if it stopped waiting."""
-        with self._guard:
-            if not self._waiting:
-                return False
-            self._waiting = False
-            self._item = item
-            self._done.release()
-            return True
-
-    def wait(self, timeout_s: float) -> Any:
-        """What the routine thread handed over within ``timeout_s``; None if nothing (I/O thread)."""
-        if self._done.acquire(timeout=timeout_s):
-            return self._item
-        with self._guard:
-            if self._waiting:
-                self._waiting = False
-                return None
-        self._done.acquire()  # handed over just as the wait ended
-        return self._item
 
 
 class LoopThread:
