@@ -29,7 +29,6 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
-from ._outbox import deferred
 from ._proto import leakypool_pb2 as pb
 
 HELLO: Final[bytes] = b"leakypool-local/1 "
@@ -107,7 +106,7 @@ class MessageStream(asyncio.Protocol):
             self._pending, self._pending_bytes = [], 0
         self._split(data)
         if self._sink is not None:
-            deferred(self._to_sink)  # the reader only waits for the end: no wake-up per message
+            self._to_sink()  # the reader only waits for the end: no wake-up per message
             return
         self._wake()
         if len(self._messages) > READ_AHEAD_MESSAGES and not self._reading_paused and self.transport is not None:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 from ._proto import leakypool_pb2 as pb
 
 _log = logging.getLogger("leakypool.session")
-
-_scope = threading.local()  # .pending: what to `_flush` when the callback running now ends (`deferred`)
 
 Write = Callable[[pb.Frames], Awaitable[None]]
 WriteNow = Callable[[pb.Frames], bool]
@@ -93,11 +89,7 @@ class Outbox:
             self._ready.set()
         elif not self._flush_soon:
             self._flush_soon = True
-            pending = getattr(_scope, "pending", None)
-            if pending is not None:
-                pending.append(self)  # flushed as the callback that produced it ends
-            else:
-                asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         """The end of a turn: write the batch at once if the transport takes it, else wake the writer task."""
@@ -161,40 +153,3 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
             callback()
         except Exception:
             _log.exception("after-write callback %r failed", callback)
-
-
-def at_end(flusher: _Flusher) -> bool:
-    """Have ``flusher._flush()`` run as the `deferred` callback running now ends; False if none runs."""
-    pending = getattr(_scope, "pending", None)
-    if pending is None:
-        return False
-    pending.append(flusher)
-    return True
-
-
-class _Flusher(Protocol):
-    def _flush(self) -> None: ...
-
-
-def deferred(callback: Callable[..., None], *args: object) -> None:
-    """Run ``callback(*args)``; what it gives any outbox to send is written as it returns, not a loop turn later.
-
-    For the callbacks where frames are born on a busy path (a received
-    message fed to its session, a worker's outcomes coming back from its
-    routine thread): one loop turn (and one poll of the socket) less per
-    batch, and still one write per outbox for everything they produced.
-    Others may wait for the end too (`at_end`: a worker's hand-over to its
-    routine thread, which then finds the GIL free).
-    """
-    if getattr(_scope, "pending", None) is not None:
-        callback(*args)  # an outer call flushes
-        return
-    pending: list[_Flusher] = []
-    _scope.pending = pending
-    try:
-        callback(*args)
-    finally:
-        _scope.pending = None
-        for outbox in pending:
-            outbox._flush()  # noqa: SLF001
-

@@ -21,10 +21,7 @@ STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = (
-        "session", "id", "task", "code", "steps", "runner", "cancelled", "entered", "stepped", "outcome", "nested",
-        "started",
-    )
+    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started")
 
     def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
         self.session = session
@@ -35,9 +32,6 @@ class Hosted:
         self.steps: asyncio.Queue[pb.Step] | None = asyncio.Queue() if task.generator else None
         self.runner: asyncio.Task[None] | None = None
         self.cancelled = False
-        self.entered = False  # its routine task took its first step (on the routine loop)
-        self.stepped = False  # ... and that step is over
-        self.outcome: Outcome | None = None  # how it ended, when it ended in its first step
         self.nested = 0  # nested calls it is awaiting now
         self.started = 0.0  # when it was accepted (monotonic)
 

@@ -11,6 +11,7 @@ against the worker's backpressure.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -51,26 +52,28 @@ class RoutineRunner:
     def cancel(self, hosted: Hosted) -> None:
         """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
         hosted.cancelled = True
-        self._to_routines.post(self._cancel_runner, hosted)
+        self._to_routines.post(_cancel_runner, hosted)
 
     def _start_routine(self, hosted: Hosted) -> None:
-        if hosted.cancelled:
-            self._to_io.post(self._host.finish, hosted, CANCELLED)
-            return
         loop = asyncio.get_running_loop()
         hosted.runner = loop.create_task(self._run(hosted))
-        loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
+        hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
+        if hosted.cancelled:
+            hosted.runner.cancel()
+        elif not hosted.task.generator:
+            loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
 
     def _first_step_done(self, hosted: Hosted) -> None:
-        # The last callback of this turn: the I/O thread woken now finds the GIL free.
-        hosted.stepped = True
-        if hosted.outcome is not None:
-            self._to_io.post(self._host.finish, hosted, hosted.outcome)
-        elif not hosted.task.generator:
-            self._to_io.post(self._host.started, hosted)  # its Accept leaves now
+        if hosted.runner is not None and not hosted.runner.done():
+            self._to_io.post(self._host.started, hosted)
+
+    def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never enters `_run`'s try
+        # block; report it here, or the call would stay in flight forever.
+        if runner.cancelled():
+            self._to_io.post(self._host.finish, hosted, CANCELLED)
 
     async def _run(self, hosted: Hosted) -> None:
-        hosted.entered = True
         token = set_dispatcher(Upstream(self._host, self._io_loop, hosted))
         name = hosted.task.name
         try:
@@ -87,10 +90,7 @@ class RoutineRunner:
             outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
         finally:
             reset_dispatcher(token)
-        if hosted.stepped:
-            self._to_io.post(self._host.finish, hosted, outcome)
-        else:
-            hosted.outcome = outcome  # ended in its first step: `_first_step_done` reports it
+        self._to_io.post(self._host.finish, hosted, outcome)
 
     async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:
         """Advance an async generator one step per Step frame, until it ends."""
@@ -119,13 +119,6 @@ class RoutineRunner:
                 _log.debug("closing %s() raised", name, exc_info=True)
 
 
-    def _cancel_runner(self, hosted: Hosted) -> None:
-        runner = hosted.runner
-        if runner is None or runner.done():
-            return  # not started yet (`_start_routine` sees `cancelled`), or over
-        runner.cancel()
-        if not hosted.entered:
-            # Cancelled before its first step, it never enters `_run`: report it
-            # here (once), or the call would stay in flight forever.
-            hosted.entered = True
-            self._to_io.post(self._host.finish, hosted, CANCELLED)
+def _cancel_runner(hosted: Hosted) -> None:
+    if hosted.runner is not None:
+        hosted.runner.cancel()

@@ -18,8 +18,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._transport._outbox import at_end, deferred
-
 _log = logging.getLogger("leakypool.worker")
 
 
@@ -36,8 +34,6 @@ class Hop:
     """Runs callbacks on ``loop`` from any thread, many per wake-up."""
 
     __slots__ = ("_loop", "_lock", "_items", "_scheduled")
-    # Inside a `deferred` callback (a received message, a drained batch) the
-    # wake-up waits for its end: the other thread then finds the GIL free.
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -52,19 +48,12 @@ class Hop:
             if self._scheduled:
                 return
             self._scheduled = True
-        if not at_end(self):
-            self._flush()
-
-    def _flush(self) -> None:
         try:
             self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop has closed: the worker is exiting
             _log.debug("dropped %d callbacks for a closed loop", len(self._items))
 
     def _drain(self) -> None:
-        deferred(self._run_items)  # the outcomes they report leave as this callback ends
-
-    def _run_items(self) -> None:
         with self._lock:
             items, self._items = self._items, []
             self._scheduled = False
