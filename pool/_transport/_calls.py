@@ -42,10 +42,12 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     A worker answers in milliseconds even while its routines hog the CPU;
     one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
     stopped process) is treated as busy, so the balancer moves on. A
-    stream that fails before the call left is an unreachable worker
-    (`WorkerRejected`); once it left, the worker may have started it
-    (a worker sends the Accept of a call that ends at once with its
-    outcome), so it is `WorkerBroken`, never a call run twice.
+    stream that fails before the answer is an unreachable worker
+    (`WorkerRejected`), except on a stream whose worker holds Accepts
+    (`Session.holds_accepts`: it sends the Accept of a call that ends at
+    once with its outcome) once the call left: the worker may have
+    started it, so the call counts as accepted and then lost
+    (`WorkerBroken`), never run twice.
 
     Raises:
         WorkerRejected: the callee declined it (busy or draining), or did not
@@ -62,9 +64,15 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     try:
         frame = await call.receive()
     except BaseException as exc:
+        if exc is session.failure and session.holds_accepts and call.sent:
+            # The worker may have started it (it holds a quick call's Accept for its
+            # outcome): accepted, then lost, as if the Accept had come. Its caller
+            # gets WorkerBroken; no other worker gets it.
+            call.put_back(exc)
+            return call
         call.cancel()
-        if exc is session.failure and isinstance(exc, WorkerBroken) and exc.code in TRANSIENT_CODES and not call.sent:
-            raise WorkerRejected(str(exc), exc.code) from exc  # it never left: the worker is unreachable, for now
+        if exc is session.failure and isinstance(exc, WorkerBroken) and exc.code in TRANSIENT_CODES:
+            raise WorkerRejected(str(exc), exc.code) from exc  # the worker is unreachable, for now
         raise
     if frame.HasField("reject"):
         raise rejection(frame.reject, session.label, task.name)

@@ -108,6 +108,10 @@ class OutgoingCall:
             raise item
         return item
 
+    def put_back(self, item: pb.Frame | BaseException) -> None:
+        """Make ``item``, just received, the next one `receive` returns again."""
+        self._inbox.appendleft(item)
+
     def step(self, kind: int, value: bytes = b"") -> None:
         """Drive a generator call: NEXT, SEND(value), THROW(value), CLOSE."""
         self.session.step(self.id, kind, value)
@@ -185,6 +189,7 @@ class Session:
         self._host = host
         self._outbox = Outbox()
         self.watch: object | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
+        self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
 
     @property
     def written(self) -> int:
@@ -359,6 +364,7 @@ class Session:
         """
         reader = asyncio.current_task()
         assert reader is not None
+        self.holds_accepts = write_now is not None
         writer = asyncio.ensure_future(self._outbox.pump(write, write_now))
 
         def writer_done(task: asyncio.Future[None]) -> None:

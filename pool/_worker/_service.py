@@ -243,7 +243,8 @@ class WorkerService:
             # The Accept waits for the outcome of a call that ends at once (one write, one
             # wake-up of the dispatcher); it leaves as soon as the routine first awaits
             # (`started`), or after QUICK_ACCEPT_S of a first step that computes.
-            session.accept(hosted.id, hold_s=0.0 if hosted.task.generator else QUICK_ACCEPT_S)
+            hold = session.holds_accepts and not hosted.task.generator
+            session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self._runner.start(hosted)
             return
         if verdict is Verdict.HOOK_FAILED:
