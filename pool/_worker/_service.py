@@ -238,12 +238,15 @@ class WorkerService:
         if verdict is Verdict.ACCEPT:
             hosted.started = time.monotonic()
             peer.hosted[hosted.id] = hosted
-            if self.admission.admit():
+            alone = self.admission.admit()
+            if alone:
                 self.lifecycle.busy()
-            # The Accept waits for the outcome of a call that ends at once (one write, one
-            # wake-up of the dispatcher); it leaves as soon as the routine first awaits
-            # (`started`), or after QUICK_ACCEPT_S of a first step that computes.
-            hold = session.holds_accepts and not hosted.task.generator
+            # The Accept of a call that runs alone (its routine starts at once) waits for its
+            # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
+            # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
+            # first step that computes. Behind other calls (a routine hogging the CPU, say)
+            # it leaves at once: holding it would make the dispatcher wait.
+            hold = alone and session.holds_accepts and not hosted.task.generator
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self._runner.start(hosted)
             return
