@@ -87,7 +87,7 @@ class AnswerWatch:
     answered in time costs an append and, later, a pop.
     """
 
-    __slots__ = ("_session", "_calls", "_timer")
+    __slots__ = ("_calls", "_session", "_timer")
 
     def __init__(self, session: Session) -> None:
         self._session = session
