@@ -139,6 +139,7 @@ class Routine(Generic[P, R]):
         self._generator = inspect.isasyncgenfunction(fn)
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
+        self._fields: tuple[Any, ...] | None = None  # a Task's fields but its arguments, computed once
 
     @property
     def generator(self) -> bool:
@@ -193,26 +194,31 @@ class Routine(Generic[P, R]):
 
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
-        digest, blob = self._base.code()
-        options = self._call_options
-        queue = options.queue
-        return Task(
-            name=self.__qualname__,
-            generator=self._generator,
-            digest=digest,
-            blob=blob,
-            args=_wire.pack_args(self.__qualname__, args, kwargs),
-            timeout=options.timeout,
-            queue=queue.name if queue else "",
-            concurrency=queue.concurrency if queue else 0,
-            total=(queue.total or 0) if queue else 0,
-            key=options.key,
-            workflow=options.workflow,
-            halt_on_error=options.halt_on_error,
-            dispatch_deadline=options.dispatch_deadline,
-            priority=options.priority,
-            rate=(queue.rate.n, float(queue.rate.per)) if queue and queue.rate else None,
-        )
+        fields = self._fields
+        if fields is None:
+            digest, blob = self._base.code()
+            options = self._call_options
+            queue = options.queue
+            fields = self._fields = (
+                (self.__qualname__, self._generator, digest, blob),
+                (
+                    options.timeout,
+                    queue.name if queue else "",
+                    queue.concurrency if queue else 0,
+                    (queue.total or 0) if queue else 0,
+                    options.key,
+                    options.workflow,
+                    options.halt_on_error,
+                    0,  # parent
+                    options.dispatch_deadline,
+                    "",  # traceparent
+                    None,  # trace
+                    options.priority,
+                    (queue.rate.n, float(queue.rate.per)) if queue and queue.rate else None,
+                ),
+            )
+        head, tail = fields
+        return Task(*head, _wire.pack_args(self.__qualname__, args, kwargs), *tail)
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once."""

@@ -61,6 +61,10 @@ DURATION_HALF_LIFE: Final[float] = 0.1
 """Weight of the newest call in the running mean duration (for retry_after)."""
 
 
+class DeadlinePassed(Exception):
+    """A queued call's dispatch deadline passed before a worker accepted it (the caller raises `CapacityTimeout`)."""
+
+
 class _Waiter:
     __slots__ = ("ticket", "placed", "served")
 
@@ -171,12 +175,16 @@ class Admission:
         """Capacity may have freed: let the pump try the head of the queue."""
         self._capacity.set()
 
-    async def dispatch(self, ticket: Ticket) -> OutgoingCall:
-        """Get ``ticket``'s task accepted by a worker, queueing if need be.
+    async def dispatch(self, ticket: Ticket, deadline: float) -> OutgoingCall:
+        """Get ``ticket``'s task accepted by a worker, queueing if need be, until ``deadline`` (loop time).
+
+        A call that finds a worker at once sets no timer: only a call that
+        waits in the queue has its deadline armed.
 
         Raises:
             NoWorkersAvailable: no worker accepted it and there is no queue.
             AdmissionRejected: the queue stayed full for ``admission_timeout``.
+            DeadlinePassed: it waited past ``deadline``.
         """
         if not self._queue and not self._lobby:
             try:
@@ -185,14 +193,22 @@ class Admission:
                 self._starved()  # grow the pool if it may, queue or not
                 if not self.queue_depth:
                     raise
-        waiter = _Waiter(ticket, asyncio.get_running_loop())
-        await self._take_place(waiter)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(ticket, loop)
+        timer = asyncio.timeout_at(deadline)
         try:
-            return await waiter.served
-        except BaseException:
-            self._leave(waiter)
-            if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
-                waiter.served.result().cancel()  # accepted as we gave up
+            async with timer:
+                await self._take_place(waiter)
+                try:
+                    return await waiter.served
+                except BaseException:
+                    self._leave(waiter)
+                    if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
+                        waiter.served.result().cancel()  # accepted as we gave up
+                    raise
+        except TimeoutError:
+            if timer.expired():
+                raise DeadlinePassed from None
             raise
 
     async def _take_place(self, waiter: _Waiter) -> None:

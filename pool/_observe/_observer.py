@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Final
 
 from ._http import ObservationServer, Rates
 
 _log = logging.getLogger("leakypool.metrics")
+
+FAILED_SHOWN: Final[int] = 8
+"""The latest failed jobs ``/status`` lists (``failed_jobs``)."""
+
+ERROR_SHOWN_CHARS: Final[int] = 300
+"""Characters of a failed job's error ``/status`` keeps."""
 
 
 class PoolObserver:
@@ -15,19 +22,24 @@ class PoolObserver:
 
     Args:
         pool: The pool observed (a `WorkerPool`).
-        port: TCP port on 127.0.0.1 (0: any free one; see `address`).
+        port: TCP port (0: any free one; see `address`).
+        host: Address to bind (loopback unless the settings gave a token).
+        token: Required of every request when set.
     """
 
-    def __init__(self, pool: Any, port: int) -> None:
+    def __init__(self, pool: Any, port: int, host: str = "127.0.0.1", token: str = "") -> None:
         from ._metrics import PoolMetrics
 
         self._pool = pool
         self._port = port
+        self._host = host
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
+        self._failed: list[dict[str, Any]] | None = None
+        self._failed_count: int | None = None  # the failed count when `_failed` was read
         self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
                                    lambda: pool.jobs.purged if pool.has_store else None)
-        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh)
+        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -42,9 +54,9 @@ class PoolObserver:
         from .._errors import ConfigError
 
         try:
-            await self._server.start("127.0.0.1", self._port)
+            await self._server.start(self._host, self._port)
         except OSError as exc:
-            raise ConfigError(f"metrics_port: cannot bind 127.0.0.1:{self._port}: {exc.strerror or exc}") from None
+            raise ConfigError(f"metrics_port: cannot bind {self._host}:{self._port}: {exc.strerror or exc}") from None
 
     async def aclose(self) -> None:
         await self._server.aclose()
@@ -56,9 +68,19 @@ class PoolObserver:
         from .._errors import StoreError
 
         try:
-            self._job_counts = await self._pool.jobs.counts()
+            counts = self._job_counts = await self._pool.jobs.counts()
+            if self._failed is not None and counts.get("failed") == self._failed_count:
+                return  # no new failure: the list stands (the store is not asked to sort its failures again)
+            failed = await self._pool.jobs.store.list("failed", FAILED_SHOWN, newest=True)
         except StoreError as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
+            return
+        self._failed_count = counts.get("failed")
+        self._failed = [
+            {"id": r.id, "routine": r.routine, "queue": r.queue, "attempts": r.attempts,
+             "finished_at": r.finished_at, "error": r.error[-ERROR_SHOWN_CHARS:]}
+            for r in failed
+        ]
 
     async def status(self) -> dict[str, Any]:
         """What ``/status`` serves (see DESIGN.md: workers, queues, jobs, rates)."""
@@ -80,6 +102,8 @@ class PoolObserver:
                 "loop_lag_s": None if state is None else round(state.loop_lag_seconds, 4),
             })
         return {
+            "kind": "pool",
+            "time": round(time.time(), 3),
             "workers": workers,
             "calls": {
                 "running": s.running,
@@ -91,5 +115,6 @@ class PoolObserver:
             },
             "queues": {name: {"running": g.running, "waiting": g.waiting} for name, g in s.limits.items()},
             "jobs": self._job_counts,
+            "failed_jobs": self._failed,
             "rates": {"calls_per_s": round(self._rates.per_second(s.dispatched), 2)},
         }

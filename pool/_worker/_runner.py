@@ -18,6 +18,7 @@ from typing import Any
 from .._transport import _wire
 from .._transport._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport._proto import leakypool_pb2 as pb
+from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
 from ._threads import Hop
 from ._upstream import Upstream
@@ -46,7 +47,8 @@ class RoutineRunner:
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
         """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
-        self._to_routines.post(hosted.steps.put_nowait, step)
+        if hosted.steps is not None:
+            self._to_routines.post(hosted.steps.put_nowait, step)
 
     def cancel(self, hosted: Hosted) -> None:
         """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
@@ -54,10 +56,17 @@ class RoutineRunner:
         self._to_routines.post(_cancel_runner, hosted)
 
     def _start_routine(self, hosted: Hosted) -> None:
-        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
+        loop = asyncio.get_running_loop()
+        hosted.runner = loop.create_task(self._run(hosted))
         hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
         if hosted.cancelled:
             hosted.runner.cancel()
+        elif not hosted.task.generator:
+            loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
+
+    def _first_step_done(self, hosted: Hosted) -> None:
+        if hosted.runner is not None and not hosted.runner.done():
+            self._to_io.post(self._host.started, hosted)
 
     def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
         # A task cancelled before its first step never enters `_run`'s try
@@ -68,6 +77,7 @@ class RoutineRunner:
     async def _run(self, hosted: Hosted) -> None:
         token = set_dispatcher(Upstream(self._host, self._io_loop, hosted))
         name = hosted.task.name
+        span = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
         try:
             fn = hosted.code.resolve()
             args, kwargs = _wire.unpack_args(hosted.task.args, name)
@@ -82,6 +92,8 @@ class RoutineRunner:
             outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
         finally:
             reset_dispatcher(token)
+        if span is not None:
+            _trace.end(span, outcome[0], outcome[2])
         self._to_io.post(self._host.finish, hosted, outcome)
 
     async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:
@@ -89,7 +101,7 @@ class RoutineRunner:
         name = hosted.task.name
         try:
             while True:
-                step = await hosted.steps.get()
+                step = await hosted.steps.get()  # type: ignore[union-attr]  # a generator's call has its queue
                 try:
                     if step.kind == pb.Step.NEXT:
                         value = await agen.__anext__()
