@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._discovery._lan import LanDiscovery as LanDiscovery
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
+    from ._dispatch._rates import RateLimit as RateLimit
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -96,6 +97,7 @@ __all__ = sorted(
         "Queue",
         "map",
         "routine",
+        "RateLimit",
         "CommandProvisioner",
         "ProvisionError",
         "Provisioner",
@@ -125,6 +127,7 @@ _LAZY: dict[str, str] = {
     "TlsCredentials": "._transport._tls",
     "WorkerMetadata": "._transport._rpc",
     "WorkerPool": "._pool",
+    "RateLimit": "._dispatch._rates",
     "map": "._dispatch._fanout",
     "routine": "._routine",
     "CommandProvisioner": "._fleet._provision",

@@ -1,11 +1,14 @@
-"""The ``leakypool`` command: ``leakypool status ADDRESS`` (more subcommands may follow)."""
+"""The ``leakypool`` command: ``leakypool status ADDRESS``, ``leakypool jobs STORE_URL ...``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-USAGE = "usage: leakypool status ADDRESS [--once | --json] [--interval S]"
+USAGE = (
+    "usage: leakypool status ADDRESS [--once | --json] [--interval S]\n"
+    "       leakypool jobs STORE_URL [--json] list|show|retry|cancel|purge ..."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,6 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._observe._status_view import main as status
 
         return status(args[1:])
+    if args[0] == "jobs":
+        from ._jobs._cli import main as jobs
+
+        return jobs(args[1:])
     print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)
     return 2
 

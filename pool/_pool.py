@@ -36,7 +36,7 @@ from ._dispatch._relay import NestedHost
 from ._errors import ConfigError, PoolClosed
 from ._fleet._provisioning import Provisioner, pool_capacity
 from ._observe._stats import PoolStats, WorkerSignals
-from ._routine import CallOptions
+from ._routine import CallOptions, schedule as _schedule
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
 from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
@@ -98,6 +98,7 @@ class WorkerPool:
             Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
         lease_ttl: Seconds this process's hold on its jobs lasts without
             renewal: after a crash, its jobs are re-queued that long later.
+        keep_finished: Seconds finished jobs are kept, then purged (default 7 days; 0: forever).
         local_transport: How the pool reaches the workers it spawns:
             ``"unix"`` (default; a unix socket in a private directory, no
             port) or ``"tcp"`` (127.0.0.1).
@@ -111,8 +112,7 @@ class WorkerPool:
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
-        provisioner: Where workers come from when work waits, up to ``max_workers`` (default: local
-            `SubprocessProvisioner`). ``provision_timeout``: seconds a request counts (120; docs/capacity.md).
+        provisioner, provision_timeout: Where extra workers come from; how long a request counts (docs/capacity.md).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -145,6 +145,7 @@ class WorkerPool:
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
+        keep_finished: float | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
@@ -205,6 +206,7 @@ class WorkerPool:
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,
+                keep_finished=config.keep_finished,
             )
         self._token: Any = None
         self._observer: PoolObserver | None = None
@@ -326,10 +328,10 @@ class WorkerPool:
             ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
         """
         if self._scheduler is None:
-            raise ConfigError(
-                "jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)"
-            )
+            raise ConfigError("jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)")
         return self._scheduler.jobs
+
+    schedule = _schedule  # periodic jobs: p.schedule(routine, cron="0 7 * * *", args=(...)); see pool._routine
 
     async def submit(self, task: Task, options: CallOptions) -> Job:
         """Commit a job for ``task`` (see `pool.Routine.submit`)."""

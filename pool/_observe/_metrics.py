@@ -90,9 +90,13 @@ class PoolMetrics:
     Args:
         stats: The pool's `PoolStats` now (read at each scrape).
         jobs: Job counts by state, as last read from the store (None: no store).
+        purged: Finished jobs this process purged (retention; None: no store).
     """
 
-    def __init__(self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None]) -> None:
+    def __init__(
+        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
+        purged: Callable[[], int | None] = lambda: None,
+    ) -> None:
         try:
             from prometheus_client import CollectorRegistry
         except ImportError:
@@ -100,7 +104,7 @@ class PoolMetrics:
         self.routines: dict[str, _Routine] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Calls(self.routines))
-        self.registry.register(_Gauges(stats, jobs))
+        self.registry.register(_Gauges(stats, jobs, purged))
 
     def _of(self, name: str) -> _Routine:
         routine = self.routines.get(name)
@@ -168,9 +172,13 @@ class _Calls:
 class _Gauges:
     """Gauges read from the pool when scraped (a custom collector: nothing to keep in step)."""
 
-    def __init__(self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None]) -> None:
+    def __init__(
+        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
+        purged: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self._stats = stats
         self._jobs = jobs
+        self._purged = purged
 
     def describe(self) -> list[Any]:
         return []  # unchecked collector: names are known only when collected
@@ -217,6 +225,10 @@ class _Gauges:
             for state, n in sorted(counts.items()):
                 jobs.add_metric([state], n)
             yield jobs
+        if (n_purged := self._purged()) is not None:
+            purged = CounterMetricFamily("leakypool_jobs_purged", "Finished jobs this process purged (keep_finished).")
+            purged.add_metric([], n_purged)
+            yield purged
 
 
 def _by_queue(s: PoolStats) -> dict[str, tuple[int, int]]:

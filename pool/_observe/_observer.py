@@ -37,7 +37,8 @@ class PoolObserver:
         self._job_counts: dict[str, int] | None = None
         self._failed: list[dict[str, Any]] | None = None
         self._failed_count: int | None = None  # the failed count when `_failed` was read
-        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts)
+        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
+                                   lambda: pool.jobs.purged if pool.has_store else None)
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property

@@ -16,12 +16,12 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
-from .._config import ConfigError, WorkerConfig, default_registry, fail
+from .._config import ConfigError, WorkerConfig, default_registry
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
 from .._transport import _malloc, _wire
@@ -59,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop.close()
     _log.info("exited: %s", reason)
     return 0
+
+
+def fail(message: str) -> NoReturn:
+    """Print one error line for a start-up failure and exit with status 2."""
+    print(f"leakypool-worker: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:

@@ -67,6 +67,17 @@ def test_import_should_not_load_optional_machinery():
     assert out.strip() == "[]"
 
 
+def test_job_lifecycle_names_should_be_importable():
+    """Test the names DESIGN.md lists under 'Job lifecycle'."""
+    import pool
+
+    assert "RateLimit" in pool.__all__ and pool.RateLimit.__module__ == "pool"
+    assert callable(pool.WorkerPool.schedule)
+    for option in ("delay", "run_at", "priority", "connection"):
+        assert option in pool.Routine.__init__.__globals__["CallOptions"].__dataclass_fields__, option
+    assert "rate" in pool.Queue.__dataclass_fields__ and isinstance(pool.Job.run_at, property)
+
+
 def test_capacity_names_should_be_importable():
     """Test that the names of DESIGN.md's "Capacity beyond this host" are public."""
     import pool
