@@ -52,19 +52,31 @@ class RateBook:
     """The recent (and reserved) starts of calls per (queue, key) in this process.
 
     A call over the rate reserves the first start that fits and sleeps until
-    it, so waiting calls start in arrival order, and nothing polls.
+    it, and nothing polls. Waiting calls of one key start in arrival order:
+    each waits for the one before it too, since two timers due at the same
+    moment may fire in either order.
     """
 
     def __init__(self) -> None:
         self._starts: dict[tuple[str, str], collections.deque[float]] = {}
+        self._last: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     async def wait(self, queue: str, key: str, n: int, per: float) -> None:
         """Return once a start of (``queue``, ``key``) fits ``n`` per ``per`` seconds, that start counted."""
         now = time.monotonic()
         if len(self._starts) > SWEEP_KEYS:
             self._starts = {k: v for k, v in self._starts.items() if v and v[-1] > now - per}
+            self._last = {k: f for k, f in self._last.items() if not f.done()}
         starts = self._starts.setdefault((queue, key), collections.deque())
         at = next_start(starts, n, per, now)
         starts.append(at)  # reserved, even if this caller gives up: never more than n in a window
-        if at > now:
-            await asyncio.sleep(at - now)
+        before = self._last.get((queue, key))
+        if at <= now and (before is None or before.done()):
+            return
+        mine = self._last[(queue, key)] = asyncio.get_running_loop().create_future()
+        try:
+            if before is not None:
+                await asyncio.shield(before)  # a caller that gives up still lets its successors on
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+        finally:
+            mine.set_result(None)
