@@ -140,6 +140,7 @@ class Routine(Generic[P, R]):
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
         self._fields: tuple[Any, ...] | None = None  # a Task's fields but its arguments, computed once
+        self._job_only = _job_only(options)  # checked once here, not per call
 
     @property
     def generator(self) -> bool:
@@ -162,6 +163,10 @@ class Routine(Generic[P, R]):
         return Routine(self._fn, dataclasses.replace(self._call_options, **changes), self._base)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._job_only:
+            raise ConfigError(
+                f"{self.__qualname__}(): {self._job_only} applies to jobs only; use .submit(...), or drop the option"
+            )
         dispatcher = current_dispatcher(self.__qualname__)
         task = self.task(args, kwargs)
         if self._generator:
@@ -270,6 +275,12 @@ class BoundRoutine:
 
     def __repr__(self) -> str:
         return f"<bound routine {self.__qualname__} of {self._instance!r}>"
+
+
+def _job_only(options: CallOptions) -> str:
+    """The options set that only a job can honour (``delay=30``...), or "" (a call would ignore them)."""
+    named = [f"{name}={getattr(options, name)!r}" for name in ("delay", "run_at", "connection") if getattr(options, name)]
+    return ", ".join(named)
 
 
 def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]:

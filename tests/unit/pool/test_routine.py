@@ -175,3 +175,18 @@ def test_schedule_options_should_refuse_bad_input_in_one_line():
     options = routines.add.options(run_at=at, priority=-3).call_options
     assert (options.run_at, options.priority, options.delay) == (at, -3, 0.0)
     assert routines.add.options(priority=7).task((1, 2), {}).priority == 7
+
+
+def test_call_should_raise_config_error_when_an_option_is_for_jobs_only():
+    """Test that a call with delay/run_at refuses in one line instead of running now (only submit honours them)."""
+    import datetime
+
+    at = datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC)
+    recorder = Recorder()
+    with dispatching_to(recorder):
+        for changes, named in [({"delay": 30}, "delay=30"), ({"run_at": at}, "run_at=")]:
+            with pytest.raises(pool.ConfigError, match=f"add\\(\\): {named}.* applies to jobs only") as info:
+                routines.add.options(**changes)(1, 2)
+            assert "\n" not in str(info.value)
+        routines.add.options(priority=2)(1, 2).close()  # an option calls share still dispatches
+    assert [task.priority for task in recorder.tasks] == [2]
