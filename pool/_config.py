@@ -317,6 +317,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter"),
     Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
+    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -341,6 +342,7 @@ class PoolConfig:
     worker_template: bool = True
     template_fork: bool = True
     metrics_port: int | None = None
+    store_retry: float = 10.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

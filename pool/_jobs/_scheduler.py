@@ -36,9 +36,11 @@ from ._attempt import Outage, persist
 from ._attempt import due_order as _due_order
 from ._codec import decode
 from ._job import Jobs
+from ._pause import PausedQueues
 from ._presence import Presence
 from ._recorder import Recorder
 from ._store import JobRecord, JobStore
+from ._stores._retry import RetryingStore
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -73,7 +75,9 @@ class Scheduler:
         lease_ttl: float,
         default_deadline: float,
         max_pending: int | None,
+        store_retry: float = 10.0,
     ) -> None:
+        store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
         self.store = store
         self.owner = uuid.uuid4().hex
         self._place = place
@@ -96,7 +100,9 @@ class Scheduler:
         self._closing = False
         self._started = False
         self._recorder = Recorder(store, self.owner)
-        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running)
+        self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
+        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running,
+                                  pauses_changed=self.paused.changed)
         self.jobs = Jobs(
             store,
             claim=self._claim,
@@ -106,6 +112,7 @@ class Scheduler:
             cancel_running=self.cancel_running,
             max_pending=max_pending,
             default_deadline=default_deadline,
+            pauses_changed=self.paused.changed,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -239,6 +246,10 @@ class Scheduler:
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
+        for held in await self.paused.refresh(self._waiting):  # leased before its queue was paused: give it back
+            self._waiting.remove(held)
+            await persist("giving back a paused job", lambda job_id=held.job.id: self.store.unlease(self.owner, [job_id]))
+            self._drop(held.job.id)
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
         if room > 0 and not self._closing and self._backlog:
@@ -295,8 +306,8 @@ class Scheduler:
         for attempt in list(self._waiting):
             if self._closing or self._no_worker or len(self._placing) >= self._window:
                 return
-            if attempt.blocked_at == self._capacity_epoch:
-                continue  # its limit was full, and nothing freed since
+            if attempt.blocked_at == self._capacity_epoch or attempt.job.queue in self.paused.names:
+                continue  # its limit was full, and nothing freed since; or its queue is paused
             self._waiting.remove(attempt)
             self._placing.add(attempt)
             attempt.runner = self._tasks.spawn(self._attend(attempt), name=f"job {attempt.job.id}")

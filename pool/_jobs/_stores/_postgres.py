@@ -25,7 +25,8 @@ from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_sql as sql
 from ._batch import Batcher
-from ._postgres_link import CONNECT_TIMEOUT_S, asyncpg_module, listen, one_line, redacted, translated
+from ._pauses import PAUSED_TABLE, PostgresPauses
+from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -41,7 +42,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)
 
 
-class PostgresStore:
+class PostgresStore(PostgresPauses):
     """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
 
     Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,
@@ -102,6 +103,7 @@ class PostgresStore:
                         await db.execute(statement)
                     await db.execute("INSERT INTO leakypool_schema VALUES ($1)", SCHEMA_VERSION)
                 version = await db.fetchval("SELECT max(version) FROM leakypool_schema")
+                await db.execute(PAUSED_TABLE)  # added after schema 1: created on open, no migration
                 if version > SCHEMA_VERSION:
                     raise ConfigError(
                         f"store {redacted(self.url)}: schema version {version} is newer than this release's "
@@ -126,7 +128,7 @@ class PostgresStore:
     def _db(self) -> Any:
         if self._pool is None:
             raise StoreError(f"store {redacted(self.url)} is not open")
-        return self._pool
+        return GuardedPool(self._pool)  # a broken connection is terminated, never handed out again
 
     async def _call(self, method: str, statement: str, *args: Any) -> Any:
         pool = self._db()

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 
 SCHEMA_VERSION: Final[int] = 1
@@ -71,7 +72,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLitePauses):
     """Jobs in one SQLite file (``sqlite:///ABSOLUTE/PATH``).
 
     Args:
@@ -155,6 +156,7 @@ class SQLiteStore:
                 db.execute(statement)
             db.execute("INSERT INTO leakypool_schema VALUES (?)", (SCHEMA_VERSION,))
         (version,) = db.execute("SELECT max(version) FROM leakypool_schema").fetchone()
+        db.execute(PAUSED_TABLE)  # added after schema 1: created on open, no migration
         if version > SCHEMA_VERSION:
             raise ConfigError(
                 f"store {self.url}: schema version {version} is newer than this release's ({SCHEMA_VERSION}); "
