@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 USAGE = "usage: leakypool status ADDRESS [--once | --json] [--interval S]"
+USAGE += "\n       leakypool jobs STORE_URL pause NAME | resume NAME | paused"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,6 +18,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._observe._status_view import main as status
 
         return status(args[1:])
+    if args[0] == "jobs":
+        from ._jobs._pause_cli import main as jobs  # pause|resume|paused (issue #25)
+
+        return jobs(args[1:])
     print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)
     return 2
 

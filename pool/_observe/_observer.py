@@ -25,7 +25,8 @@ class PoolObserver:
         self._port = port
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
-        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts)
+        self._paused: list[str] | None = None  # paused queues (None: no store)
+        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts, paused=lambda: self._paused or ())
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh)
 
     @property
@@ -58,6 +59,16 @@ class PoolObserver:
             self._job_counts = await self._pool.jobs.counts()
         except StoreError as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
+        await self._refresh_paused()
+
+    async def _refresh_paused(self) -> None:
+        """The paused queues, from the store (every process's pauses); the last ones if it is away."""
+        from .._errors import ConfigError, StoreError
+
+        try:
+            self._paused = await self._pool.jobs.paused()
+        except (StoreError, ConfigError) as exc:
+            _log.debug("observation port: paused queues unavailable (%s)", exc)
 
     async def status(self) -> dict[str, Any]:
         """What ``/status`` serves (see DESIGN.md: workers, queues, jobs, rates)."""
@@ -90,5 +101,6 @@ class PoolObserver:
             },
             "queues": {name: {"running": g.running, "waiting": g.waiting} for name, g in s.limits.items()},
             "jobs": self._job_counts,
+            "paused": self._paused,
             "rates": {"calls_per_s": round(self._rates.per_second(s.dispatched), 2)},
         }
