@@ -149,3 +149,29 @@ async def test_pause_should_refuse_an_empty_queue_name_in_one_line(shared_store)
             await p.jobs.pause("")
     status, _, err = await _cli(shared_store, "pause", "")
     assert status == 2 and err.count("\n") == 1 and "queue: expected a queue name" in err
+
+
+async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path):
+    """Test that /status, /metrics and ``leakypool status --once`` show a paused queue, and stop once resumed."""
+    import httpx
+
+    import pool
+
+    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{tmp_path / 'j.db'}",
+                               metrics_port=0) as p:
+        host, port = p.metrics_address
+        await p.jobs.pause(pool.Queue("mail", concurrency=1))
+        async with httpx.AsyncClient() as client:
+            status = (await client.get(f"http://{host}:{port}/status", timeout=10)).json()
+            metrics = (await client.get(f"http://{host}:{port}/metrics", timeout=10)).text
+            assert status["paused"] == ["mail"]
+            assert 'leakypool_queue_paused{queue="mail"} 1.0' in metrics
+            view = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
+                capture_output=True, text=True, timeout=60,
+            )
+            assert view.returncode == 0 and "paused queues: mail" in view.stdout
+            await p.jobs.resume("mail")
+            status = (await client.get(f"http://{host}:{port}/status", timeout=10)).json()
+            metrics = (await client.get(f"http://{host}:{port}/metrics", timeout=10)).text
+        assert status["paused"] == [] and "leakypool_queue_paused{" not in metrics

@@ -83,6 +83,14 @@ class GuardedPool:
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         async def call(*args: Any) -> Any:
+            try:
+                async with acquired(self.pool) as db:
+                    return await getattr(db, method)(*args)
+            except asyncpg_module().InternalClientError as exc:
+                if "cannot switch to state" not in str(exc):
+                    raise
+            # The connection broke while idle in the pool (see `acquired`): asyncpg refused
+            # the statement before sending anything, so it runs on a new connection now.
             async with acquired(self.pool) as db:
                 return await getattr(db, method)(*args)
 
@@ -109,7 +117,8 @@ async def acquired(pool: Any) -> AsyncIterator[Any]:
     except BaseException as exc:
         if lost_connection(exc):
             await pool.expire_connections()
-            db.terminate()  # frees the pool's holder: its next acquire connects anew
+            with contextlib.suppress(asyncpg_module().InterfaceError):  # asyncpg already closed and released it
+                db.terminate()  # frees the pool's holder: its next acquire connects anew
         raise
     finally:
         await pool.release(db)
