@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from typing import Any, Final
 
 from ._http import ObservationServer, Rates
 
 _log = logging.getLogger("leakypool.metrics")
+
+STORE_READ_S: Final[float] = 2.0
+"""How long a scrape waits for the store (which retries a lost connection for ``store_retry``): then the last figures."""
 
 
 class PoolObserver:
@@ -56,8 +60,9 @@ class PoolObserver:
         from .._errors import StoreError
 
         try:
-            self._job_counts = await self._pool.jobs.counts()
-        except StoreError as exc:
+            async with asyncio.timeout(STORE_READ_S):
+                self._job_counts = await self._pool.jobs.counts()
+        except (StoreError, TimeoutError) as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
         await self._refresh_paused()
 
@@ -66,8 +71,9 @@ class PoolObserver:
         from .._errors import ConfigError, StoreError
 
         try:
-            self._paused = await self._pool.jobs.paused()
-        except (StoreError, ConfigError) as exc:
+            async with asyncio.timeout(STORE_READ_S):
+                self._paused = await self._pool.jobs.paused()
+        except (StoreError, ConfigError, TimeoutError) as exc:
             _log.debug("observation port: paused queues unavailable (%s)", exc)
 
     async def status(self) -> dict[str, Any]:
