@@ -28,6 +28,7 @@ from ._parse import (
     dns_sd_type,
     integer,
     ipv4_list,
+    is_loopback,
     path_or_empty,
     positive_seconds,
     seconds,
@@ -145,6 +146,8 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
         False,
         "count a task that awaits a nested routine call against --max-concurrent-tasks",
     ),
+    Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
+    Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
@@ -181,6 +184,8 @@ class WorkerConfig:
     log_level: str = "INFO"
     uid: str = ""
     hold_slot_while_waiting: bool = False
+    metrics_host: str = "127.0.0.1"
+    metrics_token: str = ""
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
@@ -235,6 +240,10 @@ class WorkerConfig:
             raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
         if self.unix_socket and (self.tls_cert or self.discovery == "lan"):
             raise ConfigError("--unix-socket: serves this host only; drop --tls-cert and --discovery lan")
+        if not (self.metrics_token or is_loopback(self.metrics_host)):
+            raise ConfigError(
+                f"--metrics-host: expected a loopback address unless a metrics token is set, got {self.metrics_host!r}"
+            )
         return self
 
 
@@ -317,6 +326,8 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter"),
     Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
+    Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
+    Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
@@ -342,6 +353,8 @@ class PoolConfig:
     worker_template: bool = True
     template_fork: bool = True
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_token: str = ""
     store_retry: float = 10.0
 
     @classmethod
@@ -360,6 +373,10 @@ class PoolConfig:
             raise ConfigError(f"local_transport: expected unix or tcp, got {config.local_transport!r}")
         if config.max_workers is not None and config.spawn is not None and config.max_workers < config.spawn:
             raise ConfigError(f"max_workers: expected at least spawn ({config.spawn}), got {config.max_workers}")
+        if not (config.metrics_token or is_loopback(config.metrics_host)):
+            raise ConfigError(
+                f"metrics_host: expected a loopback address unless a metrics token is set, got {config.metrics_host!r}"
+            )
         return config
 
     def to_env(self) -> dict[str, str]:
@@ -377,3 +394,4 @@ def _check_explicit(setting: Setting, value: Any) -> None:
     if isinstance(value, bool):
         raise ConfigError(f"{setting.name}: expected {setting.expect}, got {value!r}")
     setting.convert(repr(value) if isinstance(value, float) else str(value), setting.name)
+

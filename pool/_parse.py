@@ -107,3 +107,13 @@ def dns_sd_type(raw: str) -> str:
 def uid_or_empty(raw: str) -> str:
     """A UUID in canonical form, or empty for "generate one"."""
     return str(uuid.UUID(raw)) if raw else ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (an observation port there needs no token)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -216,7 +216,7 @@ class WorkerPool:
         if config.metrics_port is not None:
             from ._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
 
-            self._observer = PoolObserver(self, config.metrics_port)
+            self._observer = PoolObserver(self, config.metrics_port, config.metrics_host, config.metrics_token)
             self._path.metrics = self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------

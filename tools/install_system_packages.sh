@@ -10,6 +10,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   missing+=(postgresql)
 fi
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+# Chromium: the page (GET / on a metrics port) is tested in it, driven by Playwright.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null; then
   echo "tools/install_system_packages.sh: no apt-get; install ${missing[*]} by hand" >&2

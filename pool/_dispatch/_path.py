@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import AdmissionRejected, CapacityTimeout, PoolClosed
+from .._observe._trace import active_tracer, traced
 from .._transport._calls import call_failure
 from .._transport._session import OutgoingCall
 from .._transport._task import Task
@@ -74,6 +75,8 @@ class CallPath:
 
     async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it (see `WorkerPool.dispatch`)."""
+        if task.trace is None and (tracer := active_tracer()) is not None:  # OpenTelemetry: see _observe/_trace
+            return await traced(tracer, "call", lambda: self.dispatch(task, parent), task)  # type: ignore[return-value]
         if self.state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self.state}")
         metrics = self.metrics
@@ -130,6 +133,8 @@ class CallPath:
             PoolClosed: the pool is not open.
             NoWorkersAvailable: no worker accepted it.
         """
+        if task.trace is None and (tracer := active_tracer()) is not None:
+            return await traced(tracer, "job", lambda: self.place_job(task), task)
         if self.state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self.state}")
         ticket = Ticket(task, None, time.monotonic())

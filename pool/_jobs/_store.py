@@ -150,8 +150,8 @@ class JobStore(Protocol):
         """The job with this id, or None."""
         ...
 
-    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
-        """Jobs in ``state`` (any if None), oldest first."""
+    async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
+        """Jobs in ``state`` (any if None), oldest first (``newest``: latest created first)."""
         ...
 
     async def counts(self) -> dict[str, int]:

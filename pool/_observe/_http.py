@@ -1,32 +1,42 @@
-"""An observation port: ``/metrics`` (Prometheus text) and ``/status`` (JSON), on loopback. Both sides use it.
+"""An observation port: ``/`` (the page), ``/metrics`` (Prometheus text) and ``/status`` (JSON). Both sides use it.
 
 A few lines of HTTP/1.0 on the process's own event loop (GET only, one
 response per connection): the data lives on that loop, so serving it there
 needs no lock and no thread, and no web framework joins the default install.
+Loopback by default; a port bound elsewhere answers only requests that carry
+its token (``Authorization: Bearer TOKEN`` or ``?token=TOKEN``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
+
+from ._page import page_html
 
 _log = logging.getLogger("leakypool.metrics")
 
 READ_TIMEOUT_S: Final[float] = 5.0
 """How long a client may take to send its request line and headers."""
 
+MAX_HEADERS: Final[int] = 64
+"""Headers kept from one request (the rest are read and dropped)."""
+
 
 class ObservationServer:
-    """Serves ``/metrics`` and ``/status`` for one pool or one worker.
+    """Serves ``/`` (the page), ``/metrics`` and ``/status`` for one pool or one worker.
 
     Args:
         metrics: Bytes of the Prometheus exposition, after ``refresh``.
         status: The ``/status`` document.
         refresh: Reads what is slow to read (a pool's job counts) before either is served.
+        token: When set, every request must carry it (the settings require one off loopback).
     """
 
     def __init__(
@@ -34,10 +44,12 @@ class ObservationServer:
         metrics: Callable[[], bytes],
         status: Callable[[], Awaitable[dict[str, Any]]],
         refresh: Callable[[], Awaitable[None]] | None = None,
+        token: str = "",
     ) -> None:
         self._metrics = metrics
         self._status = status
         self._refresh = refresh
+        self._token = token.encode()
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] | None = None
 
@@ -54,11 +66,14 @@ class ObservationServer:
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 request = (await reader.readline()).decode("latin-1").split()
-                while (await reader.readline()).strip():
-                    pass  # headers: nothing here needs them
-            path = request[1].split("?")[0] if len(request) >= 2 else ""
+                headers = await _read_headers(reader)
+            path, _, query = request[1].partition("?") if len(request) >= 2 else ("", "", "")
             if len(request) < 2 or request[0] != "GET":
                 await _respond(writer, 405, "text/plain", b"GET only\n")
+            elif self._token and not self._authorized(headers, query):
+                await _respond(writer, 401, "text/plain", b"token required: Authorization: Bearer TOKEN, or ?token=\n")
+            elif path == "/":
+                await _respond(writer, 200, "text/html; charset=utf-8", page_html())
             elif path == "/metrics":
                 if self._refresh is not None:
                     await self._refresh()
@@ -69,7 +84,7 @@ class ObservationServer:
                 body = json.dumps(await self._status(), indent=1).encode()
                 await _respond(writer, 200, "application/json", body)
             else:
-                await _respond(writer, 404, "text/plain", b"try /metrics or /status\n")
+                await _respond(writer, 404, "text/plain", b"try /, /metrics or /status\n")
         except (TimeoutError, ConnectionError, UnicodeDecodeError):
             pass  # a client that went away or never spoke: nothing to answer
         except Exception:
@@ -78,10 +93,41 @@ class ObservationServer:
         finally:
             writer.close()
 
+    def _authorized(self, headers: dict[str, str], query: str) -> bool:
+        """Whether the request carries this port's token (compared in constant time)."""
+        given = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not given:
+            given = urllib.parse.parse_qs(query).get("token", [""])[0]
+        return hmac.compare_digest(given.encode(), self._token)
+
+
+async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
+    """The request's headers, names lower-cased (at most `MAX_HEADERS`)."""
+    headers: dict[str, str] = {}
+    while line := (await reader.readline()).decode("latin-1").strip():
+        name, _, value = line.partition(":")
+        if len(headers) < MAX_HEADERS:
+            headers[name.strip().lower()] = value.strip()
+    return headers
+
+
+_REASONS: Final[dict[int, str]] = {
+    200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+}
+
+PAGE_POLICY: Final[str] = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'"
+)
+"""The page's Content-Security-Policy: its own inline script and style, and requests to this port only."""
+
 
 async def _respond(writer: asyncio.StreamWriter, code: int, kind: str, body: bytes) -> None:
-    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}[code]
-    head = f"HTTP/1.0 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
+    head = f"HTTP/1.0 {code} {_REASONS[code]}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+    if code == 200:
+        head += "Cache-Control: no-store\r\n"
+    if kind.startswith("text/html"):
+        head += f"Content-Security-Policy: {PAGE_POLICY}\r\nX-Content-Type-Options: nosniff\r\n"
+    head += "\r\n"
     try:
         writer.write(head.encode() + body)
         await writer.drain()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Final
 
 from ._http import ObservationServer, Rates
@@ -13,25 +14,36 @@ _log = logging.getLogger("leakypool.metrics")
 STORE_READ_S: Final[float] = 2.0
 """How long a scrape waits for the store (which retries a lost connection for ``store_retry``): then the last figures."""
 
+FAILED_SHOWN: Final[int] = 8
+"""The latest failed jobs ``/status`` lists (``failed_jobs``)."""
+
+ERROR_SHOWN_CHARS: Final[int] = 300
+"""Characters of a failed job's error ``/status`` keeps."""
+
 
 class PoolObserver:
     """A pool's metrics and its observation port (``WorkerPool(metrics_port=...)``).
 
     Args:
         pool: The pool observed (a `WorkerPool`).
-        port: TCP port on 127.0.0.1 (0: any free one; see `address`).
+        port: TCP port (0: any free one; see `address`).
+        host: Address to bind (loopback unless the settings gave a token).
+        token: Required of every request when set.
     """
 
-    def __init__(self, pool: Any, port: int) -> None:
+    def __init__(self, pool: Any, port: int, host: str = "127.0.0.1", token: str = "") -> None:
         from ._metrics import PoolMetrics
 
         self._pool = pool
         self._port = port
+        self._host = host
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
         self._paused: list[str] | None = None  # paused queues (None: no store)
+        self._failed: list[dict[str, Any]] | None = None
+        self._failed_count: int | None = None  # the failed count when `_failed` was read
         self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts, paused=lambda: self._paused or ())
-        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh)
+        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -46,9 +58,9 @@ class PoolObserver:
         from .._errors import ConfigError
 
         try:
-            await self._server.start("127.0.0.1", self._port)
+            await self._server.start(self._host, self._port)
         except OSError as exc:
-            raise ConfigError(f"metrics_port: cannot bind 127.0.0.1:{self._port}: {exc.strerror or exc}") from None
+            raise ConfigError(f"metrics_port: cannot bind {self._host}:{self._port}: {exc.strerror or exc}") from None
 
     async def aclose(self) -> None:
         await self._server.aclose()
@@ -57,14 +69,24 @@ class PoolObserver:
         """Job counts from the store (every process's jobs); the last ones if it is away."""
         if not self._pool.has_store:
             return
+        await self._refresh_paused()
         from .._errors import StoreError
 
         try:
             async with asyncio.timeout(STORE_READ_S):
-                self._job_counts = await self._pool.jobs.counts()
+                counts = self._job_counts = await self._pool.jobs.counts()
+                if self._failed is not None and counts.get("failed") == self._failed_count:
+                    return  # no new failure: the list stands (the store is not asked to sort its failures again)
+                failed = await self._pool.jobs.store.list("failed", FAILED_SHOWN, newest=True)
         except (StoreError, TimeoutError) as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
-        await self._refresh_paused()
+            return
+        self._failed_count = counts.get("failed")
+        self._failed = [
+            {"id": r.id, "routine": r.routine, "queue": r.queue, "attempts": r.attempts,
+             "finished_at": r.finished_at, "error": r.error[-ERROR_SHOWN_CHARS:]}
+            for r in failed
+        ]
 
     async def _refresh_paused(self) -> None:
         """The paused queues, from the store (every process's pauses); the last ones if it is away."""
@@ -96,6 +118,8 @@ class PoolObserver:
                 "loop_lag_s": None if state is None else round(state.loop_lag_seconds, 4),
             })
         return {
+            "kind": "pool",
+            "time": round(time.time(), 3),
             "workers": workers,
             "calls": {
                 "running": s.running,
@@ -108,5 +132,6 @@ class PoolObserver:
             "queues": {name: {"running": g.running, "waiting": g.waiting} for name, g in s.limits.items()},
             "jobs": self._job_counts,
             "paused": self._paused,
+            "failed_jobs": self._failed,
             "rates": {"calls_per_s": round(self._rates.per_second(s.dispatched), 2)},
         }

@@ -26,9 +26,10 @@ BAR_WIDTH: Final[int] = 20
 
 
 def status_url(address: str) -> str:
-    """``HOST:PORT`` or a URL -> the ``/status`` URL."""
+    """``HOST:PORT`` or a URL -> the ``/status`` URL (a query, e.g. ``?token=``, is kept)."""
     url = address if "://" in address else f"http://{address}"
-    return url.rstrip("/") + ("" if url.rstrip("/").endswith("/status") else "/status")
+    url, mark, query = url.partition("?")
+    return url.rstrip("/") + ("" if url.rstrip("/").endswith("/status") else "/status") + mark + query
 
 
 def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
@@ -33,6 +34,8 @@ class Task:
     halt_on_error: bool = False
     parent: int = 0
     dispatch_deadline: float | None = None  # this call's own, over the pool's (not sent to workers)
+    traceparent: str = ""  # W3C trace context it arrived with (a nested call), passed on untraced
+    trace: Any = None  # while it is dispatched with tracing on: its span (`_observe._trace.Attempt`)
 
     def fill(self, call: pb.Call, session: Session) -> None:
         """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""
@@ -48,6 +51,10 @@ class Task:
         call.parent = self.parent
         if self.timeout:
             call.timeout = self.timeout
+        if self.trace is not None:
+            call.traceparent = self.trace.header()
+        elif self.traceparent:
+            call.traceparent = self.traceparent
         if self.queue or self.workflow:
             limits = call.limits
             limits.queue, limits.key, limits.workflow = self.queue, self.key, self.workflow
@@ -70,4 +77,5 @@ class Task:
             key=limits.key,
             workflow=limits.workflow,
             halt_on_error=limits.halt_on_error,
+            traceparent=call.traceparent,
         )

@@ -229,12 +229,12 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
             "loop_lag_s": round(s.loop_lag_seconds, 4), "latency_p99_s": round(s.latency_p99_seconds, 6),
         }
 
-    observation = ObservationServer(metrics.exposition, status)
+    observation = ObservationServer(metrics.exposition, status, token=config.metrics_token)
     try:
-        await observation.start("127.0.0.1", config.metrics_port)
+        await observation.start(config.metrics_host, config.metrics_port)
     except OSError as exc:
-        raise ConfigError(f"--metrics-port: cannot bind 127.0.0.1:{config.metrics_port}: {exc}") from None
-    _log.info("metrics on http://127.0.0.1:%d/metrics", observation.address[1])
+        raise ConfigError(f"--metrics-port: cannot bind {config.metrics_host}:{config.metrics_port}: {exc}") from None
+    _log.info("metrics on http://%s:%d/metrics", config.metrics_host, observation.address[1])
     return observation
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from .._transport import _wire
 from .._transport._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport._proto import leakypool_pb2 as pb
+from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
 from ._threads import Hop
 from ._upstream import Upstream
@@ -68,6 +69,7 @@ class RoutineRunner:
     async def _run(self, hosted: Hosted) -> None:
         token = set_dispatcher(Upstream(self._host, self._io_loop, hosted))
         name = hosted.task.name
+        span = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
         try:
             fn = hosted.code.resolve()
             args, kwargs = _wire.unpack_args(hosted.task.args, name)
@@ -82,6 +84,8 @@ class RoutineRunner:
             outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
         finally:
             reset_dispatcher(token)
+        if span is not None:
+            _trace.end(span, outcome[0], outcome[2])
         self._to_io.post(self._host.finish, hosted, outcome)
 
     async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:

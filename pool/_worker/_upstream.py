@@ -18,6 +18,7 @@ from .._transport._calls import RemoteGenerator, call_routine, open_call
 from .._transport._session import OutgoingCall
 from .._transport._task import Task
 from ._hosted import Host, Hosted
+from ._trace import outgoing
 
 
 class Upstream:
@@ -38,10 +39,12 @@ class Upstream:
 
     def call(self, task: Task) -> Any:
         task.parent = self._parent
+        task.traceparent = outgoing(self._hosted.task.traceparent)
         return bridge(self._loop, self._parked(call_routine(self, task)))
 
     def generator(self, task: Task) -> BridgedGenerator:
         task.parent = self._parent
+        task.traceparent = outgoing(self._hosted.task.traceparent)
         return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
 
     async def _parked(self, waiting: Any) -> Any:

@@ -148,15 +148,16 @@ class PostgresStore(PostgresPauses):
         row = await self._call("fetchrow", f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1", job_id)
         return None if row is None else _record(row)
 
-    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
+    async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
+        order = "created_at DESC, id DESC" if newest else "created_at, id"
         if state is None:
             rows = await self._call(
-                "fetch", f"SELECT {sql.COLUMNS} FROM leakypool_jobs ORDER BY created_at, id LIMIT $1", limit
+                "fetch", f"SELECT {sql.COLUMNS} FROM leakypool_jobs ORDER BY {order} LIMIT $1", limit
             )
         else:
             rows = await self._call(
                 "fetch",
-                f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2",
+                f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE state = $1 ORDER BY {order} LIMIT $2",
                 state,
                 limit,
             )

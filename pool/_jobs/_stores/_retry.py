@@ -190,8 +190,10 @@ class RetryingStore:
     async def get(self, job_id: str) -> JobRecord | None:
         return await self._retry("looking a job up", lambda: self.inner.get(job_id))
 
-    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
-        return await self._retry("listing jobs", lambda: self.inner.list(state, limit))
+    async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
+        return await self._retry(
+            "listing jobs", lambda: self.inner.list(state, limit, newest) if newest else self.inner.list(state, limit)
+        )
 
     async def counts(self) -> dict[str, int]:
         return await self._retry("counting jobs", self.inner.counts)

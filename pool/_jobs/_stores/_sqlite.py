@@ -171,11 +171,12 @@ class SQLiteStore(SQLitePauses):
         )
         return None if row is None else _record(row)
 
-    async def list(self, state: str | None = None, limit: int = 100) -> list[JobRecord]:
+    async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
+        order = "created_at DESC, rowid DESC" if newest else "created_at, rowid"
         if state is None:
-            sql, args = f"SELECT {_COLUMNS} FROM jobs ORDER BY created_at, rowid LIMIT ?", (limit,)
+            sql, args = f"SELECT {_COLUMNS} FROM jobs ORDER BY {order} LIMIT ?", (limit,)
         else:
-            sql, args = f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY created_at, rowid LIMIT ?", (state, limit)
+            sql, args = f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY {order} LIMIT ?", (state, limit)
         rows = await self._run(lambda db: db.execute(sql, args).fetchall(), write=False)
         return [_record(row) for row in rows]
 

@@ -44,18 +44,20 @@ class Routine(_message.Message):
     def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("routine", "args", "parent", "timeout", "limits")
+    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent")
     ROUTINE_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     routine: Routine
     args: bytes
     parent: int
     timeout: float
     limits: Limits
-    def __init__(self, routine: _Optional[_Union[Routine, _Mapping]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, routine: _Optional[_Union[Routine, _Mapping]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")

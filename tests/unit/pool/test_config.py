@@ -123,3 +123,26 @@ class TestPoolConfig:
     def test_settings_should_all_be_fields(self):
         """Test that the settings table and the dataclass agree."""
         assert {s.name for s in POOL_SETTINGS} == {f.name for f in dataclasses.fields(PoolConfig)}
+
+
+class TestMetricsHost:
+    @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.org"])
+    def test_an_observation_port_off_loopback_should_need_a_token(self, host):
+        """Test that the page, /status and /metrics are never served off loopback without a token."""
+        with pytest.raises(pool.ConfigError) as info:
+            PoolConfig.from_env({"LEAKYPOOL_METRICS_HOST": host})
+        assert str(info.value) == f"metrics_host: expected a loopback address unless a metrics token is set, got {host!r}"
+        with pytest.raises(pool.ConfigError, match="--metrics-host"):
+            WorkerConfig.from_env({"LEAKYPOOL_METRICS_HOST": host})
+
+    @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "localhost", "127.8.9.10"])
+    def test_loopback_should_need_no_token(self, host):
+        """Test the default stance: loopback serves without a token."""
+        assert PoolConfig.from_env({"LEAKYPOOL_METRICS_HOST": host}).metrics_host == host
+        assert WorkerConfig.from_env({"LEAKYPOOL_METRICS_HOST": host}).metrics_token == ""
+
+    def test_a_token_should_allow_any_host(self):
+        """Test that a token opens other addresses, for both sides."""
+        env = {"LEAKYPOOL_METRICS_HOST": "0.0.0.0", "LEAKYPOOL_METRICS_TOKEN": "t0k"}
+        assert PoolConfig.from_env(env).metrics_token == "t0k"
+        assert WorkerConfig.from_env(env).metrics_host == "0.0.0.0"

@@ -221,6 +221,18 @@ class TestJobStore:
             assert await store.oldest_due(NOW + 1) == NOW
 
 
+@backends
+class TestJobStoreList:
+    async def test_list_should_give_oldest_first_or_newest_first(self, backend, tmp_path):
+        """Test the two orders of `list` (the page shows the latest failed jobs: newest first)."""
+        async with opened(backend, tmp_path) as store:
+            for i, created in enumerate([NOW + 2, NOW + 1, NOW + 3]):
+                await store.submit(job(f"j{i}", created=created))
+            assert [j.id for j in await store.list()] == ["j1", "j0", "j2"]
+            assert [j.id for j in await store.list("pending", 2, newest=True)] == ["j2", "j0"]
+            assert await store.list("failed", newest=True) == []
+
+
 class TestSQLiteFiles:
     async def test_open_should_refuse_what_is_not_a_leakypool_store_in_one_line(self, tmp_path):
         """Test each unusable file fails at open with a ConfigError naming the path."""
