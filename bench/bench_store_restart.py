@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import collections
 import json
+import logging
 import os
 import time
 
@@ -40,6 +41,19 @@ def cpu_s() -> float:
     """CPU seconds of this process and its reaped children (user + system)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+class Retries(logging.Handler):
+    """Counts store calls that met a lost connection and were tried again (by the error that started it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.by_error: collections.Counter = collections.Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("store out of reach"):
+            cause = str(record.args[1]).split(": ", 2)[1] if len(record.args) > 1 else "?"
+            self.by_error[cause.split(":")[0]] += 1
 
 
 async def submitter(n: int, stop: asyncio.Event, ok: list, raised: collections.Counter) -> None:
@@ -57,6 +71,10 @@ async def submitter(n: int, stop: asyncio.Event, ok: list, raised: collections.C
 async def run(server, url: str, submitters: int, restarts: int, interval: float, store_retry: float) -> dict:
     ok: list = []
     raised: collections.Counter = collections.Counter()
+    retries = Retries()
+    jobs_log = logging.getLogger("leakypool.jobs")
+    jobs_log.addHandler(retries)
+    jobs_log.setLevel(logging.INFO)
     downtimes = []
     started_cpu, started = cpu_s(), time.monotonic()
     async with pool.WorkerPool(spawn=2, store=url, store_retry=store_retry) as p:
@@ -100,6 +118,8 @@ async def run(server, url: str, submitters: int, restarts: int, interval: float,
         "rows_not_returned": rows - len(ok),
         "lost": lost,
         "rerun": rerun,
+        "calls_retried": sum(retries.by_error.values()),
+        "retried_by_error": dict(retries.by_error.most_common()),
         "submits_per_s": round(len(ok) / submit_s, 1),
         "cpu_s": round(cpu_s() - started_cpu, 2),
         "wall_s": round(time.monotonic() - started, 2),
