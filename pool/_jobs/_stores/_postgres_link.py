@@ -2,7 +2,8 @@
 
 asyncpg is imported only when a PostgreSQL store is used (the ``postgres``
 extra). Every error a store call meets becomes one `StoreError` line that
-names the server but never its password. Processes on one database wake
+names the server but never its password; a connection that breaks is
+terminated, never handed out again (`acquired`). Processes on one database wake
 each other with LISTEN/NOTIFY on a connection of its own (`listen`).
 """
 
