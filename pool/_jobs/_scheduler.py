@@ -151,7 +151,8 @@ class Scheduler:
         """This process's owner id if it can take one more job into its batch now, else ""."""
         if not self._has_workers():
             return ""  # a submitter without workers leaves its jobs to the processes that have some
-        if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
+        room = len(self._waiting) + self._claimed < LEASE_BATCH and not self.store.lease_in_doubt  # in doubt: see _fill
+        if self._started and not self._closing and room:
             self._claimed += 1
             return self.owner
         return ""
@@ -250,6 +251,8 @@ class Scheduler:
             self._waiting.remove(held)
             await persist("giving back a paused job", lambda job_id=held.job.id: self.store.unlease(self.owner, [job_id]))
             self._drop(held.job.id)
+        if self.store.lease_in_doubt and not self._claimed:  # jobs a lease took unseen: back to the store
+            await self.store.reclaim(self.owner, list(self._held))  # (no claimed submit is on its way in)
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
         if room > 0 and not self._closing and self._backlog:

@@ -175,3 +175,31 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
             status = (await client.get(f"http://{host}:{port}/status", timeout=10)).json()
             metrics = (await client.get(f"http://{host}:{port}/metrics", timeout=10)).text
         assert status["paused"] == [] and "leakypool_queue_paused{" not in metrics
+
+
+async def test_jobs_of_a_lease_whose_answer_was_lost_should_still_run(tmp_path):
+    """Test a lease that committed but whose answer was lost: its jobs are given back and run, none stays stuck."""
+    import pool
+    from tests.integration import routines
+
+    class LosesOneLeaseAnswer(pool.SQLiteStore):
+        """A real SQLite store whose first non-empty lease commits, then fails as a broken connection would."""
+
+        lost = False
+
+        async def lease(self, owner, limit, now):
+            leased = await super().lease(owner, limit, now)
+            if leased and not self.lost:
+                self.lost = True
+                error = pool.StoreError(f"store {self.url}: ConnectionResetError: answer lost")
+                error.__cause__ = ConnectionResetError("answer lost")
+                raise error
+            return leased
+
+    path = str(tmp_path / "jobs.db")
+    store = LosesOneLeaseAnswer(path)
+    async with pool.WorkerPool(spawn=1, store=store, lease_ttl=3) as runner:
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{path}") as api:
+            jobs = [await routines.echo.submit(i) for i in range(5)]  # left in the store for the runner to lease
+            assert [await job.result(timeout=30) for job in jobs] == list(range(5))
+        assert store.lost and (await runner.jobs.counts())["succeeded"] == 5

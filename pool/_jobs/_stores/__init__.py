@@ -9,6 +9,7 @@
     _batch          group commit for a networked store (concurrent writes share a statement)
     _retry          every store call rides over a lost connection for store_retry seconds
     _pauses         paused queues, kept in the store (both stores)
+    _strays         jobs a lease took while its answer was lost, given back
 
 Each implements `pool._jobs._store.JobStore`; nothing here knows the scheduler.
 """

@@ -26,6 +26,7 @@ from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_sql as sql
 from ._batch import Batcher
 from ._pauses import PAUSED_TABLE, PostgresPauses
+from ._strays import PostgresStrays
 from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 
 _log = logging.getLogger("leakypool.jobs")
@@ -42,7 +43,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)
 
 
-class PostgresStore(PostgresPauses):
+class PostgresStore(PostgresPauses, PostgresStrays):
     """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
 
     Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,

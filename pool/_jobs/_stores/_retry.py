@@ -11,8 +11,10 @@ not do it twice, so the writes that are not idempotent look first:
 ``submit`` finds its own row (the id, its creation time and payload were
 fixed before the first try), ``mark_running`` and ``finish`` find the row
 already in the state they were writing. Everything else a store does is
-idempotent (a lease that committed before its answer was lost is the one
-gap: its jobs stay held by this process until it exits).
+idempotent, but for a lease: one that committed before its answer was
+lost leaves jobs owned by this process that it does not know of, so a
+lease that failed that way marks the store `lease_in_doubt` and the
+scheduler then gives back what it does not hold (`reclaim`).
 
 `RetryingStore` wraps any `JobStore`, so the scheduler, the recorder, the
 owner lease and ``pool.jobs`` all get the same policy in one place.
@@ -74,7 +76,8 @@ def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> flo
 def lost_connection(exc: BaseException) -> bool:
     """Whether ``exc`` (a `StoreError`, or the driver's own error) means the store was out of reach.
 
-    Then trying again may succeed (on a new connection). Looks at ``exc`` and its chain of causes: the network's errors, asyncpg's
+    Then trying again may succeed (on a new connection). Looks at ``exc``
+    and its chain of causes: the network's errors, asyncpg's
     connection-level errors, and SQLite's busy or locked database.
     """
     seen: BaseException | None = exc
@@ -132,6 +135,7 @@ class RetryingStore:
         self.inner = store
         self.url = store.url
         self.budget_s = budget_s
+        self.lease_in_doubt = False  # a lease failed after it may have committed: see `reclaim`
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # open, close, watch, and whatever else the store has
@@ -163,7 +167,7 @@ class RetryingStore:
             nonlocal tried
             if tried:
                 record = await self.inner.get(job_id)
-                if record is not None and record.state == "running" and record.owner == owner and record.started_at == now:
+                if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
                     return True
             tried = True
             return await self.inner.mark_running(job_id, owner, now)
@@ -202,7 +206,21 @@ class RetryingStore:
         return await self._retry("counting active jobs", self.inner.count_active)
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
-        return await self._retry("leasing jobs", lambda: self.inner.lease(owner, limit, now))
+        async def once() -> list[JobRecord]:
+            try:
+                return await self.inner.lease(owner, limit, now)
+            except StoreError as exc:
+                self.lease_in_doubt = self.lease_in_doubt or lost_connection(exc)  # its commit may have landed
+                raise
+
+        return await self._retry("leasing jobs", once)
+
+    async def reclaim(self, owner: str, held: list[str]) -> None:
+        """After a lease in doubt: give back ``owner``'s pending jobs not in ``held`` (none may be on their way in)."""
+        strays = await self._retry("giving back unseen leased jobs", lambda: _unlease_except(self.inner, owner, held))
+        self.lease_in_doubt = False
+        if strays:
+            _log.warning("gave back %d job(s) a lease took while its answer was lost", len(strays))
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         await self._retry("giving jobs back", lambda: self.inner.unlease(owner, ids, next_at))
@@ -243,6 +261,11 @@ class RetryingStore:
 
     async def paused(self) -> list[str]:
         return await self._retry("reading paused queues", self.inner.paused)  # type: ignore[attr-defined]
+
+
+async def _unlease_except(store: JobStore, owner: str, keep: list[str]) -> list[str]:
+    unlease_except = getattr(store, "unlease_except", None)  # a store of one's own may not have it
+    return [] if unlease_except is None else await unlease_except(owner, keep)
 
 
 def _same_submission(record: JobRecord, job: NewJob) -> bool:

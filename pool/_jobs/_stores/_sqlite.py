@@ -23,6 +23,7 @@ from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
 from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
+from ._strays import SQLiteStrays
 
 SCHEMA_VERSION: Final[int] = 1
 """The schema this release writes; an older file is migrated, a newer one refused."""
@@ -72,7 +73,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-class SQLiteStore(SQLitePauses):
+class SQLiteStore(SQLitePauses, SQLiteStrays):
     """Jobs in one SQLite file (``sqlite:///ABSOLUTE/PATH``).
 
     Args:
