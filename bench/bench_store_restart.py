@@ -14,7 +14,10 @@ awaited and the store is counted:
 
 Prints one JSON object. Run from the repository root::
 
-    python -m bench.bench_store_restart [--submitters 32] [--restarts 6] [--interval 2] [--store-retry 10]
+    python -m bench.bench_store_restart [--submitters 32] [--restarts 6] [--interval 2] [--store-retry 10] [--split]
+
+``--split`` submits from a second pool without workers, so every job is
+leased by the pool that has them (leases, not only submits, ride the restarts).
 
 It starts a throwaway PostgreSQL server as the tests do (PostgreSQL must
 be installed). CPU seconds come from /proc (this process and its children).
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -68,7 +72,7 @@ async def submitter(n: int, stop: asyncio.Event, ok: list, raised: collections.C
         await asyncio.sleep(0.005)
 
 
-async def run(server, url: str, submitters: int, restarts: int, interval: float, store_retry: float) -> dict:
+async def run(server, url: str, submitters: int, restarts: int, interval: float, store_retry: float, split: bool) -> dict:
     ok: list = []
     raised: collections.Counter = collections.Counter()
     retries = Retries()
@@ -77,7 +81,12 @@ async def run(server, url: str, submitters: int, restarts: int, interval: float,
     jobs_log.setLevel(logging.INFO)
     downtimes = []
     started_cpu, started = cpu_s(), time.monotonic()
-    async with pool.WorkerPool(spawn=2, store=url, store_retry=store_retry) as p:
+    async with contextlib.AsyncExitStack() as pools:
+        p = await pools.enter_async_context(pool.WorkerPool(spawn=2, store=url, store_retry=store_retry))
+        if split:  # submits from a process without workers: the one above leases every job (leases under restarts)
+            await pools.enter_async_context(
+                pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=url, store_retry=store_retry)
+            )
         stop = asyncio.Event()
         tasks = [asyncio.ensure_future(submitter(n, stop, ok, raised)) for n in range(submitters)]
         try:
@@ -109,6 +118,7 @@ async def run(server, url: str, submitters: int, restarts: int, interval: float,
         "submitters": submitters,
         "restarts": restarts,
         "restart_modes": "fast/immediate alternating",
+        "topology": "a worker-less submitting pool + a pool with 2 workers" if split else "one pool, 2 workers",
         "restart_downtime_s": downtimes,
         "store_retry_s": store_retry,
         "submits_ok": len(ok),
@@ -132,13 +142,14 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=6)
     parser.add_argument("--interval", type=float, default=2.0, help="seconds of submitting between restarts")
     parser.add_argument("--store-retry", type=float, default=10.0)
+    parser.add_argument("--split", action="store_true", help="submit from a worker-less pool (every job is leased)")
     args = parser.parse_args()
     from tests import pg
 
     with pg.server() as server:
         server.psql(f"CREATE DATABASE bench_restart OWNER {pg.USER}")
         result = uvloop.run(run(server, server.url("bench_restart"), args.submitters, args.restarts, args.interval,
-                                args.store_retry))
+                                args.store_retry, args.split))
     print(json.dumps(result, indent=2))
 
 
