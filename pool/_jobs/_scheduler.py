@@ -77,8 +77,7 @@ class Scheduler:
         max_pending: int | None,
         store_retry: float = 10.0,
     ) -> None:
-        store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
-        self.store = store
+        self.store = store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
@@ -247,10 +246,11 @@ class Scheduler:
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
-        for held in await self.paused.refresh(self._waiting):  # leased before its queue was paused: give it back
-            self._waiting.remove(held)
-            await persist("giving back a paused job", lambda job_id=held.job.id: self.store.unlease(self.owner, [job_id]))
-            self._drop(held.job.id)
+        if held := await self.paused.refresh(self._waiting):  # leased before their queue was paused: give them back
+            self._waiting = [a for a in self._waiting if a not in held]
+            await persist("giving back paused jobs", lambda: self.store.unlease(self.owner, [a.job.id for a in held]))
+            for attempt in held:
+                self._drop(attempt.job.id)
         if self.store.lease_in_doubt and not self._claimed:  # jobs a lease took unseen: back to the store
             await self.store.reclaim(self.owner, list(self._held))  # (no claimed submit is on its way in)
         room = LEASE_BATCH - len(self._waiting)
