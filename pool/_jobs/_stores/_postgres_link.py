@@ -110,14 +110,18 @@ async def acquired(pool: Any) -> AsyncIterator[Any]:
     it reads the end of the stream. Handed out in between, its first query
     fails with "cannot switch to state 12; another operation (2) is in
     progress" (issue #25). Expiring first makes the next acquire reconnect
-    instead of reusing it.
+    instead of reusing it. A connection whose statement was cancelled (a
+    timeout) is terminated as well: releasing it would wait for the
+    server to confirm the cancel, which a server out of reach never does.
     """
     db = await pool.acquire()
     try:
         yield db
     except BaseException as exc:
-        if lost_connection(exc):
+        lost = lost_connection(exc)
+        if lost:
             await pool.expire_connections()
+        if lost or isinstance(exc, asyncio.CancelledError):  # cancelled mid-statement: in an unknown state too
             with contextlib.suppress(asyncpg_module().InterfaceError):  # asyncpg already closed and released it
                 db.terminate()  # frees the pool's holder: its next acquire connects anew
         raise

@@ -40,6 +40,9 @@ FIRST_DELAY_S: Final[float] = 0.05
 MAX_DELAY_S: Final[float] = 1.0
 """Longest wait between two tries (a server back up is found within a second)."""
 
+LAST_TRY_S: Final[float] = 1.0
+"""A try made while retrying may run this long past the budget (then the call fails with the last error)."""
+
 _random = random.Random()
 
 T = TypeVar("T")
@@ -98,18 +101,30 @@ def lost_connection(exc: BaseException) -> bool:
 async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]]) -> T:
     """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds.
 
+    A try made while retrying (the server may be unreachable, not refusing:
+    a connect that hangs) ends at the budget's end plus `LAST_TRY_S` at the
+    latest, so a store that stays away fails the call within the bound.
+
     Raises:
         StoreError: not a lost connection, or still lost after ``budget_s`` (the last error).
     """
-    tries, since = 0, 0.0
+    tries, since, last = 0, 0.0, None
     while True:
         try:
-            result = await call()
+            if last is None:
+                result = await call()
+            else:
+                async with asyncio.timeout_at(asyncio.get_running_loop().time() + _left(since, budget_s) + LAST_TRY_S):
+                    result = await call()
+        except TimeoutError:
+            if last is None:
+                raise
+            raise last  # the try outlived the budget: the store is still away
         except StoreError as exc:
             tries += 1
             if not lost_connection(exc):
                 raise
-            now = time.monotonic()
+            last, now = exc, time.monotonic()
             since = since or now
             wait = delay_s(tries, now - since, budget_s, _random.random())
             if wait is None:
@@ -121,6 +136,10 @@ async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]])
         if tries:
             _log.info("store back after %d tries (%s)", tries + 1, what)
         return result
+
+
+def _left(since: float, budget_s: float) -> float:
+    return max(0.0, since + budget_s - time.monotonic())
 
 
 class RetryingStore:

@@ -132,3 +132,22 @@ class TestStoreRetrySetting:
         monkeypatch.setenv("LEAKYPOOL_STORE_RETRY", "-0.5")
         with pytest.raises(pool.ConfigError, match=r"^LEAKYPOOL_STORE_RETRY: expected seconds >= 0, got '-0.5'$"):
             pool.WorkerPool()
+
+
+class TestRetryingBound:
+    async def test_a_try_that_hangs_while_retrying_should_end_at_the_budget(self, monkeypatch):
+        """Test a store that stops answering (a connect that hangs) after a lost connection: the call ends in bound."""
+        monkeypatch.setattr(_retry, "LAST_TRY_S", 0.2)
+        calls = []
+
+        async def call():
+            calls.append(1)
+            if len(calls) == 1:
+                raise _lost("reset")
+            await asyncio.Event().wait()  # never answers
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(pool.StoreError, match="reset"):
+            await _retry.retrying("testing", 0.3, call)
+        assert loop.time() - started < 5 and len(calls) == 2
