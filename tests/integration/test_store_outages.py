@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -203,3 +205,39 @@ async def test_jobs_of_a_lease_whose_answer_was_lost_should_still_run(tmp_path):
             jobs = [await routines.echo.submit(i) for i in range(5)]  # left in the store for the runner to lease
             assert [await job.result(timeout=30) for job in jobs] == list(range(5))
         assert store.lost and (await runner.jobs.counts())["succeeded"] == 5
+
+
+def _cluster_pids(server) -> list[int]:
+    """The postmaster (from its pid file) and its children: the processes of the test's own server."""
+    with open(f"{server.data}/postmaster.pid") as f:
+        postmaster = int(f.readline())
+    pids = [postmaster]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    pids.append(int(entry))
+    return pids
+
+
+async def test_a_store_that_stops_answering_should_fail_submits_within_the_bound(postgres_server, postgres_url):
+    """Test a server that hangs (stopped with SIGSTOP: connections stay open, nothing answers): StoreError in bound."""
+    import pool
+    from tests.integration import routines
+
+    async with pool.WorkerPool(spawn=1, store=postgres_url, store_retry=1.5, lease_ttl=60) as p:
+        assert await (await routines.add.submit(1, 2)).result(timeout=30) == 3
+        frozen = _cluster_pids(postgres_server)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(pool.StoreError, match="no answer within 2.5s") as raised:
+                await asyncio.wait_for(routines.add.submit(2, 3), 60)
+            waited = time.monotonic() - started
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        assert "\n" not in str(raised.value) and pg.PASSWORD not in str(raised.value)
+        assert waited < 2.5 + 10  # the bound (store_retry + the last try), allowing for a loaded machine
+        assert await (await routines.add.submit(3, 4)).result(timeout=60) == 7  # it answers again: the pool works

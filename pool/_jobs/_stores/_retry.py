@@ -41,7 +41,7 @@ MAX_DELAY_S: Final[float] = 1.0
 """Longest wait between two tries (a server back up is found within a second)."""
 
 LAST_TRY_S: Final[float] = 1.0
-"""A try made while retrying may run this long past the budget (then the call fails with the last error)."""
+"""A call may run this long past ``store_retry`` (its last try), then it fails: the bound on a silent store."""
 
 _random = random.Random()
 
@@ -98,33 +98,43 @@ def lost_connection(exc: BaseException) -> bool:
     return False
 
 
-async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds.
+async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store") -> T:
+    """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
 
-    A try made while retrying (the server may be unreachable, not refusing:
-    a connect that hangs) ends at the budget's end plus `LAST_TRY_S` at the
-    latest, so a store that stays away fails the call within the bound.
+    The whole call ends within ``budget_s`` + `LAST_TRY_S` even when the
+    store does not refuse but hangs (a server stopped, a network that drops
+    packets): then the last error, or "no answer". A write that timed out
+    may still commit: the caller cannot tell, as with any lost answer.
 
     Raises:
-        StoreError: not a lost connection, or still lost after ``budget_s`` (the last error).
+        StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
     """
-    tries, since, last = 0, 0.0, None
+    if budget_s <= 0:
+        return await call()
+    errors: list[StoreError] = []
+    bound = asyncio.timeout(budget_s + LAST_TRY_S)
+    try:
+        async with bound:
+            return await _tries(what, budget_s, call, errors)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        if errors:
+            raise errors[-1]  # (its cause, the lost connection, kept)
+        raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
+
+
+async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError]) -> T:
+    tries, since = 0, 0.0
     while True:
         try:
-            if last is None:
-                result = await call()
-            else:
-                async with asyncio.timeout_at(asyncio.get_running_loop().time() + _left(since, budget_s) + LAST_TRY_S):
-                    result = await call()
-        except TimeoutError:
-            if last is None:
-                raise
-            raise last  # the try outlived the budget: the store is still away
+            result = await call()
         except StoreError as exc:
             tries += 1
             if not lost_connection(exc):
                 raise
-            last, now = exc, time.monotonic()
+            errors.append(exc)
+            now = time.monotonic()
             since = since or now
             wait = delay_s(tries, now - since, budget_s, _random.random())
             if wait is None:
@@ -136,10 +146,6 @@ async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]])
         if tries:
             _log.info("store back after %d tries (%s)", tries + 1, what)
         return result
-
-
-def _left(since: float, budget_s: float) -> float:
-    return max(0.0, since + budget_s - time.monotonic())
 
 
 class RetryingStore:
@@ -155,6 +161,7 @@ class RetryingStore:
         self.url = store.url
         self.budget_s = budget_s
         self.lease_in_doubt = False  # a lease failed after it may have committed: see `reclaim`
+        self._name = repr(store)  # names it in "no answer" errors (a PostgreSQL URL without its password)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # open, close, watch, and whatever else the store has
@@ -163,7 +170,7 @@ class RetryingStore:
         return repr(self.inner)
 
     def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-        return retrying(what, self.budget_s, call)
+        return retrying(what, self.budget_s, call, self._name)
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         tried = False

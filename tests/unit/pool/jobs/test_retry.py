@@ -151,3 +151,25 @@ class TestRetryingBound:
         with pytest.raises(pool.StoreError, match="reset"):
             await _retry.retrying("testing", 0.3, call)
         assert loop.time() - started < 5 and len(calls) == 2
+
+    async def test_a_store_that_never_answers_should_fail_the_call_within_the_bound(self, monkeypatch):
+        """Test a first try that hangs (a stopped server): StoreError 'no answer' in one line, within budget + last try."""
+        monkeypatch.setattr(_retry, "LAST_TRY_S", 0.2)
+
+        async def call():
+            await asyncio.Event().wait()
+
+        with pytest.raises(pool.StoreError, match=r"^store x: no answer within 0.5s while testing$"):
+            await _retry.retrying("testing", 0.3, call, "store x")
+
+    async def test_store_retry_zero_should_make_one_try_without_a_bound(self):
+        """Test store_retry=0: the first error is the call's, and nothing times it out."""
+        calls = []
+
+        async def call():
+            calls.append(1)
+            raise _lost("refused")
+
+        with pytest.raises(pool.StoreError, match="refused"):
+            await _retry.retrying("testing", 0.0, call)
+        assert calls == [1]
