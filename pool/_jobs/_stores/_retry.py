@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 _LOST_TYPES: Final[frozenset[str]] = frozenset({
     # asyncpg: the connection broke, or was handed out after it broke (its state error, issue #25)
-    "InterfaceError", "InternalClientError", "ConnectionDoesNotExistError", "ConnectionFailureError",
+    "InternalClientError", "ConnectionDoesNotExistError", "ConnectionFailureError",
     # PostgreSQL classes 08 (connection exception) and 57 (operator intervention: shutdown, restart)
     "PostgresConnectionError", "OperatorInterventionError", "TooManyConnectionsError",
 })
@@ -90,8 +90,10 @@ def lost_connection(exc: BaseException) -> bool:
         if isinstance(seen, OSError | TimeoutError):
             return True
         names = {cls.__name__ for cls in type(seen).__mro__}
-        if type(seen).__module__.startswith("asyncpg") and names & _LOST_TYPES:
-            return True
+        if type(seen).__module__.startswith("asyncpg") and (
+            names & _LOST_TYPES or ("InterfaceError" in names and "DataError" not in names and "closed" in str(seen))
+        ):
+            return True  # (an InterfaceError otherwise is a misuse, e.g. a bad argument: no retry can fix it)
         if type(seen).__module__ == "sqlite3" and any(word in str(seen) for word in ("locked", "busy")):
             return True
         seen = seen.__cause__

@@ -173,3 +173,22 @@ class TestRetryingBound:
         with pytest.raises(pool.StoreError, match="refused"):
             await _retry.retrying("testing", 0.0, call)
         assert calls == [1]
+
+
+class TestLostConnectionAsyncpg:
+    def test_lost_connection_should_tell_a_closed_connection_from_a_bad_argument(self):
+        """Test asyncpg's errors: closed connections and server shutdowns are retried, a bad argument is not."""
+        asyncpg = pytest.importorskip("asyncpg")
+
+        def wrapped(cause: BaseException) -> pool.StoreError:
+            error = pool.StoreError(f"store x: {cause}")
+            error.__cause__ = cause
+            return error
+
+        assert lost_connection(wrapped(asyncpg.InterfaceError("connection is closed")))
+        assert lost_connection(wrapped(asyncpg.exceptions.ConnectionDoesNotExistError("closed mid-operation")))
+        assert lost_connection(wrapped(asyncpg.exceptions.InternalClientError("cannot switch to state 12")))
+        assert lost_connection(wrapped(asyncpg.exceptions.AdminShutdownError("terminating connection")))
+        assert lost_connection(wrapped(asyncpg.exceptions.CannotConnectNowError("the database system is starting up")))
+        assert not lost_connection(wrapped(asyncpg.exceptions.DataError("invalid input for query argument $1")))
+        assert not lost_connection(wrapped(asyncpg.exceptions.UniqueViolationError("duplicate key")))
