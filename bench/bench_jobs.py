@@ -6,10 +6,12 @@
     (i) seed 000's burst as jobs: 3,704 jobs of sleep(2.29) on 2 workers x 100:
         drain time vs the ideal 42.41 s, rejected count (target <= 1.10x, 0 rejected)
     (j) the dispatching process's RSS with 100,000 pending jobs vs 100 (target < 50 MiB more)
+    (m) with ``--prefill N``: (g) and (h) again on a store holding N finished jobs (bulk inserted),
+        beside the empty store's figures of the same run (target: within 0.9x)
 
 Prints one JSON object. Run from the repository root::
 
-    python -m bench.bench_jobs [--quick] [--only g,h,i,j] [--postgres auto|URL]
+    python -m bench.bench_jobs [--quick] [--only g,h,i,j] [--postgres auto|URL] [--prefill 1000000]
 
 With ``--postgres``, (g) and (h) also run on PostgreSQL (``auto`` starts a
 throwaway server as the tests do; it needs PostgreSQL installed).
@@ -30,6 +32,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from bench import routines
+from bench.prefill import prefill
 from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, summarize_us
 
 
@@ -158,10 +161,67 @@ async def backlog_memory(directory: str, big: int) -> dict[str, object]:
     return result
 
 
-async def main(quick: bool, only: set[str], postgres: str | None) -> dict[str, object]:
+async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> dict[str, object]:
+    """(m): (g) and (h) on an empty store and on one holding ``prefill_n`` finished jobs, alternating round by round
+    (a shared machine's load drifts: each round compares the two within minutes)."""
+    scale = 10 if quick else 1
+    pg = store.startswith("postgres")
+    stores = {"empty": store + ("_empty" if pg else "_empty.db"), "full": store + ("_full" if pg else "_full.db")}
+    await prefill(stores["empty"], 0)
+    log(f"(m) pre-filling {prefill_n} finished jobs")
+    filled_s = await prefill(stores["full"], prefill_n)
+    g: dict[str, list[dict[str, object]]] = {"empty": [], "full": []}
+    h: dict[str, list[float]] = {"empty": [], "full": []}
+    for _ in range(rounds):
+        for kind in ("empty", "full"):
+            g[kind].append(await throughput(stores[kind], TP_CALLS // scale, rounds=1))
+            h[kind].extend(await latency_samples(stores[kind], 1000 // scale // rounds))
+    jobs = {kind: [r["jobs_per_s_median"] for r in g[kind]] for kind in g}
+    calls = {kind: [r["calls_per_s_median"] for r in g[kind]] for kind in g}
+    ratios = sorted(f / e for f, e in zip(jobs["full"], jobs["empty"]))  # type: ignore[operator]
+    vs_calls = sorted(
+        (f / fc) / (e / ec) for f, fc, e, ec in zip(jobs["full"], calls["full"], jobs["empty"], calls["empty"])  # type: ignore[operator]
+    )
+    latency_ms = {kind: summarize_us(h[kind]) for kind in h}
+    return {
+        "finished_jobs": prefill_n,
+        "prefill_s": round(filled_s, 1),
+        "rounds": rounds,
+        "g_jobs_per_s": jobs,
+        "g_calls_per_s_same_rounds": calls,
+        "g_full_over_empty_median": round(ratios[rounds // 2], 3),
+        "g_full_over_empty_range": [round(ratios[0], 3), round(ratios[-1], 3)],
+        "g_full_over_empty_vs_calls_median": round(vs_calls[rounds // 2], 3),
+        "h_n_per_store": len(h["empty"]),
+        "h_job_p50_ms": {k: round(v["p50_us"] / 1e3, 3) for k, v in latency_ms.items()},
+        "h_job_p99_ms": {k: round(v["p99_us"] / 1e3, 3) for k, v in latency_ms.items()},
+        "h_p50_empty_over_full": round(latency_ms["empty"]["p50_us"] / latency_ms["full"]["p50_us"], 3),
+    }
+
+
+async def latency_samples(store: str, n: int) -> list[float]:
+    """Submit-to-result of ``n`` jobs one at a time (after a warm-up), in seconds."""
+    async with pool.WorkerPool(spawn=WORKERS, store=store):
+        for _ in range(50):
+            await job_roundtrip()
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await job_roundtrip()
+            samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def main(quick: bool, only: set[str], postgres: str | None, prefill_n: int = 0) -> dict[str, object]:
     scale = 10 if quick else 1
     result: dict[str, object] = {"runtime": "leakypool jobs", "quick": quick}
     with tempfile.TemporaryDirectory(prefix="leakypool-bench-") as directory:
+        if prefill_n:
+            log("(m) (g), (h) beside a history of finished jobs, SQLite")
+            result["m_history_sqlite"] = await history(f"sqlite:///{directory}/m", prefill_n, quick)
+            if postgres:
+                log("(m) (g), (h) beside a history of finished jobs, PostgreSQL")
+                result["m_history_postgres"] = await history(postgres + "_m", prefill_n, quick)
         if "g" in only:
             log("(g) job throughput, SQLite")
             result["g_job_throughput"] = await throughput(f"sqlite:///{directory}/g.db", TP_CALLS // scale)
@@ -188,15 +248,16 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--only", default="g,h,i,j", help="comma-separated workloads (default g,h,i,j)")
     parser.add_argument("--postgres", help="also run (g), (h) on PostgreSQL: 'auto' (a throwaway server) or a URL "
-                        "prefix: databases PREFIX_g and PREFIX_h must exist")
+                        "prefix: databases PREFIX_g and PREFIX_h (and PREFIX_m_empty, PREFIX_m_full) must exist")
+    parser.add_argument("--prefill", type=int, default=0, help="(m): also run (g), (h) beside N finished jobs")
     args = parser.parse_args()
-    only = set(args.only.split(","))
+    only = set(args.only.split(",")) - {""}
     if args.postgres == "auto":
         from tests import pg
 
         with pg.server() as server:
-            for suffix in ("g", "h"):
+            for suffix in ("g", "h", "m_empty", "m_full"):
                 server.psql(f"CREATE DATABASE bench_{suffix} OWNER {pg.USER}")
-            print(json.dumps(uvloop.run(main(args.quick, only, server.url("bench"))), indent=2))
+            print(json.dumps(uvloop.run(main(args.quick, only, server.url("bench"), args.prefill)), indent=2))
     else:
-        print(json.dumps(uvloop.run(main(args.quick, only, args.postgres)), indent=2))
+        print(json.dumps(uvloop.run(main(args.quick, only, args.postgres, args.prefill)), indent=2))

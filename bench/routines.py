@@ -34,3 +34,9 @@ async def spin(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+@pool.routine
+async def stamp():
+    """When the worker started it (wall clock, for start-minus-due)."""
+    return time.time()

@@ -22,6 +22,7 @@ from ._errors import NoWorkersAvailable as NoWorkersAvailable
 from ._errors import PoolClosed as PoolClosed
 from ._errors import PoolError as PoolError
 from ._errors import PoolWarning as PoolWarning
+from ._errors import ProvisionError as ProvisionError
 from ._errors import RemoteTraceback as RemoteTraceback
 from ._errors import SerializationError as SerializationError
 from ._errors import StoreError as StoreError
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._discovery._lan import LanDiscovery as LanDiscovery
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
+    from ._dispatch._rates import RateLimit as RateLimit
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -52,6 +54,11 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._transport._rpc import WorkerMetadata as WorkerMetadata
     from ._transport._task import Task as Task
     from ._transport._tls import TlsCredentials as TlsCredentials
+    from ._discovery._store import StoreDiscovery as StoreDiscovery
+    from ._fleet._provision import CommandProvisioner as CommandProvisioner
+    from ._fleet._provision import Provisioner as Provisioner
+    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
+    from ._fleet._provision import WorkerRequest as WorkerRequest
 
 __all__ = sorted(
     [
@@ -90,6 +97,13 @@ __all__ = sorted(
         "Queue",
         "map",
         "routine",
+        "RateLimit",
+        "CommandProvisioner",
+        "ProvisionError",
+        "Provisioner",
+        "StoreDiscovery",
+        "SubprocessProvisioner",
+        "WorkerRequest",
     ]
 )
 
@@ -113,8 +127,14 @@ _LAZY: dict[str, str] = {
     "TlsCredentials": "._transport._tls",
     "WorkerMetadata": "._transport._rpc",
     "WorkerPool": "._pool",
+    "RateLimit": "._dispatch._rates",
     "map": "._dispatch._fanout",
     "routine": "._routine",
+    "CommandProvisioner": "._fleet._provision",
+    "Provisioner": "._fleet._provision",
+    "StoreDiscovery": "._discovery._store",
+    "SubprocessProvisioner": "._fleet._provision",
+    "WorkerRequest": "._fleet._provision",
 }
 """Public names whose modules load on first use, so ``import pool`` is cheap: a
 worker imports only the side it runs (no gRPC client, no jobs, no zeroconf),

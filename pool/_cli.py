@@ -1,12 +1,15 @@
-"""The ``leakypool`` command: ``leakypool status ADDRESS`` (more subcommands may follow)."""
+"""The ``leakypool`` command: ``leakypool status ADDRESS``, ``leakypool jobs STORE_URL ...``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-USAGE = "usage: leakypool status ADDRESS [--once | --json] [--interval S]"
-USAGE += "\n       leakypool jobs STORE_URL pause NAME | resume NAME | paused"
+USAGE = (
+    "usage: leakypool status ADDRESS [--once | --json] [--interval S]\n"
+    "       leakypool jobs STORE_URL [--json] list|show|retry|cancel|purge ...\n"
+    "       leakypool jobs STORE_URL pause NAME | resume NAME | paused"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,7 +22,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return status(args[1:])
     if args[0] == "jobs":
-        from ._jobs._pause_cli import main as jobs  # pause|resume|paused (issue #25)
+        from ._jobs._pause_cli import VERBS
+
+        if len(args) > 2 and args[2] in VERBS:  # pause|resume|paused (issue #25)
+            from ._jobs._pause_cli import main as pauses
+
+            return pauses(args[1:])
+        from ._jobs._cli import main as jobs
 
         return jobs(args[1:])
     print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

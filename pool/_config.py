@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn
@@ -148,6 +147,8 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
+    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
+    Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
@@ -186,6 +187,8 @@ class WorkerConfig:
     hold_slot_while_waiting: bool = False
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    registry: str = ""
+    registry_ttl: float = 15.0
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
@@ -291,12 +294,6 @@ def default_registry(environ: Mapping[str, str] = os.environ) -> str:
     return os.path.join(base, f"leakypool-{os.getuid()}")
 
 
-def fail(message: str) -> NoReturn:
-    """Print one error line for a start-up failure and exit with status 2."""
-    print(f"leakypool-worker: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
     Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
@@ -328,6 +325,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
+    Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
@@ -355,6 +353,7 @@ class PoolConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
 
     @classmethod

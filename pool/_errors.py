@@ -12,6 +12,7 @@
     ├── WorkflowHalted        an earlier call of its workflow failed (halt_on_error)
     ├── SerializationError    a value could not cross (also a TypeError)
     ├── StoreError            the job store failed (disk full, database gone)
+    ├── ProvisionError        a provisioner could not start a worker (the pool asks again later)
     └── ConfigError           a bad setting (also a ValueError)
 
     PoolWarning               base of every warning, to filter them as one
@@ -37,6 +38,7 @@ __all__ = [
     "PoolClosed",
     "PoolError",
     "PoolWarning",
+    "ProvisionError",
     "RemoteTraceback",
     "SerializationError",
     "StoreError",
@@ -185,6 +187,14 @@ class StoreError(PoolError):
     Nothing was half-written: the operation's transaction was rolled back.
     A retry can succeed once the cause is fixed (free disk space, a
     database server back up).
+    """
+
+
+class ProvisionError(PoolError):
+    """A provisioner could not start a worker: its command failed, the orchestrator's API refused.
+
+    Retrying can succeed: the pool asks again after a back-off, and the
+    work waiting keeps waiting (until its dispatch deadline).
     """
 
 

@@ -34,9 +34,9 @@ from ._dispatch._path import CallPath
 from ._dispatch._placement import Placement
 from ._dispatch._relay import NestedHost
 from ._errors import ConfigError, PoolClosed
-from ._fleet._local_fleet import LocalFleet, worker_env
+from ._fleet._provisioning import Provisioner, pool_capacity
 from ._observe._stats import PoolStats, WorkerSignals
-from ._routine import CallOptions
+from ._routine import CallOptions, schedule as _schedule
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
 from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
@@ -98,6 +98,7 @@ class WorkerPool:
             Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
         lease_ttl: Seconds this process's hold on its jobs lasts without
             renewal: after a crash, its jobs are re-queued that long later.
+        keep_finished: Seconds finished jobs are kept, then purged (default 7 days; 0: forever).
         local_transport: How the pool reaches the workers it spawns:
             ``"unix"`` (default; a unix socket in a private directory, no
             port) or ``"tcp"`` (127.0.0.1).
@@ -106,12 +107,12 @@ class WorkerPool:
         template_fork: Fork that template from this process when it runs no
             other thread and is under 256 MiB resident (default True): then
             not even one interpreter starts. The template and workers share this process's memory
-            pages until they write them. False: the template is a fresh
-            interpreter.
+            pages until they write them. False: the template is a fresh interpreter.
         store_retry: Seconds store calls retry a lost connection before StoreError (default 10).
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
+        provisioner, provision_timeout: Where extra workers come from; how long a request counts (docs/capacity.md).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -139,17 +140,20 @@ class WorkerPool:
         store: str | JobStore | None = None,
         lease_ttl: float | None = None,
         metrics_port: int | None = None,
+        provisioner: Provisioner | None = None,
+        provision_timeout: float | None = None,
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
-        store_retry: float | None = None,
+        keep_finished: float | None = None, store_retry: float | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)
         self._config = config
-        minimum = config.spawn if config.spawn is not None else (0 if discovery is not None else os.cpu_count() or 1)
+        automatic = 0 if discovery is not None or provisioner is not None else os.cpu_count() or 1
+        minimum = config.spawn if config.spawn is not None else automatic
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
         self._membership = Membership(
@@ -162,18 +166,11 @@ class WorkerPool:
             broken_local=lambda uid: self._fleet.replace(uid),
         )
         self._roster = self._membership.roster
-        self._fleet = LocalFleet(
-            env=worker_env(backpressure, config),
-            minimum=minimum,
-            maximum=max(minimum, config.max_workers or 0),
-            idle_timeout=config.idle_timeout,
-            startup_timeout=config.startup_timeout,
-            shutdown_grace=config.shutdown_grace,
+        self._fleet, self._growth = pool_capacity(
+            config, backpressure, provisioner, minimum=minimum, provision_timeout=provision_timeout, tags=tags,
+            members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
-            transport=config.local_transport,
-            template=config.worker_template,
-            template_fork=config.template_fork,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
@@ -184,7 +181,7 @@ class WorkerPool:
         self._admission = Admission(
             placement,
             self._tasks,
-            self._fleet.grow,
+            self._growth.grow,
             queue_depth=config.queue_depth,
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
@@ -204,12 +201,12 @@ class WorkerPool:
             self._scheduler = Scheduler(
                 job_store,
                 self._path.place_job,
-                self._fleet.grow,
-                lambda: len(self._roster) > 0 or self._fleet.maximum > 0,
+                self._growth.grow,
+                lambda: len(self._roster) > 0 or self._growth.maximum > 0,
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,
-                store_retry=config.store_retry,
+                keep_finished=config.keep_finished, store_retry=config.store_retry,
             )
         self._token: Any = None
         self._observer: PoolObserver | None = None
@@ -267,6 +264,7 @@ class WorkerPool:
                 self._scheduler.stop_leasing()
                 stack.push_async_callback(self._scheduler.store.close)
                 stack.push_async_callback(self._scheduler.aclose)
+            stack.push_async_callback(self._growth.aclose)
             await self._fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
 
     def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
@@ -315,6 +313,7 @@ class WorkerPool:
         return await self._path.dispatch(task, parent)
 
     def _capacity_changed(self) -> None:
+        self._growth.changed()
         self._admission.capacity_changed()
         if self._scheduler is not None:
             self._scheduler.capacity_changed()
@@ -329,10 +328,10 @@ class WorkerPool:
             ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
         """
         if self._scheduler is None:
-            raise ConfigError(
-                "jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)"
-            )
+            raise ConfigError("jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)")
         return self._scheduler.jobs
+
+    schedule = _schedule  # periodic jobs: p.schedule(routine, cron="0 7 * * *", args=(...)); see pool._routine
 
     async def submit(self, task: Task, options: CallOptions) -> Job:
         """Commit a job for ``task`` (see `pool.Routine.submit`)."""
@@ -355,7 +354,8 @@ class WorkerPool:
             dispatched=self._admission.placement.dispatched,
             rejected=self._admission.rejected,
             capacity_timeouts=self._path.capacity_timeouts,
-            grown=self._fleet.grown,
+            grown=self._growth.grown,
+            provision_failures=self._growth.failures,
             limits=limits,
             shrunk=self._fleet.shrunk,
             worker_signals={

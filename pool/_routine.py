@@ -10,6 +10,7 @@ generator function, an async iterator) that runs it remotely.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import inspect
 import math
@@ -43,10 +44,15 @@ class CallOptions:
     retries: int = 0
     retry_backoff: float = 1.0
     retry_on: tuple[type[BaseException], ...] = ()
+    priority: int = 0
+    delay: float = 0.0
+    run_at: datetime.datetime | None = None
+    connection: Any = None
 
     def __post_init__(self) -> None:
         self._check_call_options()
         self._check_job_options()
+        check_schedule_options(self)
 
     def _check_job_options(self) -> None:
         deadline = self.dispatch_deadline
@@ -86,6 +92,35 @@ class CallOptions:
             raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
 
 
+def check_schedule_options(options: CallOptions) -> None:
+    """Raise one clear line for a bad ``priority``, ``delay``, ``run_at`` or ``connection``.
+
+    Raises:
+        TypeError, ValueError: the option named first in the message is wrong.
+    """
+    priority = options.priority
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority: expected an int (higher runs first, default 0), got {priority!r}")
+    delay = options.delay
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay: expected seconds >= 0, got {delay!r}")
+    if not (delay >= 0 and math.isfinite(delay)):
+        raise ValueError(f"delay: expected seconds >= 0, got {delay!r}")
+    run_at = options.run_at
+    if run_at is not None:
+        if not isinstance(run_at, datetime.datetime):
+            raise TypeError(f"run_at: expected an aware datetime, got {run_at!r}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError(
+                f"run_at: expected an aware datetime (e.g. tzinfo=datetime.UTC), got the naive {run_at.isoformat()}"
+            )
+        if delay:
+            raise ValueError(f"run_at: give run_at or delay, not both (got delay={delay!r})")
+    connection = options.connection
+    if connection is not None and not callable(getattr(connection, "is_in_transaction", None)):
+        raise TypeError(f"connection: expected an asyncpg connection, got {connection!r}")
+
+
 class Routine(Generic[P, R]):
     """A coroutine or async-generator function that runs on a pool's workers.
 
@@ -104,6 +139,7 @@ class Routine(Generic[P, R]):
         self._generator = inspect.isasyncgenfunction(fn)
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
+        self._fields: tuple[Any, ...] | None = None  # a Task's fields but its arguments, computed once
 
     @property
     def generator(self) -> bool:
@@ -158,24 +194,31 @@ class Routine(Generic[P, R]):
 
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
-        digest, blob = self._base.code()
-        options = self._call_options
-        queue = options.queue
-        return Task(
-            name=self.__qualname__,
-            generator=self._generator,
-            digest=digest,
-            blob=blob,
-            args=_wire.pack_args(self.__qualname__, args, kwargs),
-            timeout=options.timeout,
-            queue=queue.name if queue else "",
-            concurrency=queue.concurrency if queue else 0,
-            total=(queue.total or 0) if queue else 0,
-            key=options.key,
-            workflow=options.workflow,
-            halt_on_error=options.halt_on_error,
-            dispatch_deadline=options.dispatch_deadline,
-        )
+        fields = self._fields
+        if fields is None:
+            digest, blob = self._base.code()
+            options = self._call_options
+            queue = options.queue
+            fields = self._fields = (
+                (self.__qualname__, self._generator, digest, blob),
+                (
+                    options.timeout,
+                    queue.name if queue else "",
+                    queue.concurrency if queue else 0,
+                    (queue.total or 0) if queue else 0,
+                    options.key,
+                    options.workflow,
+                    options.halt_on_error,
+                    0,  # parent
+                    options.dispatch_deadline,
+                    "",  # traceparent
+                    None,  # trace
+                    options.priority,
+                    (queue.rate.n, float(queue.rate.per)) if queue and queue.rate else None,
+                ),
+            )
+        head, tail = fields
+        return Task(*head, _wire.pack_args(self.__qualname__, args, kwargs), *tail)
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once."""
@@ -265,6 +308,9 @@ def routine(
     retries: int = 0,
     retry_backoff: float = 1.0,
     retry_on: tuple[type[BaseException], ...] = (),
+    priority: int = 0,
+    delay: float = 0.0,
+    run_at: datetime.datetime | None = None,
 ) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make an async function a routine: its calls run on the pool's workers.
@@ -292,6 +338,12 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     - ``retries``: attempts after the first when the worker is lost or the
       routine raises a type listed in ``retry_on``; exponential back-off from
       ``retry_backoff`` seconds, with jitter.
+    - ``delay`` (seconds) or ``run_at`` (an aware datetime): when it is due.
+    - ``connection``: an asyncpg connection inside a transaction: the job
+      is inserted in it, so it exists iff that transaction commits.
+
+    For both: ``priority`` (int, default 0): higher first among due jobs
+    and among calls waiting for a worker; FIFO within a priority.
 
     Raises:
         TypeError: ``fn`` is not an ``async def`` function, or a bad option.
@@ -300,3 +352,40 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     if fn is None:
         return lambda f: Routine(f, call_options)
     return Routine(fn, call_options)
+
+
+def schedule(
+    self: Any, routine: Routine[Any, Any], cron: str, args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None, *, tz: str = "UTC",
+) -> str:
+    """Run ``routine(*args, **kwargs)`` as a job at every slot of ``cron`` (``WorkerPool.schedule``).
+
+    Every process on the store may schedule the same thing: each slot runs
+    once in all (its job id is ``NAME@UNIX_SECONDS``, NAME derived from the
+    routine, ``cron``, ``tz`` and the arguments). A slot missed while no
+    process ran is run once at start-up (the latest one, not each), with a
+    warning saying how many were missed. The routine's options (queue,
+    retries, priority...) apply to each slot's job. Needs the ``cron`` extra.
+
+    Args:
+        routine: A coroutine routine.
+        cron: ``"minute hour day month weekday"``, croniter's syntax (a sixth
+            field, last, counts seconds: ``"* * * * * */10"``).
+        args, kwargs: Its arguments, pickled once, now.
+        tz: The zone ``cron`` is read in (IANA name); default UTC.
+
+    Returns:
+        The schedule's name.
+
+    Raises:
+        ConfigError: no store, a pool not open, a bad expression or zone, croniter missing.
+        SerializationError: an argument cannot be pickled.
+    """
+    if not isinstance(routine, Routine) or routine.generator:
+        raise ConfigError(f"schedule: expected a coroutine @pool.routine, got {routine!r}")
+    if not self.has_store or getattr(self, "_path").state != "open":
+        raise ConfigError("schedule: needs an open pool with a store (inside async with WorkerPool(store=...))")
+    if not isinstance(tz, str):
+        raise ConfigError(f"tz: expected an IANA time zone name like 'Europe/Paris', got {tz!r}")
+    task = routine.task(tuple(args), dict(kwargs or {}))
+    return self._scheduler.schedules.add(task, routine.call_options, cron, tz)  # type: ignore[no-any-return]

@@ -3,14 +3,17 @@
 A backend is anything with ``subscribe()``, an async iterator of
 `DiscoveryEvent` (worker added, updated, dropped). A subscriber MUST first
 yield every worker it already knows as "added", then deltas, and MUST be
-safe to cancel at any await. Three backends ship:
+safe to cancel at any await. Four backends ship:
 
 - `StaticDiscovery` (``_static``): a fixed list of addresses, and an
   in-memory double (`add`/`drop` drive it from tests);
 - `LocalDiscovery` (``_local``): workers on this machine, through a
   registry directory (``worker_main --discovery local``);
 - `LanDiscovery` (``_lan``, the only zeroconf importer, loaded on first
-  use): workers on the LAN, through DNS-SD.
+  use): workers on the LAN, through DNS-SD;
+- `StoreDiscovery` (``_store``, loaded on first use): workers recorded in a
+  table in PostgreSQL or SQLite (``_registry``; ``worker_main --registry``),
+  with no multicast. Its worker's side is ``pool/_worker/_registry.py``.
 
 Each backend module also holds the worker's side of it (the publisher),
 since both ends must agree on the record's format. A worker's record, as

@@ -19,7 +19,10 @@
 Admission owns the whole path to a worker: it asks its `Placement` (the
 balancer loop) for each call, and its pump, a task the pool's `TaskOwner`
 ends, serves the queue. The pump serves waiters strictly in order, so a
-burst starts in arrival order and a newcomer never jumps the queue. Calls
+burst starts in arrival order and a newcomer never jumps the queue, unless
+it has a higher ``priority`` (``options(priority=...)``): the queue is
+ordered by priority, then arrival (a steady stream of higher priority calls
+starves lower ones; that is the contract, kept simple). Calls
 that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
@@ -58,6 +61,10 @@ DURATION_HALF_LIFE: Final[float] = 0.1
 """Weight of the newest call in the running mean duration (for retry_after)."""
 
 
+class DeadlinePassed(Exception):
+    """A queued call's dispatch deadline passed before a worker accepted it (the caller raises `CapacityTimeout`)."""
+
+
 class _Waiter:
     __slots__ = ("ticket", "placed", "served")
 
@@ -67,12 +74,17 @@ class _Waiter:
         self.served: asyncio.Future[OutgoingCall] = loop.create_future()
 
 
+def _order(waiter: _Waiter) -> tuple[int, int]:
+    """Higher priority first, then admission order (FIFO within a priority)."""
+    return -waiter.ticket.task.priority, waiter.ticket.seq
+
+
 def _insert(line: list[_Waiter], waiter: _Waiter) -> None:
-    """Put ``waiter`` in ``line`` by admission order (usually at the end)."""
-    if not line or line[-1].ticket.seq < waiter.ticket.seq:
+    """Put ``waiter`` in ``line`` by priority, then admission order (usually at the end)."""
+    if not line or _order(line[-1]) < _order(waiter):
         line.append(waiter)
     else:
-        bisect.insort(line, waiter, key=lambda w: w.ticket.seq)
+        bisect.insort(line, waiter, key=_order)
 
 
 class Admission:
@@ -107,7 +119,7 @@ class Admission:
         self.admitted = 0
         self.rejected = 0
         self.mean_duration = 1.0
-        self._queue: list[_Waiter] = []  # by admission order (ticket.seq)
+        self._queue: list[_Waiter] = []  # by priority, then admission order (ticket.seq)
         self._lobby: list[_Waiter] = []
         self._arrivals = itertools.count()
         self._capacity = asyncio.Event()
@@ -163,12 +175,16 @@ class Admission:
         """Capacity may have freed: let the pump try the head of the queue."""
         self._capacity.set()
 
-    async def dispatch(self, ticket: Ticket) -> OutgoingCall:
-        """Get ``ticket``'s task accepted by a worker, queueing if need be.
+    async def dispatch(self, ticket: Ticket, deadline: float) -> OutgoingCall:
+        """Get ``ticket``'s task accepted by a worker, queueing if need be, until ``deadline`` (loop time).
+
+        A call that finds a worker at once sets no timer: only a call that
+        waits in the queue has its deadline armed.
 
         Raises:
             NoWorkersAvailable: no worker accepted it and there is no queue.
             AdmissionRejected: the queue stayed full for ``admission_timeout``.
+            DeadlinePassed: it waited past ``deadline``.
         """
         if not self._queue and not self._lobby:
             try:
@@ -177,14 +193,22 @@ class Admission:
                 self._starved()  # grow the pool if it may, queue or not
                 if not self.queue_depth:
                     raise
-        waiter = _Waiter(ticket, asyncio.get_running_loop())
-        await self._take_place(waiter)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(ticket, loop)
+        timer = asyncio.timeout_at(deadline)
         try:
-            return await waiter.served
-        except BaseException:
-            self._leave(waiter)
-            if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
-                waiter.served.result().cancel()  # accepted as we gave up
+            async with timer:
+                await self._take_place(waiter)
+                try:
+                    return await waiter.served
+                except BaseException:
+                    self._leave(waiter)
+                    if waiter.served.done() and not waiter.served.cancelled() and waiter.served.exception() is None:
+                        waiter.served.result().cancel()  # accepted as we gave up
+                    raise
+        except TimeoutError:
+            if timer.expired():
+                raise DeadlinePassed from None
             raise
 
     async def _take_place(self, waiter: _Waiter) -> None:

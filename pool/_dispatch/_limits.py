@@ -37,6 +37,7 @@ from typing import Any
 
 from .._errors import Deadlock, WorkflowHalted
 from .._observe._stats import GateStats
+from ._rates import RateBook, RateLimit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,11 +59,15 @@ class Queue:
             share its slots.
         concurrency: Calls running at once per key (>= 1).
         total: Calls running at once across keys (>= 1), or None.
+        rate: A `pool.RateLimit`: at most ``n`` starts per ``per`` seconds,
+            per key (in this process for calls; across every process on the
+            store for jobs), or None.
     """
 
     name: str
     concurrency: int = 1
     total: int | None = None
+    rate: RateLimit | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -74,6 +79,8 @@ class Queue:
                 raise TypeError(f"{field}: expected an int >= 1, got {value!r}")
             if value < 1:
                 raise ValueError(f"{field}: expected an int >= 1, got {value!r}")
+        if self.rate is not None and not isinstance(self.rate, RateLimit):
+            raise TypeError(f"rate: expected a pool.RateLimit or None, got {self.rate!r}")
 
 
 class Ticket:
@@ -263,6 +270,7 @@ class Limits:
 
     def __init__(self) -> None:
         self._gates: dict[tuple[str, ...], Gate] = {}
+        self._rates = RateBook()
 
     def __len__(self) -> int:
         return len(self._gates)
@@ -283,6 +291,8 @@ class Limits:
                 await gate.acquire(ticket, limit)
                 ticket.held.append(gate)
                 gate = None
+            if ticket.task.rate is not None:  # last: a call waits for its turn holding its slots, as in line
+                await self._rates.wait(ticket.task.queue, ticket.task.key, *ticket.task.rate)
         except BaseException:
             self.release(ticket)
             if gate is not None and gate.idle():

@@ -30,7 +30,7 @@ from .._observe._trace import active_tracer, traced
 from .._transport._calls import call_failure
 from .._transport._session import OutgoingCall
 from .._transport._task import Task
-from ._admission import Admission
+from ._admission import Admission, DeadlinePassed
 from ._limits import Limits, Ticket
 
 if TYPE_CHECKING:
@@ -87,17 +87,19 @@ class CallPath:
                 metrics.rejected(task.name)
             raise
         limit = task.dispatch_deadline or self._default_deadline
-        deadline = asyncio.timeout(limit)
+        deadline = asyncio.get_running_loop().time() + limit
+        timer = None  # armed only where the call may wait: its limits, the queue for a worker
         try:
-            async with deadline:
-                if task.queue or task.workflow:
+            if task.queue or task.workflow:
+                timer = asyncio.timeout_at(deadline)
+                async with timer:
                     await self.limits.acquire(ticket)
-                call = await self.admission.dispatch(ticket)
+            call = await self.admission.dispatch(ticket, deadline)
         except BaseException as exc:
             self._end(ticket, exc if isinstance(exc, Exception) else None)
             if metrics is not None and isinstance(exc, AdmissionRejected):
                 metrics.rejected(task.name)
-            if isinstance(exc, TimeoutError) and deadline.expired():
+            if isinstance(exc, DeadlinePassed) or (isinstance(exc, TimeoutError) and timer is not None and timer.expired()):
                 raise self._timed_out(task, limit) from None
             raise
         self._tickets[call] = ticket

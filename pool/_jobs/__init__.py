@@ -8,6 +8,9 @@
     _recorder    what an accepted attempt writes: running, then its outcome or a retry
     _presence    the process's owner lease, dead owners' recovery, other processes' notices
     _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
+    _retention   keep_finished: finished jobs purged in bounded batches
+    _periodic    WorkerPool.schedule: one job per cron slot, across processes
+    _cli         ``leakypool jobs STORE_URL ...``
     _pause       the paused queues as one process sees them, and the leased jobs to give back
     _pause_cli   ``leakypool jobs STORE_URL pause|resume NAME``
 """

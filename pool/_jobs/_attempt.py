@@ -58,8 +58,9 @@ class Attempt:
         self.started: float | None = None
 
 
-def due_order(attempt: Attempt) -> tuple[float, float, str]:
-    return attempt.job.next_at, attempt.job.created_at, attempt.job.id
+def due_order(attempt: Attempt) -> tuple[int, float, float, str]:
+    """Waiting jobs go to workers in the order the store leases them: priority, due time, submission."""
+    return attempt.job.lease_order
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

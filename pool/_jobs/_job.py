@@ -37,6 +37,10 @@ class JobOptions(Protocol):
     retry_backoff: float
     retry_on: tuple[type[BaseException], ...]
     dispatch_deadline: float | None
+    priority: int
+    delay: float
+    run_at: datetime.datetime | None
+    connection: Any
 
 
 def queue_name(queue: str | Any) -> str:
@@ -95,6 +99,16 @@ class Job:
     def error(self) -> str:
         """Why it failed or was cancelled, as text ("" otherwise)."""
         return self._record.error
+
+    @property
+    def run_at(self) -> datetime.datetime:
+        """When it is (or was) due: its submission, ``delay`` later, its ``run_at``, or a retry's back-off."""
+        return _when(self._record.next_at)  # type: ignore[return-value]
+
+    @property
+    def priority(self) -> int:
+        """Higher runs first among due jobs (default 0)."""
+        return self._record.priority
 
     @property
     def created_at(self) -> datetime.datetime:
@@ -164,6 +178,7 @@ class Jobs:
         cancel_running: Tells this process's scheduler to cancel a running job now.
         max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
         default_deadline: A job's dispatch deadline unless its options set one.
+        purged: Finished jobs this process purged so far (retention).
     """
 
     def __init__(
@@ -173,17 +188,19 @@ class Jobs:
         claim: Callable[[], str],
         adopt: Callable[[JobRecord | None], None],
         holds: Callable[[str], bool],
-        wake: Callable[[], None],
+        wake: Callable[[float], None],
         cancel_running: Callable[[str], None],
         max_pending: int | None,
         default_deadline: float,
+        purged: Callable[[], int] = lambda: 0,
         pauses_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
+        self._purged = purged
         self._claim = claim
         self._adopt = adopt
         self._holds = holds
-        self._wake = wake
+        self._due = wake
         self._cancel_running = cancel_running
         self._max_pending = max_pending
         self._default_deadline = default_deadline
@@ -191,6 +208,11 @@ class Jobs:
         self._finished: dict[str, asyncio.Future[JobRecord | None]] = {}  # jobs someone here waits for
         self._id_prefix = uuid.uuid4().hex[:16] + "-"  # generated ids: unique per process, then a counter
         self._serial = itertools.count()
+
+    @property
+    def purged(self) -> int:
+        """Finished jobs this process deleted so far (past ``keep_finished``)."""
+        return self._purged()
 
     def notify_finished(self, job_id: str, record: JobRecord | None) -> None:
         """This process just ended an attempt of ``job_id`` (``record``: its final row, if final)."""
@@ -201,22 +223,13 @@ class Jobs:
     async def submit(self, task: Task, options: JobOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
         now = time.time()
-        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
-        new = NewJob(
-            id=options.job_id or f"{self._id_prefix}{next(self._serial):x}",
-            routine=task.name,
-            payload=payload,
-            created_at=now,
-            deadline=now + (options.dispatch_deadline or self._default_deadline),
-            max_attempts=1 + options.retries,
-            queue=task.queue,
-            key=task.key,
-            workflow=task.workflow,
-            concurrency=task.concurrency,
-            total=task.total,
-        )
-        # A job with limits is leased through the store's limit check; one without may be kept at once.
-        owner = "" if (task.queue or task.workflow) else self._claim()
+        new = self.new_job(task, options, now)
+        due = new.due
+        if options.connection is not None:
+            return await self._submit_in(options.connection, new)
+        # A job with limits is leased through the store's limit check, a delayed one when it is due;
+        # one without either may be kept at once.
+        owner = "" if (task.queue or task.workflow or due > now) else self._claim()
         record: JobRecord | None = None
         try:
             record, created = await self.store.submit(new, self._max_pending, owner)  # the ceiling: same transaction
@@ -225,8 +238,45 @@ class Jobs:
                 self._adopt(record if record is not None and created else None)
         assert record is not None
         if created and not owner:
-            self._wake()  # in the store, not kept here: lease it (its limits are checked there)
+            self._due(due)  # in the store, not kept here: lease it when due (its limits are checked there)
         return Job(self, record)
+
+    def new_job(
+        self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
+    ) -> NewJob:
+        """The row `submit` writes for ``task`` (``job_id`` and ``due`` override the options': a periodic slot's)."""
+        if due is None:
+            due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
+        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
+        return NewJob(
+            id=job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}",
+            routine=task.name,
+            payload=payload,
+            created_at=now,
+            deadline=max(now, due) + (options.dispatch_deadline or self._default_deadline),
+            max_attempts=1 + options.retries,
+            queue=task.queue,
+            key=task.key,
+            workflow=task.workflow,
+            concurrency=task.concurrency,
+            total=task.total,
+            next_at=due,
+            priority=options.priority,
+            rate=task.rate[0] if task.rate else 0,
+            rate_per=task.rate[1] if task.rate else 0.0,
+        )
+
+    async def _submit_in(self, connection: Any, new: NewJob) -> Job:
+        """Submit on the caller's asyncpg connection, inside its transaction (PostgreSQL only)."""
+        submit_in = getattr(self.store, "submit_in", None)
+        if submit_in is None:
+            raise ConfigError(
+                f"connection: a submit in the caller's transaction needs a PostgreSQL store, got {self.store!r}"
+            )
+        if self._max_pending is not None:
+            raise ConfigError("connection: a submit in the caller's transaction cannot check max_pending; unset one")
+        record, _ = await submit_in(connection, new)
+        return Job(self, record)  # the processes on the store (this one too) hear of it on commit
 
     async def get(self, job_id: str) -> Job | None:
         """The job with this id, from the store (any process's), or None."""
@@ -294,7 +344,7 @@ class Jobs:
         """Start ``queue``'s pending jobs again (within a tick; at once on PostgreSQL, in every process)."""
         await self._pausable().resume(queue_name(queue))
         self._pauses_changed()
-        self._wake()
+        self._wake(0.0)  # due now: lease what it let through
 
     async def paused(self) -> list[str]:
         """The names of the paused queues, sorted."""

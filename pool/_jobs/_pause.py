@@ -11,8 +11,9 @@ to the store instead of starting.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ._attempt import Attempt
+from ._attempt import Attempt, persist
 from ._store import JobStore, PausableStore
 
 
@@ -45,3 +46,25 @@ class PausedQueues:
                 self.stale = True
                 raise
         return [attempt for attempt in waiting if attempt.job.queue in self.names] if self.names else []
+
+
+class LeaseUpkeep:
+    """What `Scheduler` does before each lease (mixed in; uses its batch, its store and its owner id)."""
+
+    async def _upkeep(self) -> None:
+        """Give back the leased jobs of paused queues, and (a lease in doubt) the jobs it took unseen.
+
+        A lease that failed with a lost connection may have committed: its
+        jobs are this process's in the store but not in memory. Once no
+        submission this process keeps is on its way in (`_claim` takes none
+        while in doubt), every pending job it owns but does not hold goes back.
+        """
+        scheduler: Any = self
+        if held := await scheduler.paused.refresh(scheduler._waiting):  # leased before their queue was paused
+            scheduler._waiting = [a for a in scheduler._waiting if a not in held]
+            ids = [a.job.id for a in held]
+            await persist("giving back paused jobs", lambda: scheduler.store.unlease(scheduler.owner, ids))
+            for job_id in ids:
+                scheduler._drop(job_id)
+        if scheduler.store.lease_in_doubt and not scheduler._claimed:
+            await scheduler.store.reclaim(scheduler.owner, list(scheduler._held))

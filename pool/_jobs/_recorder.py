@@ -128,4 +128,5 @@ class Recorder:
         return JobRecord(
             job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
             job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
+            job.priority,
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,10 +37,12 @@ from ._attempt import Outage, persist
 from ._attempt import due_order as _due_order
 from ._codec import decode
 from ._job import Jobs
-from ._pause import PausedQueues
+from ._pause import LeaseUpkeep, PausedQueues
 from ._presence import Presence
+from ._periodic import Schedules
 from ._recorder import Recorder
-from ._store import JobRecord, JobStore
+from ._retention import Retention
+from ._store import JobRecord, JobStore, next_due
 from ._stores._retry import RetryingStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -51,7 +54,7 @@ MAX_PLACING: Final[int] = 256
 """Jobs being offered to workers at once (each awaits one worker's Accept)."""
 
 
-class Scheduler:
+class Scheduler(LeaseUpkeep):
     """Runs the jobs of one store from one dispatching process.
 
     Args:
@@ -63,6 +66,7 @@ class Scheduler:
         lease_ttl: Seconds this process's owner lease lasts without renewal.
         default_deadline: Dispatch deadline of jobs without their own.
         max_pending: Active jobs the store may hold (the submit ceiling).
+        keep_finished: Seconds finished jobs are kept before they are purged (0: forever).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Scheduler:
         lease_ttl: float,
         default_deadline: float,
         max_pending: int | None,
+        keep_finished: float = 0.0,
         store_retry: float = 10.0,
     ) -> None:
         self.store = store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
@@ -96,9 +101,12 @@ class Scheduler:
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
+        self._next_due = math.inf  # the earliest future due time (a delayed, retried or rate-held job): sleep until
+        self._due_known = False  # False: the store may hold an earlier one (read it before sleeping)
         self._closing = False
         self._started = False
         self._recorder = Recorder(store, self.owner)
+        self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
         self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running,
                                   pauses_changed=self.paused.changed)
@@ -106,13 +114,15 @@ class Scheduler:
             store,
             claim=self._claim,
             adopt=self._adopt_submitted,
-            holds=self._holds,
-            wake=self.wake,
+            holds=self._held.__contains__,  # held here (leased or running): its end is reported
+            wake=self.due_at,
             cancel_running=self.cancel_running,
             max_pending=max_pending,
             default_deadline=default_deadline,
+            purged=lambda: self.retention.purged,
             pauses_changed=self.paused.changed,
         )
+        self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -121,6 +131,8 @@ class Scheduler:
         await self._presence.start()
         self._started = True
         self._tasks.spawn(self._run(), name="schedule")
+        if self.retention.enabled:  # every process: the store lets one purge at a time
+            self._tasks.spawn(self.retention.run(), name="retention")
 
     def stop_leasing(self) -> None:
         """Lease no more jobs (the pool is closing); running ones finish."""
@@ -130,6 +142,7 @@ class Scheduler:
     async def aclose(self) -> None:
         """Stop, and hand every job this process still holds back to the store."""
         self._closing = True
+        await self.schedules.aclose()
         await self._presence.aclose()
         await self._tasks.aclose()
         for job_id in list(self._held):  # their waiters here read the store from now on
@@ -144,14 +157,22 @@ class Scheduler:
     def wake(self) -> None:
         """Lease and dispatch now (something may be due in the store: a submit, a notice, jobs given back)."""
         self._backlog = True
+        self._due_known = False
         self._wake.set()
+
+    def due_at(self, when: float) -> None:
+        """A job in the store is due at ``when`` (Unix seconds): lease it then (now, if it is due)."""
+        if when <= time.time():
+            self.wake()
+        elif when < self._next_due:
+            self._next_due = when
+            self._wake.set()  # sleep until then, not until the tick
 
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
-        if not self._has_workers():
+        if not self._has_workers() or self.store.lease_in_doubt:  # (in doubt: see LeaseUpkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
-        room = len(self._waiting) + self._claimed < LEASE_BATCH and not self.store.lease_in_doubt  # in doubt: see _fill
-        if self._started and not self._closing and room:
+        if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
             self._claimed += 1
             return self.owner
         return ""
@@ -160,10 +181,6 @@ class Scheduler:
         """This process no longer holds ``job_id`` (cancelled while it waited here)."""
         self._held.discard(job_id)
         self.jobs.notify_finished(job_id, None)
-
-    def _holds(self, job_id: str) -> bool:
-        """Whether this process holds ``job_id`` (leased or running): it will report its end."""
-        return job_id in self._held
 
     def _adopt_submitted(self, job: JobRecord | None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not)."""
@@ -195,15 +212,8 @@ class Scheduler:
             attempt.cancel_requested = True
             attempt.runner.cancel()
 
-    @property
-    def waiting(self) -> int:
-        """Leased jobs waiting here for a worker or a limit."""
-        return len(self._waiting)
-
-    @property
-    def running(self) -> int:
-        """Jobs of this process a worker runs now."""
-        return len(self._running)
+    waiting = property(lambda self: len(self._waiting), doc="Leased jobs waiting here for a worker or a limit.")
+    running = property(lambda self: len(self._running), doc="Jobs of this process a worker runs now.")
 
     # -- the loop --------------------------------------------------------------------
 
@@ -225,12 +235,11 @@ class Scheduler:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
-                # The backstop: a worker's verdict may change with no event we
-                # see (a hook on memory or time), so probe again now and then;
-                # and something may have come due (a retry, a delayed job) or
-                # arrived unannounced (SQLite has no notices): lease.
+                # The backstop: a worker's verdict may change with no event we see (a hook on memory
+                # or time), so probe again now and then; and something may have come due (a retry,
+                # a delayed job) or arrived unannounced (SQLite has no notices): lease.
                 self._no_worker = False
-                self._backlog = True
+                self._backlog, self._due_known = True, False
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
@@ -238,21 +247,13 @@ class Scheduler:
         wait = self._ttl / 3
         if self._waiting:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
-        else:
-            due = await self.store.oldest_due(now)
-            if due is not None and due > now:  # due already but not leased: its limits are full; wait for an event
-                wait = min(wait, due - now)
-        return max(0.0, wait)
+        if not self._due_known or self._next_due <= now:  # unknown, or passed (leased just now): the next one
+            self._next_due, self._due_known = await next_due(self.store, now), True
+        return max(0.0, min(wait, self._next_due - now))
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
-        if held := await self.paused.refresh(self._waiting):  # leased before their queue was paused: give them back
-            self._waiting = [a for a in self._waiting if a not in held]
-            await persist("giving back paused jobs", lambda: self.store.unlease(self.owner, [a.job.id for a in held]))
-            for attempt in held:
-                self._drop(attempt.job.id)
-        if self.store.lease_in_doubt and not self._claimed:  # jobs a lease took unseen: back to the store
-            await self.store.reclaim(self.owner, list(self._held))  # (no claimed submit is on its way in)
+        await self._upkeep()  # paused queues' jobs, and those of a lease in doubt, back to the store
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
         if room > 0 and not self._closing and self._backlog:
@@ -264,6 +265,7 @@ class Scheduler:
             except BaseException:
                 self._backlog = True  # the store is away: lease again once it is back
                 raise
+            self._due_known = False  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:
@@ -333,10 +335,8 @@ class Scheduler:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
             if job.queue or job.workflow or not self._has_workers():
-                # Do not sit on a shared limit slot, nor on any job while this
-                # process has no worker at all: give back, so a process that
-                # has room can take it (the deadline is still checked here, at
-                # each lease).
+                # Do not sit on a shared limit slot, nor on any job while this process has no worker:
+                # give back, so a process with room takes it (the deadline is checked at each lease).
                 given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
                 if len(given) > 1:
                     self._waiting = []
@@ -386,8 +386,8 @@ class Scheduler:
             self._running.pop(job.id, None)
             self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
-            if final is None:
-                self._backlog = True  # back in the store (a retry, due later) or someone else's now
+            if final is None:  # back in the store (a retry, due later) or someone else's now
+                self._backlog, self._due_known = True, False
             if job.queue or job.workflow:
                 self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
 

@@ -16,6 +16,7 @@ what another process did since. The state machine:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -41,6 +42,10 @@ class NewJob:
             ``total`` of its queue (0: no cap), and no other job of its
             workflow are held by any process.
         concurrency, total: The queue's limits (0 for a job without a queue).
+        next_at: When it is due, Unix seconds (None: at once, ``created_at``).
+        priority: Higher first among due jobs (FIFO within a priority).
+        rate, rate_per: The queue's rate limit: at most ``rate`` leases of its
+            queue and key per ``rate_per`` seconds, across processes (0: none).
     """
 
     id: str
@@ -54,7 +59,19 @@ class NewJob:
     workflow: str = ""
     concurrency: int = 0
     total: int = 0
+    next_at: float | None = None
+    priority: int = 0
+    rate: int = 0
+    rate_per: float = 0.0
 
+    @property
+    def due(self) -> float:
+        """When the job is due (its ``next_at``, or at once)."""
+        return self.created_at if self.next_at is None else self.next_at
+
+
+LEASE_ORDER: Final[str] = "priority DESC, next_at, created_at, id"
+"""The order due jobs are leased in: priority first, then due time, then submission (FIFO)."""
 
 LIMITED_DUE_SQL: Final[str] = """
 WITH held AS (
@@ -64,30 +81,49 @@ WITH held AS (
 ), held_queue AS (SELECT queue, count(*) AS n FROM held WHERE queue <> '' GROUP BY queue
 ), held_flow AS (SELECT workflow, count(*) AS n FROM held WHERE workflow <> '' GROUP BY workflow
 ), due AS (
-    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at,
-        row_number() OVER (PARTITION BY queue, key ORDER BY next_at, created_at, id) AS nth_key,
-        row_number() OVER (PARTITION BY queue ORDER BY next_at, created_at, id) AS nth_queue,
+    SELECT id, queue, key, workflow, concurrency, total, next_at, created_at, priority, rate, rate_per,
+        CASE WHEN rate > 0 THEN (SELECT count(*) FROM {starts} AS s
+            WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) ELSE 0 END AS recent,
+        row_number() OVER (PARTITION BY queue, key ORDER BY priority DESC, next_at, created_at, id) AS nth_key,
+        row_number() OVER (PARTITION BY queue ORDER BY priority DESC, next_at, created_at, id) AS nth_queue,
         row_number() OVER (PARTITION BY workflow ORDER BY next_at, created_at, id) AS nth_flow
     FROM {table}
     WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND (queue <> '' OR workflow <> '')
       AND queue NOT IN (SELECT queue FROM leakypool_paused)
 )
-SELECT due.id, due.next_at, due.created_at FROM due
+SELECT due.id, due.next_at, due.created_at, due.priority, due.queue, due.key, due.rate, due.rate_per FROM due
 LEFT JOIN held_key ON held_key.queue = due.queue AND held_key.key = due.key
 LEFT JOIN held_queue ON held_queue.queue = due.queue
 LEFT JOIN held_flow ON held_flow.workflow = due.workflow
 WHERE (due.queue = '' OR coalesce(held_key.n, 0) + due.nth_key <= due.concurrency)
   AND (due.queue = '' OR due.total = 0 OR coalesce(held_queue.n, 0) + due.nth_queue <= due.total)
   AND (due.workflow = '' OR coalesce(held_flow.n, 0) + due.nth_flow <= 1)
-ORDER BY due.next_at, due.created_at, due.id LIMIT {limit}
+  AND (due.rate = 0 OR due.recent + due.nth_key <= due.rate)
+ORDER BY due.priority DESC, due.next_at, due.created_at, due.id LIMIT {limit}
 """
 """Due jobs with limits that fit, counting what every process holds (pending leased or running).
 
 A candidate's rank among the due jobs of its key, queue and workflow is
 added to what is held, so one lease never takes more than fits; a rank
 taken by a job that another limit keeps out only makes it more cautious,
-never exceed a limit. Run inside the lease transaction, under the lease
+never exceed a limit. A rate limit counts the leases of the job's queue
+and key in the last ``rate_per`` seconds (``{starts}``, written by the
+same transaction). Run inside the lease transaction, under the lease
 lock, so two processes never count the same slot free."""
+
+HELD_BACK_SQL: Final[str] = """
+UPDATE {table} {rated_index} SET next_at = (SELECT min(s.at) FROM {starts} AS s
+    WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) + rate_per
+WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND rate > 0
+  AND (SELECT count(*) FROM {starts} AS s
+       WHERE s.queue = {table}.queue AND s.key = {table}.key AND s.at > {now} - {table}.rate_per) >= rate
+"""
+"""Due jobs their rate holds back: due again when the oldest lease in their window leaves it.
+
+So a held-back job stays pending with its next due time set (the
+scheduler sleeps until then), and is not looked at again before.
+``{rated_index}``: SQLite's ``INDEXED BY`` the partial index of rated
+pending jobs (its planner would scan every due job), "" for PostgreSQL."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,6 +148,12 @@ class JobRecord:
     queue: str
     key: str
     workflow: str
+    priority: int = 0
+
+    @property
+    def lease_order(self) -> tuple[int, float, float, str]:
+        """Its place among due jobs (see `LEASE_ORDER`)."""
+        return (-self.priority, self.next_at, self.created_at, self.id)
 
 
 @runtime_checkable
@@ -240,6 +282,61 @@ class WatchableStore(Protocol):
             StoreError: the store could not be reached or the listening was lost (call again).
         """
         ...
+
+
+@runtime_checkable
+class MaintainedStore(Protocol):
+    """What retention and an operator (``leakypool jobs``) need of a store beyond `JobStore` (both built-in stores).
+
+    Kept apart from `JobStore` so a store written for an earlier release still is one.
+    """
+
+    async def purge(self, finished_before: float, limit: int) -> int:
+        """Delete at most ``limit`` final jobs that finished before ``finished_before``; how many went.
+
+        Never a pending or running job. One process purges at a time: while
+        another one does, this returns 0 at once (PostgreSQL), or waits for
+        the file's write lock, held for one bounded batch (SQLite).
+        """
+        ...
+
+    async def next_due(self, now: float) -> float | None:
+        """The earliest ``next_at`` after ``now`` among unowned pending jobs, or None."""
+        ...
+
+    async def select(
+        self, state: str | None = None, routine: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        """Jobs in ``state`` of ``routine`` (any if None), newest first."""
+        ...
+
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        """Record that schedule ``name`` reached ``slot``; the slot it had recorded before (None: none).
+
+        With ``job``: if the recorded slot is older than ``slot`` (or none),
+        record ``slot`` and insert ``job`` (unless its id exists), in one
+        transaction: of all the processes that try one slot, one submits it.
+        Without: record ``slot`` only if the schedule has no slot yet (its start).
+        """
+        ...
+
+    async def requeue(self, job_id: str, now: float) -> JobRecord | None:
+        """A failed or cancelled job -> pending, due now, one more attempt allowed; history kept.
+
+        Its attempt count and last error stay; its dispatch deadline starts
+        again from ``now``. Anything else is left as it is. The record after, or None (no such job).
+        """
+        ...
+
+
+async def next_due(store: JobStore, now: float) -> float:
+    """When the store's next job comes due after ``now`` (inf: none known), for a store of any release."""
+    if isinstance(store, MaintainedStore):
+        due = await store.next_due(now)
+    else:
+        due = await store.oldest_due(now)  # due already but not leased: its limits are full; events wake for it
+        due = due if due is not None and due > now else None
+    return math.inf if due is None else due
 
 
 @runtime_checkable

@@ -90,14 +90,13 @@ class PoolMetrics:
     Args:
         stats: The pool's `PoolStats` now (read at each scrape).
         jobs: Job counts by state, as last read from the store (None: no store).
+        purged: Finished jobs this process purged (retention; None: no store).
         paused: The paused queues' names, as last read from the store.
     """
 
     def __init__(
-        self,
-        stats: Callable[[], PoolStats],
-        jobs: Callable[[], dict[str, int] | None],
-        paused: Callable[[], Iterable[str]] = tuple,
+        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
+        purged: Callable[[], int | None] = lambda: None, paused: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry
@@ -106,7 +105,7 @@ class PoolMetrics:
         self.routines: dict[str, _Routine] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Calls(self.routines))
-        self.registry.register(_Gauges(stats, jobs))
+        self.registry.register(_Gauges(stats, jobs, purged))
         self.registry.register(_Paused(paused))
 
     def _of(self, name: str) -> _Routine:
@@ -175,9 +174,13 @@ class _Calls:
 class _Gauges:
     """Gauges read from the pool when scraped (a custom collector: nothing to keep in step)."""
 
-    def __init__(self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None]) -> None:
+    def __init__(
+        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
+        purged: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self._stats = stats
         self._jobs = jobs
+        self._purged = purged
 
     def describe(self) -> list[Any]:
         return []  # unchecked collector: names are known only when collected
@@ -205,6 +208,9 @@ class _Gauges:
         shrunk = CounterMetricFamily("leakypool_workers_shrunk", "Workers grown under load that left after idling.")
         shrunk.add_metric([], s.shrunk)
         yield shrunk
+        failures = CounterMetricFamily("leakypool_provision_failures", "Worker requests the provisioner failed.")
+        failures.add_metric([], s.provision_failures)
+        yield failures
         dispatched = CounterMetricFamily("leakypool_calls_dispatched", "Calls a worker accepted (jobs too).")
         dispatched.add_metric([], s.dispatched)
         yield dispatched
@@ -221,6 +227,10 @@ class _Gauges:
             for state, n in sorted(counts.items()):
                 jobs.add_metric([state], n)
             yield jobs
+        if (n_purged := self._purged()) is not None:
+            purged = CounterMetricFamily("leakypool_jobs_purged", "Finished jobs this process purged (keep_finished).")
+            purged.add_metric([], n_purged)
+            yield purged
 
 
 class _Paused:

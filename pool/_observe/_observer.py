@@ -42,7 +42,8 @@ class PoolObserver:
         self._paused: list[str] | None = None  # paused queues (None: no store)
         self._failed: list[dict[str, Any]] | None = None
         self._failed_count: int | None = None  # the failed count when `_failed` was read
-        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts, paused=lambda: self._paused or ())
+        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
+                                   lambda: pool.jobs.purged if pool.has_store else None, paused=lambda: self._paused or ())
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property

@@ -23,6 +23,7 @@ class PoolStats:
         capacity_timeouts: Calls that waited past the dispatch deadline.
         grown: Workers started under load (they idle out again).
         shrunk: Workers grown under load that left after idling.
+        provision_failures: Requests the pool's provisioner raised for (docs/capacity.md).
         limits: Running and waiting calls per live queue, key and workflow.
         worker_signals: Per worker that has told this pool it has room again
             (it had turned a call away): its load and resource signals then.
@@ -41,6 +42,7 @@ class PoolStats:
     grown: int
     limits: Mapping[str, GateStats]
     shrunk: int = 0
+    provision_failures: int = 0
     worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:

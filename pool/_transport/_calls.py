@@ -22,6 +22,7 @@ pool evicts it). The gRPC code on either is information only.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import sys
 from typing import Any, Final
@@ -40,7 +41,13 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
 
     A worker answers in milliseconds even while its routines hog the CPU;
     one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
-    stopped process) is treated as busy, so the balancer moves on.
+    stopped process) is treated as busy, so the balancer moves on. A
+    stream that fails before the answer is an unreachable worker
+    (`WorkerRejected`), except on a stream whose worker holds Accepts
+    (`Session.holds_accepts`: it sends the Accept of a call that ends at
+    once with its outcome) once the call left: the worker may have
+    started it, so the call counts as accepted and then lost
+    (`WorkerBroken`), never run twice.
 
     Raises:
         WorkerRejected: the callee declined it (busy or draining), or did not
@@ -50,20 +57,72 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     """
     call, message = session.open(task.name)
     task.fill(message, session)
+    watch = session.watch
+    if watch is None:
+        watch = session.watch = AnswerWatch(session)
+    watch.add(call)  # type: ignore[attr-defined]
     try:
-        async with asyncio.timeout(ACCEPT_TIMEOUT_S):
-            frame = await call.receive()
-    except TimeoutError:
+        frame = await call.receive()
+    except BaseException as exc:
+        if exc is session.failure and session.holds_accepts and call.sent:
+            # The worker may have started it (it holds a quick call's Accept for its
+            # outcome): accepted, then lost, as if the Accept had come. Its caller
+            # gets WorkerBroken; no other worker gets it.
+            call.put_back(exc)
+            return call
         call.cancel()
-        raise WorkerRejected(
-            f"{session.label} did not answer {task.name}() within {ACCEPT_TIMEOUT_S:g}s", "DEADLINE_EXCEEDED"
-        ) from None
-    except BaseException:
-        call.cancel()
+        if exc is session.failure and isinstance(exc, WorkerBroken) and exc.code in TRANSIENT_CODES:
+            raise WorkerRejected(str(exc), exc.code) from exc  # the worker is unreachable, for now
         raise
     if frame.HasField("reject"):
         raise rejection(frame.reject, session.label, task.name)
     return call
+
+
+class AnswerWatch:
+    """Times out the calls of one stream that got no answer within `ACCEPT_TIMEOUT_S`: one timer, not one per call.
+
+    Calls are watched in the order they were opened, so their deadlines come
+    in order too: the timer is set for the oldest unanswered call, and a call
+    answered in time costs an append and, later, a pop.
+    """
+
+    __slots__ = ("_calls", "_session", "_timer")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._calls: collections.deque[tuple[float, OutgoingCall]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, call: OutgoingCall) -> None:
+        """Watch ``call``, just opened."""
+        calls = self._calls
+        while calls and (calls[0][1].answered or calls[0][1].finished):
+            calls.popleft()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ACCEPT_TIMEOUT_S
+        calls.append((deadline, call))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        calls = self._calls
+        now = asyncio.get_running_loop().time()
+        while calls:
+            deadline, call = calls[0]
+            if call.answered or call.finished:
+                calls.popleft()
+            elif deadline <= now:
+                calls.popleft()
+                call.cancel()
+                call.deliver(WorkerRejected(
+                    f"{self._session.label} did not answer {call.name}() within {ACCEPT_TIMEOUT_S:g}s",
+                    "DEADLINE_EXCEEDED",
+                ))
+            else:
+                self._timer = asyncio.get_running_loop().call_at(deadline, self._check)
+                return
 
 
 def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | WorkerBroken:

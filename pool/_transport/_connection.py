@@ -7,10 +7,10 @@ for one at ``unix:PATH``, which is how a pool reaches the workers it spawned.
 All calls to a worker share one Dispatch stream (a `Session`), opened on
 first use and re-opened on the next call after it fails. The first failure
 of a stream fails every call in flight on it with `WorkerBroken`. A call
-still waiting for Accept when its stream fails with a transient code (the
-worker is unreachable, for now) gets `WorkerRejected` instead: the pool
-keeps the worker and moves on; any other failure is `WorkerBroken`, and
-the pool evicts the worker.
+whose Call frame had not left yet when its stream failed with a transient
+code (the worker is unreachable, for now) gets `WorkerRejected` instead
+(see `open_call`): the pool keeps the worker and moves on; any other
+failure is `WorkerBroken`, and the pool evicts the worker.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._base._tasks import TaskOwner
-from .._errors import WorkerBroken, WorkerRejected
+from .._errors import WorkerBroken
 from ._calls import open_call
 from ._proto import leakypool_pb2 as pb
-from ._rpc import TRANSIENT_CODES, WorkerMetadata
+from ._rpc import WorkerMetadata
 from ._session import CallHost, OutgoingCall, Session
 from ._task import Task
 from ._tls import TlsCredentials
@@ -93,13 +93,7 @@ class WorkerConnection:
                 now): keep the worker, try another.
             WorkerBroken: it failed for good (a hard gRPC status): evict it.
         """
-        session = self._live_session()
-        try:
-            return await open_call(session, task)
-        except WorkerBroken as exc:
-            if exc is session.failure and exc.code in TRANSIENT_CODES:
-                raise WorkerRejected(str(exc), exc.code) from exc
-            raise
+        return await open_call(self._live_session(), task)
 
     def retire(self, on_idle: Callable[[WorkerConnection], None]) -> None:
         """Take no more calls; once the calls in flight have ended, hand itself to ``on_idle`` to close.

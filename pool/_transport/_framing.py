@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import struct
+from collections.abc import Callable
 from typing import Final
 
 from ._proto import leakypool_pb2 as pb
@@ -47,6 +48,9 @@ WRITE_HIGH_WATER_BYTES: Final[int] = 4 << 20
 
 READ_AHEAD_MESSAGES: Final[int] = 256
 """Messages received but not yet read before the stream stops reading the socket."""
+
+SMALL_MESSAGE_BYTES: Final[int] = 64 << 10
+"""Below this size a message and its length leave as one copied buffer (one write, no gather)."""
 
 _LENGTH: Final[struct.Struct] = struct.Struct(">I")
 
@@ -84,6 +88,7 @@ class MessageStream(asyncio.Protocol):
         self._clean = False  # it ended between messages, on the peer's close
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False
+        self._sink: Callable[[bytes | memoryview], None] | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------
 
@@ -100,6 +105,9 @@ class MessageStream(asyncio.Protocol):
             data = b"".join(self._pending)
             self._pending, self._pending_bytes = [], 0
         self._split(data)
+        if self._sink is not None:
+            self._to_sink()  # the reader only waits for the end: no wake-up per message
+            return
         self._wake()
         if len(self._messages) > READ_AHEAD_MESSAGES and not self._reading_paused and self.transport is not None:
             self._reading_paused = True
@@ -145,6 +153,25 @@ class MessageStream(asyncio.Protocol):
 
     # -- reading and writing ------------------------------------------------------
 
+    def attach(self, sink: Callable[[bytes | memoryview], None]) -> None:
+        """From now on hand every message to ``sink`` as it arrives, in the protocol's own callback.
+
+        No reader task wakes up per message; `receive` then only reports the
+        end of the connection. What ``sink`` raises ends the connection with
+        that error (an undecodable message, say).
+        """
+        self._sink = sink
+        self._to_sink()
+
+    def _to_sink(self) -> None:
+        sink, messages = self._sink, self._messages
+        while messages and self._ended is None:
+            try:
+                sink(messages.popleft())  # type: ignore[misc]
+            except Exception as exc:
+                self._fail(exc)
+
+
     async def receive(self) -> bytes | memoryview | None:
         """The next message, or None once the peer closed cleanly.
 
@@ -184,6 +211,21 @@ class MessageStream(asyncio.Protocol):
             await asyncio.shield(self._drained)
             if self._ended is not None:
                 raise ConnectionResetError("the connection closed while sending")
+
+    def write_now(self, message: bytes) -> bool:
+        """Send one message at once if the socket takes it without waiting; False if it cannot (then `send`)."""
+        transport = self.transport
+        if self._writing_paused or self._ended is not None or transport is None or transport.is_closing():
+            return False
+        if len(message) < SMALL_MESSAGE_BYTES:
+            transport.write(_LENGTH.pack(len(message)) + message)
+        else:
+            transport.writelines((_LENGTH.pack(len(message)), message))
+        return True
+
+    def write_frames_now(self, frames: pb.Frames) -> bool:
+        """`write_now` for one `pb.Frames` (a `Session`'s writer, when it can write without waiting)."""
+        return self.write_now(frames.SerializeToString())
 
     async def read_frames(self) -> pb.Frames | None:
         """The next `pb.Frames`, or None at a clean end (a `Session` reader)."""

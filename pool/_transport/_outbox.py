@@ -1,7 +1,11 @@
 """Frames waiting to leave on one stream, sent in batches by one writer task (see `_session`).
 
 Whatever the event loop produced in one turn leaves in one message: a
-burst of dispatches, or several routines finishing, costs one write.
+burst of dispatches, or several routines finishing, costs one write. Where
+the transport can take a message without waiting (`WriteNow`: a unix
+socket whose buffer is not full), that write happens in a callback at the
+end of the turn; only a transport that must be awaited (gRPC, a full
+socket) wakes the writer task.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from ._proto import leakypool_pb2 as pb
 _log = logging.getLogger("leakypool.session")
 
 Write = Callable[[pb.Frames], Awaitable[None]]
+WriteNow = Callable[[pb.Frames], bool]
+"""Sends one message at once, or returns False if it cannot without waiting."""
 
 
 class Outbox:
@@ -24,13 +30,22 @@ class Outbox:
     value is copied into the message once, not once per wrapping message.
     """
 
-    __slots__ = ("_batch", "_after", "_ready", "_closing")
+    __slots__ = ("_batch", "_after", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "written")
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
         self._after: list[Callable[[], None]] = []  # to run once the next batch has been written
-        self._ready = asyncio.Event()
+        self._ready = asyncio.Event()  # wakes the writer task
         self._closing = False
+        self._write_now: WriteNow | None = None
+        self._flush_soon = False  # a `_flush` is scheduled for the end of this turn
+        self._backstop: asyncio.TimerHandle | None = None  # sends held frames (see `hold`)
+        self.written = 0  # batches handed to the transport so far
+
+    @property
+    def batch_number(self) -> int:
+        """The number the batch being built will have once written (compare with `written`)."""
+        return self.written + 1
 
     def after_write(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the batch being built has been handed to the transport.
@@ -39,28 +54,77 @@ class Outbox:
         the failure), never before the batch's frames left.
         """
         self._after.append(callback)
-        self._ready.set()
+        self._wake()
 
     def frame(self, call_id: int) -> pb.Frame:
         """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
         frame = self._batch.frames.add()
         frame.id = call_id
-        self._ready.set()
+        self._wake()
         return frame
+
+    def hold(self, call_id: int, at_most_s: float) -> pb.Frame:
+        """A frame that waits for company: it leaves with the next frame sent, or after ``at_most_s``.
+
+        For a worker's Accept: the outcome of a call that ends at once
+        joins it, and both cost one write (and one wake-up of the peer).
+        """
+        frame = self._batch.frames.add()
+        frame.id = call_id
+        if self._backstop is None:
+            self._backstop = asyncio.get_running_loop().call_later(at_most_s, self._backstop_fired)
+        return frame
+
+    def release(self) -> None:
+        """Send what is held now (see `hold`)."""
+        if self._batch.frames:
+            self._wake()
+
+    def _backstop_fired(self) -> None:
+        self._backstop = None
+        self.release()
+
+    def _wake(self) -> None:
+        if self._write_now is None:
+            self._ready.set()
+        elif not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The end of a turn: write the batch at once if the transport takes it, else wake the writer task."""
+        self._flush_soon = False
+        if self._ready.is_set():
+            return  # the writer task has it
+        write_now, batch = self._write_now, self._batch
+        if write_now is None:
+            return  # the stream is over
+        if batch.frames:
+            if not write_now(batch):
+                self._ready.set()
+                return
+            self._batch = pb.Frames()
+            self.written += 1
+        after, self._after = self._after, []
+        _run_all(after)
 
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
         self._closing = True
-        self._ready.set()
+        self._ready.set()  # the writer task sends the rest, then returns
 
-    async def pump(self, write: Write) -> None:
+    async def pump(self, write: Write, write_now: WriteNow | None = None) -> None:
         """Send batches until closed (and flushed), cancelled, or ``write`` fails.
 
         The wake-up runs after the callbacks that were ready when the first
         frame arrived, so whatever they add (a burst of dispatches, several
-        routines finishing) leaves in the same message.
+        routines finishing) leaves in the same message. With ``write_now``,
+        batches leave from `_flush` and this task only sends what had to wait.
         """
         after: list[Callable[[], None]] = []
+        self._write_now = write_now
+        if write_now is not None and (self._batch.frames or self._after):
+            self._wake()
         try:
             while True:
                 await self._ready.wait()
@@ -69,11 +133,16 @@ class Outbox:
                 self._ready.clear()
                 if batch.frames:
                     await write(batch)
+                    self.written += 1
                 _run_all(after)
                 after = []
                 if self._closing and not self._batch.frames:
                     return
         finally:
+            self._write_now = None
+            if self._backstop is not None:
+                self._backstop.cancel()
+                self._backstop = None
             _run_all(after + self._after)
             self._after = []
 

@@ -17,7 +17,7 @@ import collections
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-from ._outbox import Outbox, Write
+from ._outbox import Outbox, Write, WriteNow
 from ._proto import leakypool_pb2 as pb
 from ._rpc import UNIMPLEMENTED
 
@@ -54,7 +54,8 @@ class OutgoingCall:
     """
 
     __slots__ = (
-        "id", "session", "name", "finished", "final", "cancelled_here", "_inbox", "_waiter", "_on_finish",
+        "id", "session", "name", "finished", "final", "cancelled_here", "answered", "batch", "_inbox", "_waiter",
+        "_on_finish",
     )
 
     def __init__(self, session: Session, call_id: int, name: str) -> None:
@@ -64,6 +65,8 @@ class OutgoingCall:
         self.finished = False
         self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
         self.cancelled_here = False  # this end asked the callee to cancel it
+        self.answered = False  # the callee's first frame (Accept, Reject or an outcome) arrived
+        self.batch = 0  # the number of the outgoing batch its Call frame is in
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -75,8 +78,14 @@ class OutgoingCall:
         else:
             self._on_finish.append(callback)
 
+    @property
+    def sent(self) -> bool:
+        """Whether its Call frame was handed to the transport (the callee may have started it)."""
+        return self.session.written >= self.batch
+
     def deliver(self, item: pb.Frame | BaseException) -> None:
         """Hand a reply (or the stream's failure) to whoever awaits the call."""
+        self.answered = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             self._waiter = None
@@ -98,6 +107,10 @@ class OutgoingCall:
         if isinstance(item, BaseException):
             raise item
         return item
+
+    def put_back(self, item: pb.Frame | BaseException) -> None:
+        """Make ``item``, just received, the next one `receive` returns again."""
+        self._inbox.appendleft(item)
 
     def step(self, kind: int, value: bytes = b"") -> None:
         """Drive a generator call: NEXT, SEND(value), THROW(value), CLOSE."""
@@ -175,6 +188,13 @@ class Session:
         self._outgoing: dict[int, OutgoingCall] = {}
         self._host = host
         self._outbox = Outbox()
+        self.watch: object | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
+        self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
+
+    @property
+    def written(self) -> int:
+        """Outgoing batches handed to the transport so far."""
+        return self._outbox.written
 
     @property
     def open_calls(self) -> int:
@@ -197,6 +217,7 @@ class Session:
         call_id = self._next_id
         self._next_id += 2
         outgoing = OutgoingCall(self, call_id, name)
+        outgoing.batch = self._outbox.batch_number
         self._outgoing[call_id] = outgoing
         return outgoing, self._outbox.frame(call_id).call
 
@@ -208,19 +229,29 @@ class Session:
             step.value = value
         step.SetInParent()
 
-    def accept(self, call_id: int, then: Callable[[], None] | None = None) -> None:
+    def accept(self, call_id: int, then: Callable[[], None] | None = None, hold_s: float = 0.0) -> None:
         """Accept a call the peer opened; run ``then`` once the Accept has left (or the stream failed).
 
-        Starting the routine only after its Accept left means a worker that
-        dies while running user code is always, for the dispatcher, a worker
-        lost *after* accepting (`WorkerBroken`), never one that did not answer.
+        With ``hold_s``, the Accept waits up to that long for company (see
+        `Outbox.hold`): the outcome of a call that ends at once leaves with
+        it, in one write; `release` sends it sooner. The dispatcher counts a
+        call whose Call frame left and whose stream then failed, answered or
+        not, as lost *after* accepting (`WorkerBroken`), never as declined:
+        a worker that dies while running user code never gets it run twice.
         """
-        self._frame(call_id).accept.SetInParent()
+        if hold_s and self.failure is None:
+            self._outbox.hold(call_id, hold_s).accept.SetInParent()
+        else:
+            self._frame(call_id).accept.SetInParent()
         if then is not None:
             if self.failure is not None:
                 then()
             else:
                 self._outbox.after_write(then)
+
+    def release(self) -> None:
+        """Send held Accepts now (a routine started that will not end at once)."""
+        self._outbox.release()
 
     def reject(self, call_id: int, code: int, message: str, in_flight: int = 0, capacity: int = 0) -> None:
         """Reject a call the peer opened, with a gRPC status code (and, when busy, the count it was at)."""
@@ -266,6 +297,10 @@ class Session:
         """Stop routing replies for ``call_id`` (it was cancelled here)."""
         self._outgoing.pop(call_id, None)
 
+    def feed_bytes(self, message: bytes | memoryview) -> None:
+        """Route every frame of one received message, still serialized (a transport's sink)."""
+        self.feed(pb.Frames.FromString(message))
+
     def feed(self, message: pb.Frames) -> None:
         """Route every frame of one received message."""
         for frame in message.frames:
@@ -303,7 +338,13 @@ class Session:
             self._host.on_session_end(self)
 
     async def run(
-        self, read: Read, write: Write, describe: Callable[[BaseException], BaseException]
+        self,
+        read: Read,
+        write: Write,
+        describe: Callable[[BaseException], BaseException],
+        *,
+        attach: Callable[[Callable[[bytes | memoryview], None]], None] | None = None,
+        write_now: WriteNow | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
@@ -311,6 +352,11 @@ class Session:
             read: Returns the next message; anything else (``grpc.aio.EOF``, None) ends the stream.
             write: Sends one message.
             describe: Turns what ended the stream into the error open calls get.
+            attach: Where the transport can hand messages over as they arrive
+                (`MessageStream.attach`): it gets `feed_bytes`, and ``read``
+                then only reports the end.
+            write_now: Sends one message without waiting, or says it cannot
+                (`MessageStream.write_frames_now`): batches leave without waking a task.
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else
@@ -318,7 +364,8 @@ class Session:
         """
         reader = asyncio.current_task()
         assert reader is not None
-        writer = asyncio.ensure_future(self._outbox.pump(write))
+        self.holds_accepts = write_now is not None
+        writer = asyncio.ensure_future(self._outbox.pump(write, write_now))
 
         def writer_done(task: asyncio.Future[None]) -> None:
             if not task.cancelled():
@@ -327,6 +374,8 @@ class Session:
         writer.add_done_callback(writer_done)
         reason: BaseException = ConnectionResetError(f"{self.label}: stream closed")
         try:
+            if attach is not None:
+                attach(self.feed_bytes)
             while isinstance(message := await read(), pb.Frames):
                 self.feed(message)
         except asyncio.CancelledError:

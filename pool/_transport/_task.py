@@ -36,6 +36,8 @@ class Task:
     dispatch_deadline: float | None = None  # this call's own, over the pool's (not sent to workers)
     traceparent: str = ""  # W3C trace context it arrived with (a nested call), passed on untraced
     trace: Any = None  # while it is dispatched with tracing on: its span (`_observe._trace.Attempt`)
+    priority: int = 0  # higher first in the admission queue (not sent to workers)
+    rate: tuple[int, float] | None = None  # the queue's RateLimit (n, per) (not sent to workers)
 
     def fill(self, call: pb.Call, session: Session) -> None:
         """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""
@@ -63,19 +65,11 @@ class Task:
     @classmethod
     def from_message(cls, call: pb.Call, blob: bytes) -> Task:
         """The task a received Call message describes (``blob``: the routine, resolved)."""
-        limits = call.limits
-        return cls(
-            name=call.routine.name,
-            generator=call.routine.generator,
-            digest=call.routine.digest,
-            blob=blob,
-            args=call.args,
-            timeout=call.timeout or None,
-            queue=limits.queue,
-            concurrency=limits.concurrency,
-            total=limits.total,
-            key=limits.key,
-            workflow=limits.workflow,
-            halt_on_error=limits.halt_on_error,
-            traceparent=call.traceparent,
-        )
+        routine = call.routine
+        task = cls(routine.name, routine.generator, routine.digest, blob, call.args, call.timeout or None)
+        if call.HasField("limits"):
+            limits = call.limits
+            task.queue, task.concurrency, task.total = limits.queue, limits.concurrency, limits.total
+            task.key, task.workflow, task.halt_on_error = limits.key, limits.workflow, limits.halt_on_error
+        task.traceparent = call.traceparent
+        return task

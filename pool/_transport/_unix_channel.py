@@ -47,7 +47,9 @@ class UnixChannel:
                 return
             raise
         try:
-            await session.run(stream.read_frames, stream.write_frames, describe)
+            await session.run(
+                stream.read_frames, stream.write_frames, describe, attach=stream.attach, write_now=stream.write_frames_now
+            )
         finally:
             self._drop(stream)
 

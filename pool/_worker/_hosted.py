@@ -28,7 +28,8 @@ class Hosted:
         self.id = call_id
         self.task = task
         self.code = code
-        self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()  # used on the routine loop only
+        # A generator's Steps, used on the routine loop only (a coroutine call has none).
+        self.steps: asyncio.Queue[pb.Step] | None = asyncio.Queue() if task.generator else None
         self.runner: asyncio.Task[None] | None = None
         self.cancelled = False
         self.nested = 0  # nested calls it is awaiting now
@@ -57,6 +58,10 @@ class Host(Protocol):
 
     def finish(self, hosted: Hosted, outcome: Outcome) -> None:
         """The call ended with ``outcome`` (runs on the I/O loop)."""
+        ...
+
+    def started(self, hosted: Hosted) -> None:
+        """``hosted``'s routine awaited something in its first step (runs on the I/O loop)."""
         ...
 
     def send(self, hosted: Hosted, outcome: Outcome) -> None:

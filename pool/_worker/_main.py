@@ -16,17 +16,18 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
-from .._config import ConfigError, WorkerConfig, default_registry, fail
+from .._config import ConfigError, WorkerConfig, default_registry
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
 from .._transport import _malloc, _wire
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
+from ._registry import start_registry
 from ._service import WorkerService
 from ._threads import new_event_loop
 from ._unix_server import UnixServer
@@ -58,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop.close()
     _log.info("exited: %s", reason)
     return 0
+
+
+def fail(message: str) -> NoReturn:
+    """Print one error line for a start-up failure and exit with status 2."""
+    print(f"leakypool-worker: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
@@ -167,6 +174,13 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         await stop_server(None)
         await service.aclose()
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
+    try:
+        registry = await start_registry(config, service, info)
+    except ConfigError:
+        await stop_server(None)
+        await withdraw()
+        await service.aclose()
+        raise
     _report_ready(config.ready_fd, info)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
@@ -178,6 +192,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     finally:
         await stop_server(1.0)
         await withdraw()
+        if registry is not None:
+            await registry.withdraw()
         if observation is not None:
             await observation.aclose()
         await service.aclose()

@@ -47,7 +47,8 @@ class RoutineRunner:
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
         """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
-        self._to_routines.post(hosted.steps.put_nowait, step)
+        if hosted.steps is not None:
+            self._to_routines.post(hosted.steps.put_nowait, step)
 
     def cancel(self, hosted: Hosted) -> None:
         """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
@@ -55,10 +56,17 @@ class RoutineRunner:
         self._to_routines.post(_cancel_runner, hosted)
 
     def _start_routine(self, hosted: Hosted) -> None:
-        hosted.runner = asyncio.get_running_loop().create_task(self._run(hosted))
+        loop = asyncio.get_running_loop()
+        hosted.runner = loop.create_task(self._run(hosted))
         hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
         if hosted.cancelled:
             hosted.runner.cancel()
+        elif not hosted.task.generator:
+            loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
+
+    def _first_step_done(self, hosted: Hosted) -> None:
+        if hosted.runner is not None and not hosted.runner.done():
+            self._to_io.post(self._host.started, hosted)
 
     def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
         # A task cancelled before its first step never enters `_run`'s try
@@ -93,7 +101,7 @@ class RoutineRunner:
         name = hosted.task.name
         try:
             while True:
-                step = await hosted.steps.get()
+                step = await hosted.steps.get()  # type: ignore[union-attr]  # a generator's call has its queue
                 try:
                     if step.kind == pb.Step.NEXT:
                         value = await agen.__anext__()

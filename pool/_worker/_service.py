@@ -2,13 +2,20 @@
 
     dispatcher ══ Dispatch stream ══> Session ── on_call ──> WorkerAdmission.decide
                                          │                 ├─ BUSY/DRAINING: Reject(code)
-                                         │                 └─ ACCEPT: Accept, count it in flight
+                                         │                 └─ ACCEPT: Accept (held), count it in flight
                                          │                              │ Hop
                                          │                              v
                                          │                    RoutineRunner (own thread):
                                          │                    unpickle, run, pickle outcome
                                          │                              │ Hop
-                                         └──── Outcome frame <──────────┘  release() -> Room frames
+                                         └─ Accept + Outcome <──────────┘  release() -> Room frames
+
+A call that ends at once costs one write: its Accept waits for its outcome
+(`QUICK_ACCEPT_S` at most, and only until the routine first awaits), so
+both leave together and the dispatcher wakes once. The dispatcher counts a
+call whose stream fails after the Call left as lost after accepting
+(`WorkerBroken`), so a worker that dies in user code still never gets a
+call run twice.
 
 Admission (the hook, the count, Accept/Reject) happens on the I/O loop and
 touches no user code but the hook, so a worker whose routines hog the CPU
@@ -47,6 +54,9 @@ from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
 
 _log = logging.getLogger("leakypool.worker")
+
+QUICK_ACCEPT_S: Final[float] = 0.002
+"""How long an Accept waits to leave with its call's outcome, at most (a routine busy computing its first step)."""
 
 STREAM_END_WAIT_S: Final[float] = 5.0
 """On exit, how long the last outcomes get to leave before the streams are cut."""
@@ -145,17 +155,23 @@ class WorkerService:
     # -- the transports' entry points (`_grpc_server`, `_unix_server`) -------------------
 
     async def serve_stream(
-        self, read: Read, write: Write, label: str, benign: tuple[type[BaseException], ...] = ()
+        self,
+        read: Read,
+        write: Write,
+        label: str,
+        benign: tuple[type[BaseException], ...] = (),
+        **direct: Any,
     ) -> BaseException:
         """Serve one dispatcher's Dispatch stream until it ends; returns what ended it.
 
         A stream that ended on bytes that are not our protocol (see
         `undecodable`) is logged; the transport then ends it with an error.
+        ``direct``: `Session.run`'s ``attach`` and ``write_now``, from a transport that has them.
         """
         session = Session(odd=False, host=self, label=label)
         self._peers[session] = _Peer(stream=asyncio.current_task())
         try:
-            reason = await session.run(read, write, _lost_dispatcher)
+            reason = await session.run(read, write, _lost_dispatcher, **direct)
         finally:
             del self._peers[session]
         if undecodable(reason, benign):
@@ -222,9 +238,17 @@ class WorkerService:
         if verdict is Verdict.ACCEPT:
             hosted.started = time.monotonic()
             peer.hosted[hosted.id] = hosted
-            if self.admission.admit():
+            alone = self.admission.admit()
+            if alone:
                 self.lifecycle.busy()
-            session.accept(hosted.id, then=lambda: self._runner.start(hosted))
+            # The Accept of a call that runs alone (its routine starts at once) waits for its
+            # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
+            # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
+            # first step that computes. Behind other calls (a routine hogging the CPU, say)
+            # it leaves at once: holding it would make the dispatcher wait.
+            hold = alone and session.holds_accepts and not hosted.task.generator
+            session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
+            self._runner.start(hosted)
             return
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker
@@ -261,6 +285,10 @@ class WorkerService:
                 self._runner.cancel(hosted)
 
     # -- Host: what the runner reports (on the I/O loop) ---------------------------
+
+    def started(self, hosted: Hosted) -> None:
+        """``hosted``'s routine awaits something: it will not end at once, so its Accept leaves now."""
+        hosted.session.release()
 
     def send(self, hosted: Hosted, outcome: Outcome) -> None:
         """A generator yielded: pass it on."""

@@ -58,7 +58,13 @@ class UnixServer:
             if method is None:
                 return  # not one of ours (or gone): close it
             if method == "Dispatch":
-                await self._service.serve_stream(stream.read_frames, stream.write_frames, "a dispatcher on the unix socket")
+                await self._service.serve_stream(
+                    stream.read_frames,
+                    stream.write_frames,
+                    "a dispatcher on the unix socket",
+                    attach=stream.attach,
+                    write_now=stream.write_frames_now,
+                )
                 return
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 request = await stream.receive()

@@ -6,7 +6,10 @@ Inside it, `Lan` makes a bridge (10.77.0.1/24, the test process's own
 address on it) and N hosts, each a namespace held open by a sleeping
 process, with a veth pair into the bridge and an address 10.77.0.(10+i).
 Commands run on a host through ``nsenter``. Multicast (zeroconf) works
-across the bridge.
+across the bridge, unless the `Lan` is made with ``multicast=False``: then
+no namespace has a multicast route (as on cloud networks, in containers
+and Kubernetes), so zeroconf cannot find anything and workers must be
+found some other way (a store registry).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ class Host:
 class Lan:
     """``with Lan(4) as lan:`` — a bridge and four hosts, torn down (and reaped) on exit."""
 
-    def __init__(self, hosts: int) -> None:
+    def __init__(self, hosts: int, *, multicast: bool = True) -> None:
         self.count = hosts
+        self.multicast = multicast
         self.hosts: list[Host] = []
         self.bridge = "lpbr" + uuid.uuid4().hex[:6]
 
@@ -65,7 +69,8 @@ class Lan:
         try:
             ip("addr", "add", f"{BRIDGE_IP}/24", "dev", self.bridge)
             ip("link", "set", self.bridge, "up")
-            ip("route", "replace", "224.0.0.0/4", "dev", self.bridge)
+            if self.multicast:
+                ip("route", "replace", "224.0.0.0/4", "dev", self.bridge)
             for index in range(self.count):
                 self.hosts.append(self._host(index))
         except BaseException:
@@ -90,7 +95,7 @@ class Lan:
             ["ip", "link", "set", "lo", "up"],
             ["ip", "addr", "add", f"{host.ip}/24", "dev", inside],
             ["ip", "link", "set", inside, "up"],
-            ["ip", "route", "add", "224.0.0.0/4", "dev", inside],
+            *([["ip", "route", "add", "224.0.0.0/4", "dev", inside]] if self.multicast else []),
         ):
             subprocess.run(ns + args, check=True, capture_output=True, timeout=30)
         return host

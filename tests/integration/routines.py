@@ -325,6 +325,14 @@ async def die_once(directory, name):
 
 
 @pool.routine
+async def die_at_once(directory, name):
+    """Record the execution, then kill this worker in the same step: before its Accept could leave alone."""
+    with open(os.path.join(directory, name), "a") as f:
+        f.write("start\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pool.routine
 async def big_result(size):
     return b"x" * size
 

@@ -97,3 +97,18 @@ async def test_routine_the_worker_cannot_import_should_fail_with_serialization_e
         finally:
             sys.path.remove(str(tmp_path))
             sys.modules.pop("caller_side_only", None)
+
+
+async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_retried_elsewhere(tmp_path):
+    """Test that a call whose worker died at once (its Accept held for the outcome) is WorkerBroken and ran once.
+
+    The Call had left, so the worker may have run it: the pool must not offer it to the other worker.
+    """
+    async with pool.WorkerPool(spawn=2) as p:
+        await asyncio.gather(*(routines.add(1, 2) for _ in range(4)))  # both workers import routines.py now
+        with pytest.raises(pool.WorkerBroken, match=LOST):
+            await asyncio.wait_for(routines.die_at_once(str(tmp_path), "once"), BOUND_S)
+        assert routines.executions(str(tmp_path), "once") == (1, 0)
+        assert await asyncio.wait_for(routines.add(1, 2), BOUND_S) == 3  # the pool still serves
+        await until_members(p, lambda p: len(p.pids) == 2, timeout=BOUND_S)
+

@@ -65,3 +65,24 @@ def test_import_should_not_load_optional_machinery():
     code = "import sys, pool; print(sorted(m for m in ('zeroconf', 'sqlite3', 'pool._jobs') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_job_lifecycle_names_should_be_importable():
+    """Test the names DESIGN.md lists under 'Job lifecycle'."""
+    import pool
+
+    assert "RateLimit" in pool.__all__ and pool.RateLimit.__module__ == "pool"
+    assert callable(pool.WorkerPool.schedule)
+    for option in ("delay", "run_at", "priority", "connection"):
+        assert option in pool.Routine.__init__.__globals__["CallOptions"].__dataclass_fields__, option
+    assert "rate" in pool.Queue.__dataclass_fields__ and isinstance(pool.Job.run_at, property)
+
+
+def test_capacity_names_should_be_importable():
+    """Test that the names of DESIGN.md's "Capacity beyond this host" are public."""
+    import pool
+
+    for name in ("Provisioner", "WorkerRequest", "SubprocessProvisioner", "CommandProvisioner", "StoreDiscovery"):
+        assert name in pool.__all__ and hasattr(pool, name), name
+    assert isinstance(pool.CommandProvisioner(["true"]), pool.Provisioner)
+    assert isinstance(pool.SubprocessProvisioner(), pool.Provisioner)

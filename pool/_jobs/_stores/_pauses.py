@@ -22,6 +22,18 @@ PAUSED_TABLE: Final[str] = (
 """The paused queues (the same text for SQLite and PostgreSQL)."""
 
 
+async def create_paused_table(db: Any) -> None:
+    """Create the paused-queues table on a PostgreSQL connection if missing, under the schema lock.
+
+    (Two processes creating it at once would otherwise race: ``IF NOT EXISTS`` is not atomic there.)
+    """
+    from ._postgres_sql import LOCK_SCHEMA
+
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", LOCK_SCHEMA)
+        await db.execute(PAUSED_TABLE)
+
+
 class PostgresPauses:
     """`PostgresStore`'s pause, resume and paused (mixed in; uses its ``_call`` and ``_notify``)."""
 

@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..._base._tasks import TaskOwner
-from ..._errors import AdmissionRejected, ConfigError, StoreError
+from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
+from . import _postgres_admin as admin
 from . import _postgres_sql as sql
 from ._batch import Batcher
-from ._pauses import PAUSED_TABLE, PostgresPauses
+from ._pauses import PostgresPauses, create_paused_table
 from ._strays import PostgresStrays
 from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 
@@ -97,19 +98,9 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise ConfigError(f"store {redacted(self.url)}: cannot connect: {one_line(exc)}") from None
         try:
-            async with self._pool.acquire() as db, db.transaction():
-                await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_SCHEMA)
-                if await db.fetchval("SELECT to_regclass('leakypool_schema')") is None:
-                    for statement in sql.SCHEMA:
-                        await db.execute(statement)
-                    await db.execute("INSERT INTO leakypool_schema VALUES ($1)", SCHEMA_VERSION)
-                version = await db.fetchval("SELECT max(version) FROM leakypool_schema")
-                await db.execute(PAUSED_TABLE)  # added after schema 1: created on open, no migration
-                if version > SCHEMA_VERSION:
-                    raise ConfigError(
-                        f"store {redacted(self.url)}: schema version {version} is newer than this release's "
-                        f"({SCHEMA_VERSION}); upgrade leakypool (the database was left untouched)"
-                    )
+            async with self._pool.acquire() as db:
+                await admin.prepare(db, redacted(self.url))
+                await create_paused_table(db)  # added after schema 1: created on open, no migration
         except BaseException:
             await self.close()
             raise
@@ -188,6 +179,9 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             "fetchval", "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = ''"
         )
 
+    async def next_due(self, now: float) -> float | None:
+        return await self._call("fetchval", sql.NEXT_DUE, now)
+
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
@@ -201,11 +195,11 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return created
 
     async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
-        columns: list[list[Any]] = [[] for _ in range(12)]
+        columns: list[list[Any]] = [[] for _ in range(16)]
         for job, owner in items:
             for column, value in zip(columns, (
                 job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.payload, job.queue,
-                job.key, job.workflow, owner, job.concurrency, job.total,
+                job.key, job.workflow, owner, job.concurrency, job.total, job.due, job.priority, job.rate, job.rate_per,
             ), strict=True):
                 column.append(value)
         inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
@@ -214,29 +208,9 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
 
     async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
-        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
-                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
-        pool = self._db()
         async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                if max_active is not None:
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_CEILING)
-                row = await db.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1 FOR UPDATE", job.id)
-                if row is not None and row[2] in ACTIVE_STATES:
-                    return _record(row), False
-                if max_active is not None:
-                    active = await db.fetchval(
-                        "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
-                    )
-                    if active >= max_active:
-                        raise AdmissionRejected(
-                            f"{job.routine}() refused: {active} jobs already active in the store "
-                            f"(max_pending={max_active})",
-                            retry_after=1.0,
-                        )
-                if row is not None:
-                    await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
-                return _record(await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *values)), True
+            row, created = await admin.submit_one(self._db(), job, max_active, owner)
+        return _record(row), created
 
     async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
@@ -250,17 +224,20 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             async with pool.acquire() as db, db.transaction():
                 free = await db.fetch(sql.FREE_DUE, now, limit)
                 limited = []
-                if await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
                     await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
                     limited = await db.fetch(sql.LIMITED_DUE, now, limit)
-                chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (r[1], r[2], r[0]))
+                chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited],
+                                key=lambda r: (-r[3], r[1], r[2], r[0]))
                 rows = await db.fetch(
                     f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
                     f"AND state = 'pending' RETURNING {sql.COLUMNS}",
                     owner,
                     [r[0] for r in chosen[:limit]],
                 )
-        return sorted((_record(row) for row in rows), key=lambda r: (r.next_at, r.created_at, r.id))
+                if checked:  # rate limits: count these leases, hold back what they leave no room for
+                    await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
+        return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         await self._call(
@@ -375,6 +352,35 @@ class PostgresStore(PostgresPauses, PostgresStrays):
                 await db.execute("UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1", owner)
                 await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
         await self._notify("due")
+
+    # -- maintenance, and a submit in the caller's transaction ---------------------------
+
+    async def purge(self, finished_before: float, limit: int) -> int:
+        async with self._errors():
+            return await admin.purge(self._db(), finished_before, limit)
+
+    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
+        return [_record(row) for row in await self._call("fetch", sql.SELECT, state, routine, limit)]
+
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        async with self._errors():
+            previous, inserted = await admin.schedule_slot(self._db(), name, slot, job)
+        if inserted:
+            await self._notify("due")
+        return previous
+
+    async def requeue(self, job_id: str, now: float) -> JobRecord | None:
+        row = await self._call("fetchrow", sql.REQUEUE, job_id, now)
+        if row is None:
+            return await self.get(job_id)
+        await self._notify("due")
+        return _record(row)
+
+    async def submit_in(self, connection: Any, job: NewJob) -> tuple[JobRecord, bool]:
+        """`submit` on the caller's asyncpg ``connection``, inside its transaction (see `admin.submit_in`)."""
+        async with translated(self.url, None):
+            row, created = await admin.submit_in(connection, job)
+        return _record(row), created
 
     # -- notices ---------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._store import LIMITED_DUE_SQL
+from .._store import HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL
 
-SCHEMA_VERSION: Final[int] = 1
-"""The schema this release writes; a newer one is refused, untouched."""
+SCHEMA_VERSION: Final[int] = 2
+"""The schema this release writes; an older one is migrated (`MIGRATIONS`), a newer one refused, untouched."""
 
 LOCK_SCHEMA: Final[int] = 0x6C70_0001
 """Advisory lock key: one process creates or migrates the schema at a time."""
@@ -22,10 +22,16 @@ LOCK_CEILING: Final[int] = 0x6C70_0002
 LOCK_LEASE: Final[int] = 0x6C70_0003
 """Advisory lock key: leases of jobs with limits count held slots one process at a time."""
 
+LOCK_PURGE: Final[int] = 0x6C70_0004
+"""Advisory lock key: one process purges finished jobs at a time (the others skip their turn)."""
+
+LOCK_SCHEDULE: Final[int] = 0x6C70_0005
+"""Advisory lock class (with the schedule name's hash): one process records a schedule's slot at a time."""
+
 CHANNEL: Final[str] = "leakypool_jobs"
 """The LISTEN/NOTIFY channel; payload ``"<sender> due"`` or ``"<sender> cancel <owner>"``."""
 
-SCHEMA: Final[tuple[str, ...]] = (
+SCHEMA_V1: Final[tuple[str, ...]] = (
     "CREATE TABLE leakypool_schema (version INTEGER NOT NULL)",
     """CREATE TABLE leakypool_jobs (
         id TEXT PRIMARY KEY,
@@ -53,26 +59,51 @@ SCHEMA: Final[tuple[str, ...]] = (
     "CREATE INDEX leakypool_jobs_owned ON leakypool_jobs (owner) WHERE owner <> ''",
     "CREATE TABLE leakypool_owners (owner TEXT PRIMARY KEY, expires_at DOUBLE PRECISION NOT NULL)",
 )
+"""What a new database starts from; `MIGRATIONS` bring it (and a database of an earlier release) up to date."""
+
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    2: (
+        "ALTER TABLE leakypool_jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        # The lease reads unowned pending jobs in lease order: this partial index holds
+        # only those, so a million finished jobs beside them cost the lease nothing.
+        f"CREATE INDEX leakypool_jobs_lease ON leakypool_jobs ({LEASE_ORDER}) WHERE state = 'pending' AND owner = ''",
+        # Retention deletes the oldest finished jobs first, a bounded batch at a time.
+        "CREATE INDEX leakypool_jobs_finished ON leakypool_jobs (finished_at) "
+        "WHERE state IN ('succeeded', 'failed', 'cancelled')",
+        # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
+        "CREATE TABLE leakypool_schedules (name TEXT PRIMARY KEY, last_slot DOUBLE PRECISION NOT NULL)",
+        # Rate limits: each job's queue rate, and the recent leases they are counted against.
+        "ALTER TABLE leakypool_jobs ADD COLUMN rate INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE leakypool_jobs ADD COLUMN rate_per DOUBLE PRECISION NOT NULL DEFAULT 0",
+        "CREATE TABLE leakypool_rate_starts (queue TEXT NOT NULL, key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
+        "expires DOUBLE PRECISION NOT NULL)",
+        "CREATE INDEX leakypool_rate_starts_key ON leakypool_rate_starts (queue, key, at)",
+        "CREATE INDEX leakypool_rate_starts_expires ON leakypool_rate_starts (expires)",
+        "CREATE INDEX leakypool_jobs_rated ON leakypool_jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
+    ),
+}
+"""Statements that bring a database from version ``n - 1`` to ``n`` (one transaction, under `LOCK_SCHEMA`)."""
 
 COLUMNS: Final[str] = (
     "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, "
-    "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
+    "owner, error, payload, outcome, cancel_requested, queue, key, workflow, priority"
 )
 
 _INSERTED: Final[str] = (
     "INSERT INTO leakypool_jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, "
-    "key, workflow, owner, concurrency, total) "
+    "key, workflow, owner, concurrency, total, priority, rate, rate_per) "
 )
 
 INSERT: Final[str] = (
-    _INSERTED + "VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+    _INSERTED + "VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
 )
 
 INSERT_MANY: Final[str] = (
-    _INSERTED + "SELECT id, routine, 'pending', max_attempts, created_at, deadline, created_at, payload, queue, key, "
-    "workflow, owner, concurrency, total FROM unnest($1::text[], $2::text[], $3::int[], $4::float8[], $5::float8[], "
-    "$6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], $12::int[]) AS v(id, routine, "
-    "max_attempts, created_at, deadline, payload, queue, key, workflow, owner, concurrency, total) "
+    _INSERTED + "SELECT id, routine, 'pending', max_attempts, created_at, deadline, next_at, payload, queue, key, "
+    "workflow, owner, concurrency, total, priority, rate, rate_per FROM unnest($1::text[], $2::text[], $3::int[], "
+    "$4::float8[], $5::float8[], $6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], "
+    "$12::int[], $13::float8[], $14::int[], $15::int[], $16::float8[]) AS v(id, routine, max_attempts, created_at, "
+    "deadline, payload, queue, key, workflow, owner, concurrency, total, next_at, priority, rate, rate_per) "
     f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}"
 )
 """New jobs in one statement; an id already present is skipped (the caller takes the one-row path for it)."""
@@ -99,13 +130,45 @@ FINISH_MANY: Final[str] = (
 NOTIFY: Final[str] = "SELECT pg_notify($1, $2)"
 
 FREE_DUE: Final[str] = (
-    "SELECT id, next_at, created_at FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
-    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+    "SELECT id, next_at, created_at, priority FROM leakypool_jobs WHERE state = 'pending' AND owner = '' "
+    f"AND next_at <= $1 AND queue = '' AND workflow = '' ORDER BY {LEASE_ORDER} LIMIT $2 FOR UPDATE SKIP LOCKED"
 )
 ANY_LIMITED_DUE: Final[str] = (
     "SELECT EXISTS (SELECT 1 FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at <= $1 "
     "AND (queue <> '' OR workflow <> ''))"
 )
-LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="leakypool_jobs", now="$1", limit="$2")
+LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(
+    table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", limit="$2"
+)
+HELD_BACK: Final[str] = HELD_BACK_SQL.format(
+    table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", rated_index=""
+)
+RECORD_STARTS: Final[str] = (
+    "INSERT INTO leakypool_rate_starts SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[])"
+)
 
 DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
+
+PURGE: Final[str] = (
+    "DELETE FROM leakypool_jobs WHERE id IN (SELECT id FROM leakypool_jobs "
+    "WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_at < $1 ORDER BY finished_at LIMIT $2 "
+    "FOR UPDATE SKIP LOCKED)"
+)
+"""One bounded batch of finished jobs, oldest first (run under `LOCK_PURGE`, taken with a try)."""
+
+SELECT: Final[str] = (
+    f"SELECT {COLUMNS} FROM leakypool_jobs WHERE ($1::text IS NULL OR state = $1) "
+    "AND ($2::text IS NULL OR routine = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
+)
+
+REQUEUE: Final[str] = (
+    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, "
+    "deadline = $2 + greatest(deadline - next_at, 1), max_attempts = greatest(max_attempts, attempts + 1), "
+    "finished_at = NULL, outcome = NULL, cancel_requested = FALSE "
+    f"WHERE id = $1 AND state IN ('failed', 'cancelled') RETURNING {COLUMNS}"
+)
+"""A failed or cancelled job runs again (`MaintainedStore.requeue`): its attempts and last error stay."""
+
+NEXT_DUE: Final[str] = (
+    "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = '' AND next_at > $1::float8"
+)

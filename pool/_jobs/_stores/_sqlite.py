@@ -20,52 +20,14 @@ import sqlite3
 from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
-from .._store import ACTIVE_STATES, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from ._sqlite_schema import COLUMNS as _COLUMNS
+from ._sqlite_schema import INSERT as _INSERT
+from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._sqlite_schema import prepare
 from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
-
-SCHEMA_VERSION: Final[int] = 1
-"""The schema this release writes; an older file is migrated, a newer one refused."""
-
-_SCHEMA: Final[tuple[str, ...]] = (
-    """CREATE TABLE jobs (
-        id TEXT PRIMARY KEY,
-        routine TEXT NOT NULL,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        max_attempts INTEGER NOT NULL,
-        created_at REAL NOT NULL,
-        started_at REAL,
-        finished_at REAL,
-        deadline REAL NOT NULL,
-        next_at REAL NOT NULL,
-        owner TEXT NOT NULL DEFAULT '',
-        error TEXT NOT NULL DEFAULT '',
-        payload BLOB NOT NULL,
-        outcome BLOB,
-        cancel_requested INTEGER NOT NULL DEFAULT 0,
-        queue TEXT NOT NULL DEFAULT '',
-        key TEXT NOT NULL DEFAULT '',
-        workflow TEXT NOT NULL DEFAULT '',
-        concurrency INTEGER NOT NULL DEFAULT 0,
-        total INTEGER NOT NULL DEFAULT 0
-    )""",
-    "CREATE INDEX jobs_due ON jobs (state, owner, next_at, created_at)",
-    "CREATE INDEX jobs_owned ON jobs (owner) WHERE owner != ''",
-    "CREATE TABLE owners (owner TEXT PRIMARY KEY, expires_at REAL NOT NULL)",
-)
-
-_COLUMNS: Final[str] = (
-    "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, "
-    "owner, error, payload, outcome, cancel_requested, queue, key, workflow"
-)
-
-_INSERT: Final[str] = (
-    "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
-    "owner, concurrency, total) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
     values = list(row)
@@ -145,24 +107,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     # -- schema ----------------------------------------------------------------------
 
     def _prepare(self, db: sqlite3.Connection) -> None:
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "leakypool_schema" not in tables:
-            if tables:
-                raise ConfigError(
-                    f"store {self.url}: a SQLite database of something else (tables {sorted(tables)}), "
-                    "not a leakypool job store"
-                )
-            db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute("INSERT INTO leakypool_schema VALUES (?)", (SCHEMA_VERSION,))
-        (version,) = db.execute("SELECT max(version) FROM leakypool_schema").fetchone()
-        db.execute(PAUSED_TABLE)  # added after schema 1: created on open, no migration
-        if version > SCHEMA_VERSION:
-            raise ConfigError(
-                f"store {self.url}: schema version {version} is newer than this release's ({SCHEMA_VERSION}); "
-                "upgrade leakypool (the file was left untouched)"
-            )
+        prepare(db, self.url)
+        db.execute(PAUSED_TABLE)  # added after schema 1: created on open (the write lock held), no migration
 
     # -- reads -----------------------------------------------------------------------
 
@@ -200,11 +146,14 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = ''"
         return (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
 
+    async def next_due(self, now: float) -> float | None:
+        sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = '' AND next_at > ?"
+        return (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        values = (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.created_at, job.payload,
-                  job.queue, job.key, job.workflow, owner, job.concurrency, job.total)
+        values = _values(job, owner)
 
         def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
             if max_active is None:  # the common case: one statement when the id is new
@@ -235,10 +184,15 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         def op(db: sqlite3.Connection) -> list[JobRecord]:
             free = db.execute(_FREE_DUE, (now, limit)).fetchall()
             limited = db.execute(_LIMITED_DUE, (now, limit)).fetchall()
-            chosen = sorted(free + limited, key=lambda r: (r[1], r[2], r[0]))[:limit]
+            chosen = sorted(free + limited, key=lambda r: (-r[3], r[1], r[2], r[0]))[:limit]
             rows = []
-            for job_id, _, _ in chosen:
+            for job_id, *_ in chosen:
                 rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
+            if limited:  # rate limits: count these leases, hold back what they leave no room for
+                starts = [(r[4], r[5], now, now + r[7]) for r in chosen if len(r) > 4 and r[6] > 0]
+                db.executemany("INSERT INTO rate_starts VALUES (?, ?, ?, ?)", starts)
+                db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
+            db.execute(_HELD_BACK, (now,))
             return [_record(row) for row in rows]
 
         return await self._run(op, write=True)
@@ -346,12 +300,69 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         await self._run(op, write=True)
 
 
+    # -- maintenance (retention, the jobs command) -------------------------------------
+
+    async def purge(self, finished_before: float, limit: int) -> int:
+        """One bounded batch, oldest finished first (the write lock is held for this batch only)."""
+        return await self._run(lambda db: db.execute(_PURGE, (finished_before, limit)).rowcount, write=SINGLE)
+
+    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
+        sql = (f"SELECT {_COLUMNS} FROM jobs WHERE (? IS NULL OR state = ?) AND (? IS NULL OR routine = ?) "
+               "ORDER BY created_at DESC, rowid DESC LIMIT ?")
+        rows = await self._run(lambda db: db.execute(sql, (state, state, routine, routine, limit)).fetchall(), write=False)
+        return [_record(row) for row in rows]
+
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        def op(db: sqlite3.Connection) -> float | None:  # the write lock (BEGIN IMMEDIATE) orders the processes
+            row = db.execute("SELECT last_slot FROM schedules WHERE name = ?", (name,)).fetchone()
+            previous = None if row is None else row[0]
+            if (job is None and previous is None) or (job is not None and (previous is None or previous < slot)):
+                db.execute("INSERT INTO schedules VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_slot = ?",
+                           (name, slot, slot))
+            if job is not None and (previous is None or previous < slot):
+                db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING", _values(job, ""))
+            return previous
+
+        return await self._run(op, write=True)
+
+    async def requeue(self, job_id: str, now: float) -> JobRecord | None:
+        def op(db: sqlite3.Connection) -> JobRecord | None:
+            row = db.execute(_REQUEUE + " RETURNING " + _COLUMNS, (now, now, job_id)).fetchone()
+            if row is None:
+                row = db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            return None if row is None else _record(row)
+
+        return await self._run(op, write=True)
+
+
 _FREE_DUE: Final[str] = (
-    "SELECT id, next_at, created_at FROM jobs WHERE state = 'pending' AND owner = '' AND next_at <= ? "
-    "AND queue = '' AND workflow = '' ORDER BY next_at, created_at, id LIMIT ?"
+    # INDEXED BY: read in lease order from the partial index of unowned pending jobs and stop at the limit
+    # (the planner, without statistics, would take jobs_due for the next_at range and sort every due job).
+    "SELECT id, next_at, created_at, priority FROM jobs INDEXED BY jobs_lease "
+    "WHERE state = 'pending' AND owner = '' AND next_at <= ? "
+    f"AND queue = '' AND workflow = '' ORDER BY {LEASE_ORDER} LIMIT ?"
 )
-_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", now="?", limit="?")
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now="?1", limit="?2")
+_HELD_BACK: Final[str] = HELD_BACK_SQL.format(
+    table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
+)
 
 
 def _count_active(db: sqlite3.Connection) -> int:
     return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+
+_PURGE: Final[str] = (
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled') "
+    "AND finished_at < ? ORDER BY finished_at LIMIT ?)"
+)
+_REQUEUE: Final[str] = (
+    "UPDATE jobs SET state = 'pending', owner = '', next_at = ?, deadline = ? + max(deadline - next_at, 1), "
+    "max_attempts = max(max_attempts, attempts + 1), finished_at = NULL, outcome = NULL, cancel_requested = 0 "
+    "WHERE id = ? AND state IN ('failed', 'cancelled')"
+)
+
+
+def _values(job: NewJob, owner: str) -> tuple[Any, ...]:
+    """`_INSERT`'s arguments for ``job``."""
+    return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
+            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority, job.rate, job.rate_per)

@@ -137,6 +137,49 @@ async def test_frames_should_cross_a_real_socket_both_ways_large_and_small():
         b.close()
 
 
+def test_an_attached_sink_should_get_every_message_as_it_arrives_queued_ones_first():
+    stream = MessageStream()
+    stream.connection_made(Transport())
+    stream.data_received(framed([b"early"]))
+    got: list[bytes] = []
+    stream.attach(lambda message: got.append(bytes(message)))
+    assert got == [b"early"]
+    data = framed([b"one", b"two", b"three"])
+    stream.data_received(data[:5])
+    stream.data_received(data[5:])
+    assert got == [b"early", b"one", b"two", b"three"]
+
+
+async def test_a_sink_that_raises_should_end_the_stream_with_its_error():
+    stream = MessageStream()
+    transport = Transport()
+    stream.connection_made(transport)
+    stream.attach(lambda message: pb.Frames.FromString(message))
+    stream.data_received(framed([b"\xff\xff not protobuf"]))
+    with pytest.raises(DecodeError):
+        await asyncio.wait_for(stream.receive(), 5)
+    assert transport.aborted
+
+
+async def test_write_now_should_send_at_once_and_refuse_once_closed():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    loop = asyncio.get_running_loop()
+    _, a = await loop.create_unix_connection(MessageStream, sock=left)
+    _, b = await loop.create_unix_connection(MessageStream, sock=right)
+    try:
+        small = pb.Frames()
+        small.frames.add(id=2).accept.SetInParent()
+        big = pb.Frames()
+        big.frames.add(id=3).outcome.value = b"\x01" * (100 << 10)  # over SMALL_MESSAGE_BYTES: no copy
+        assert a.write_frames_now(small) and a.write_frames_now(big)
+        assert [await asyncio.wait_for(b.read_frames(), 30) for _ in range(2)] == [small, big]
+        a.close()
+        assert not a.write_frames_now(small)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_status_names_should_match_grpc():
     """pool._transport._rpc spells the gRPC status codes itself (so a worker need not import grpc): they must agree."""
     for code in grpc.StatusCode:

@@ -149,3 +149,29 @@ class TestByValue:
         assert not _wire.by_value("lp_probe_pkg_other") and not _wire.by_value("lp_probe")
         copy = pickle.loads(cloudpickle.dumps(sub.double))
         assert copy is not sub.double and copy.__qualname__ == "double"
+
+
+def test_schedule_options_should_refuse_bad_input_in_one_line():
+    """Test delay/run_at/priority/connection: a naive datetime, a negative delay... fail where they are written."""
+    import datetime
+
+    from tests.integration import routines
+
+    for changes, error, message in [
+        ({"delay": -1}, ValueError, "delay: expected seconds >= 0, got -1"),
+        ({"delay": float("nan")}, ValueError, "delay: expected seconds >= 0"),
+        ({"delay": "5"}, TypeError, "delay: expected seconds >= 0"),
+        ({"run_at": datetime.datetime(2027, 1, 1)}, ValueError, "run_at: expected an aware datetime .* naive"),
+        ({"run_at": "2027-01-01"}, TypeError, "run_at: expected an aware datetime"),
+        ({"run_at": datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC), "delay": 3}, ValueError, "not both"),
+        ({"priority": 1.5}, TypeError, "priority: expected an int"),
+        ({"priority": True}, TypeError, "priority: expected an int"),
+        ({"connection": object()}, TypeError, "connection: expected an asyncpg connection"),
+    ]:
+        with pytest.raises(error, match=message) as info:
+            routines.add.options(**changes)
+        assert "\n" not in str(info.value)
+    at = datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC)
+    options = routines.add.options(run_at=at, priority=-3).call_options
+    assert (options.run_at, options.priority, options.delay) == (at, -3, 0.0)
+    assert routines.add.options(priority=7).task((1, 2), {}).priority == 7

@@ -43,6 +43,7 @@ class Link:
         self.to_caller: asyncio.Queue = asyncio.Queue()
         self.to_callee: asyncio.Queue = asyncio.Queue()
         self.messages_to_callee = 0
+        self.messages_to_caller = 0
         self.tasks = []
 
     async def __aenter__(self):
@@ -51,6 +52,7 @@ class Link:
             self.to_callee.put_nowait(pb.Frames.FromString(message.SerializeToString()))
 
         async def to_caller(message):
+            self.messages_to_caller += 1
             self.to_caller.put_nowait(pb.Frames.FromString(message.SerializeToString()))
 
         lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")  # noqa: E731
@@ -147,6 +149,50 @@ class TestSession:
             session.finish()
             await asyncio.wait_for(call.receive(), 5)
             assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"last"
+
+
+    async def test_a_held_accept_should_leave_with_the_outcome_in_one_message(self):
+        """Test the worker's quick path: Accept and Outcome of a call that ends at once cost one write."""
+        host = Host()
+        async with Link(host) as link:
+            call = open_call(link.caller)
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            session, frame = host.calls[0]
+            session.accept(frame.id, hold_s=30.0)
+            await asyncio.sleep(0)  # a loop turn: a frame not held would leave now
+            await asyncio.sleep(0)
+            assert link.messages_to_caller == 0
+            session.outcome(frame.id, pb.Outcome.RETURN, b"v")
+            assert (await asyncio.wait_for(call.receive(), 5)).HasField("accept")
+            assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"v"
+            assert link.messages_to_caller == 1
+
+    async def test_a_held_accept_should_leave_alone_after_its_hold_or_when_released(self):
+        """Test that a call that does not end at once is accepted anyway, within the hold (or at `release`)."""
+        host = Host()
+        async with Link(host) as link:
+            timed, released = open_call(link.caller), open_call(link.caller)
+            async with asyncio.timeout(5):
+                while len(host.calls) < 2:
+                    host.arrived.clear()
+                    await host.arrived.wait()
+            session = host.calls[0][0]
+            session.accept(host.calls[0][1].id, hold_s=0.01)
+            assert (await asyncio.wait_for(timed.receive(), 5)).HasField("accept")
+            session.accept(host.calls[1][1].id, hold_s=30.0)
+            session.release()
+            assert (await asyncio.wait_for(released.receive(), 5)).HasField("accept")
+
+    async def test_a_call_should_know_whether_its_call_frame_left(self):
+        """Test `sent`, which tells a worker that never got the call from one that may have started it."""
+        host = Host()
+        async with Link(host) as link:
+            call = open_call(link.caller)
+            assert not call.sent
+            await asyncio.wait_for(host.arrived.wait(), 5)
+            assert call.sent
+            later = open_call(link.caller, "g")
+            assert not later.sent
 
 
 class TestRejection:

@@ -34,6 +34,31 @@ class TestDumpsLoads:
         fn = _wire.loads(_wire.dumps(lambda x: x + 1, what="fn"), what="fn")
         assert fn(1) == 2
 
+    @given(values)
+    def test_dumps_should_send_plain_values_as_plain_pickle_does(self, value):
+        """Test the fast path: what needs nothing of cloudpickle leaves as plain pickle's bytes."""
+        import pickle
+
+        if value is not None:
+            assert _wire.dumps(value, what="v") == pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def test_dumps_should_leave_to_cloudpickle_what_names_main_or_a_by_value_module(self, monkeypatch):
+        """Test the fallback: output naming __main__, and anything while a module goes by value, is cloudpickle's."""
+        import pickle
+        import sys
+        import types
+
+        main = types.ModuleType("__main__")
+        exec("class Point:\n    def __init__(self, x):\n        self.x = x\n", main.__dict__)  # noqa: S102
+        main.Point.__module__ = "__main__"
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        data = _wire.dumps(main.Point(3), what="v")
+        assert b"Point" in data and data != pickle.dumps(main.Point(3), protocol=pickle.HIGHEST_PROTOCOL)
+        monkeypatch.setitem(sys.modules, "__main__", sys.modules[__name__])  # gone from here: loads needs the class by value
+        assert _wire.loads(data, what="v").x == 3
+        monkeypatch.setattr(_wire, "_BY_VALUE", {"some.module"})
+        assert _wire._plain((1, 2)) is None
+
     def test_dumps_should_raise_serialization_error_naming_the_value_when_unpicklable(self):
         """Test that the error says what could not be pickled, and is a TypeError."""
         with pytest.raises(pool.SerializationError, match=r"^the result of f\(\) cannot be pickled: TypeError"):

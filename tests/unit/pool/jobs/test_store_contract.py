@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from pool._jobs._store import JobStore, NewJob
+from pool._jobs._store import JobStore, MaintainedStore, NewJob
+from pool._jobs._stores import _postgres_sql as postgres_sql
+from pool._jobs._stores import _sqlite_schema as sqlite_schema
 from pool._jobs._stores._postgres import PostgresStore
 from pool._jobs._stores._sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -219,6 +221,140 @@ class TestJobStore:
             await store.release_owner("me", NOW + 1)
             assert {(j.state, j.owner) for j in await store.list()} == {("pending", "")}
             assert await store.oldest_due(NOW + 1) == NOW
+
+
+    async def test_lease_should_take_higher_priority_first_and_fifo_within_a_priority(self, backend, tmp_path):
+        """Test priority order among due jobs (free and limited alike); a job not yet due waits, whatever its priority."""
+        async with opened(backend, tmp_path) as store:
+            for job_id, created, priority in [("low0", 1, 0), ("high0", 2, 5), ("low1", 3, 0), ("high1", 4, 5)]:
+                await store.submit(job(job_id, created=NOW + created, priority=priority))
+            await store.submit(job("urgent-later", created=NOW, priority=9, next_at=NOW + 100))
+            await store.submit(job("queued", created=NOW + 5, priority=7, queue="q", concurrency=1))
+            await store.submit(job("neg", created=NOW, priority=-1))
+            assert [j.id for j in await store.lease("one", 3, NOW + 10)] == ["queued", "high0", "high1"]
+            assert [j.id for j in await store.lease("one", 100, NOW + 10)] == ["low0", "low1", "neg"]
+            assert [j.id for j in await store.lease("one", 100, NOW + 100)] == ["urgent-later"]
+
+    async def test_a_delayed_job_should_be_pending_and_unleasable_until_due(self, backend, tmp_path):
+        """Test next_at at submit: pending, cancellable, leased only from its due time on."""
+        async with opened(backend, tmp_path) as store:
+            record, _ = await store.submit(job("later", next_at=NOW + 30))
+            assert (record.state, record.next_at) == ("pending", NOW + 30)
+            assert await store.lease("one", 10, NOW + 29.9) == []
+            assert await store.oldest_due(NOW) == NOW + 30
+            assert await store.next_due(NOW) == NOW + 30 and await store.next_due(NOW + 30) is None
+            assert [j.id for j in await store.lease("one", 10, NOW + 30)] == ["later"]
+            await store.submit(job("gone", next_at=NOW + 30))
+            assert (await store.cancel("gone", NOW)).state == "cancelled"
+
+    async def test_purge_should_delete_only_old_final_jobs_in_bounded_batches(self, backend, tmp_path):
+        """Test retention's purge: final jobs ended before the cut, oldest first, at most `limit`; never an active one."""
+        async with opened(backend, tmp_path) as store:
+            await store.heartbeat("me", NOW, 1000)
+            for i in range(5):
+                await store.submit(job(f"done{i}"))
+            await store.submit(job("pending"))
+            await store.submit(job("delayed", next_at=NOW + 10_000))
+            leased = {j.id for j in await store.lease("me", 100, NOW)}
+            assert {"done0", "pending"} <= leased
+            for i in range(5):
+                await store.mark_running(f"done{i}", "me", NOW)
+                await store.finish(f"done{i}", "me", "failed" if i % 2 else "succeeded", NOW + i, outcome=None)
+            await store.unlease("me", ["pending"])
+            await store.submit(job("running"))
+            await store.lease("me", 100, NOW)
+            await store.mark_running("running", "me", NOW)
+            assert await store.purge(NOW + 3, 2) == 2  # done0, done1: the oldest first, two at most
+            assert await store.purge(NOW + 3, 2) == 1  # done2 (ended at NOW + 2)
+            assert await store.purge(NOW + 3, 2) == 0
+            assert await store.purge(NOW + 1_000_000, 100) == 2
+            assert sorted(j.id for j in await store.list()) == ["delayed", "pending", "running"]
+
+    async def test_requeue_should_run_a_failed_job_again_and_keep_its_history(self, backend, tmp_path):
+        """Test an operator's retry: failed/cancelled -> pending, due now, attempts and last error kept."""
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job("f"))
+            await store.lease("me", 1, NOW)
+            await store.mark_running("f", "me", NOW)
+            await store.finish("f", "me", "failed", NOW + 1, outcome=b"boom", error="ValueError: boom")
+            again = await store.requeue("f", NOW + 100)
+            assert (again.state, again.attempts, again.error, again.next_at) == ("pending", 1, "ValueError: boom", NOW + 100)
+            assert again.max_attempts == 2 and again.finished_at is None and again.deadline > NOW + 100
+            assert (await store.requeue("f", NOW + 101)).state == "pending"  # not final: left as it is
+            assert await store.requeue("nope", NOW) is None
+            (leased,) = await store.lease("me", 1, NOW + 100)
+            assert await store.mark_running("f", "me", NOW + 100)
+            assert (await store.get("f")).attempts == 2
+
+    async def test_select_should_filter_by_state_and_routine_newest_first(self, backend, tmp_path):
+        """Test the jobs command's listing."""
+        async with opened(backend, tmp_path) as store:
+            for i, routine in enumerate(["a.f", "b.g", "a.f"]):
+                await store.submit(NewJob(f"j{i}", routine, b"p", NOW + i, NOW + 60))
+            await store.cancel("j2", NOW)
+            assert [j.id for j in await store.select()] == ["j2", "j1", "j0"]
+            assert [j.id for j in await store.select(routine="a.f")] == ["j2", "j0"]
+            assert [j.id for j in await store.select(state="pending", routine="a.f")] == ["j0"]
+            assert [j.id for j in await store.select(limit=1)] == ["j2"]
+
+    async def test_lease_should_hold_a_rate_across_owners_and_set_the_next_due_time_of_what_it_holds_back(
+        self, backend, tmp_path
+    ):
+        """Test RateLimit in the store: n leases per window per queue and key, whoever leases; the rest wait, due later."""
+        async with opened(backend, tmp_path) as store:
+            rated = {"queue": "api", "concurrency": 10, "rate": 2, "rate_per": 10.0}
+            for i in range(5):
+                await store.submit(job(f"t{i}", created=NOW + i / 10, key="t", **rated))
+            await store.submit(job("u0", created=NOW, key="u", **rated))
+            assert [j.id for j in await store.lease("one", 100, NOW + 1)] == ["t0", "u0", "t1"]
+            assert await store.lease("two", 100, NOW + 2) == []  # key t: 2 in the last 10 s, whoever asks
+            held = {j.id: j.next_at for j in await store.list() if j.owner == ""}
+            assert held == dict.fromkeys(["t2", "t3", "t4"], NOW + 11)  # due when the first lease leaves the window
+            assert await store.oldest_due(NOW + 2) == NOW + 11
+            assert [j.id for j in await store.lease("two", 100, NOW + 11)] == ["t2", "t3"]
+            assert await store.lease("one", 100, NOW + 11.5) == []
+            assert [j.id for j in await store.lease("one", 100, NOW + 21)] == ["t4"]
+
+    async def test_open_should_migrate_a_store_written_by_the_previous_release(self, backend, tmp_path):
+        """Test the upgrade: a version-1 store keeps its jobs, gains priority (0) and the new indexes, and works."""
+        await write_v1_store(backend)
+        async with opened(backend, tmp_path) as store:
+            old = await store.get("old")
+            assert (old.state, old.priority, old.routine) == ("pending", 0, "mod.fn")
+            assert [j.id for j in await store.lease("me", 10, NOW)] == ["old"]
+            await store.submit(job("new", priority=3))
+            assert isinstance(store, MaintainedStore)
+        async with opened(backend, tmp_path) as store:  # opening again: nothing to migrate
+            assert (await store.get("new")).priority == 3
+
+
+async def write_v1_store(backend: tuple[str, str]) -> None:
+    """A store as the release before schema 2 wrote it, with one pending job."""
+    kind, where = backend
+    columns = "id, routine, state, max_attempts, created_at, deadline, next_at, payload"
+    if kind == "sqlite":
+        db = sqlite3.connect(where)
+        db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
+        for statement in sqlite_schema._SCHEMA_V1:
+            db.execute(statement)
+        db.execute("INSERT INTO leakypool_schema VALUES (1)")
+        db.execute(f"INSERT INTO jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, ?, ?, ?, x'00')",
+                   (NOW, NOW + 60, NOW))
+        db.commit()
+        db.close()
+        return
+    import asyncpg
+
+    db = await asyncpg.connect(where)
+    try:
+        await db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
+        for statement in postgres_sql.SCHEMA_V1[1:]:
+            await db.execute(statement)
+        await db.execute("INSERT INTO leakypool_schema VALUES (1)")
+        await db.execute(f"INSERT INTO leakypool_jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, $1, $2, $1, "
+                         "'\\x00'::bytea)", NOW, NOW + 60)
+    finally:
+        await db.close()
 
 
 @backends

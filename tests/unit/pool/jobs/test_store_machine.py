@@ -1,9 +1,11 @@
-"""A hypothesis state machine over the job store: submit / lease / accept / complete / crash / recover.
+"""A hypothesis state machine over the job store: submit / lease / accept / complete / crash / recover / purge / requeue.
 
 Invariants, checked after every step against a plain model: no job is
 ever lost, a committed outcome never changes (until its id is submitted
 anew), attempts count the accepted attempts, a job has at most one owner,
-and a live owner's jobs are never taken from it.
+and a live owner's jobs are never taken from it; leases follow priority,
+then due time, then submission; a purge deletes only final jobs past the
+cut; a requeued job keeps its attempts.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class Model:
     owner: str = ""
     attempts: int = 0
     next_at: float = 0.0
+    created: float = 0.0
+    priority: int = 0
+    finished: float = 0.0
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -51,13 +56,14 @@ class StoreMachine(RuleBasedStateMachine):
         self.loop.close()
         self.directory.cleanup()
 
-    @rule(job_id=IDS)
-    def submit(self, job_id: str) -> None:
-        record, created = self.run(self.store.submit(NewJob(job_id, "fn", b"p", self.now, self.now + 100)))
+    @rule(job_id=IDS, priority=st.sampled_from([0, 0, 1, 5]), delay=st.sampled_from([0.0, 0.0, 2.0]))
+    def submit(self, job_id: str, priority: int, delay: float) -> None:
+        new = NewJob(job_id, "fn", b"p", self.now, self.now + 100, next_at=self.now + delay, priority=priority)
+        record, created = self.run(self.store.submit(new))
         current = self.jobs.get(job_id)
         assert created == (current is None or current.state in TERMINAL_STATES)
         if created:
-            self.jobs[job_id] = Model(next_at=self.now)
+            self.jobs[job_id] = Model(next_at=self.now + delay, created=self.now, priority=priority)
         assert record.state == self.jobs[job_id].state
 
     @rule(owner=OWNERS)
@@ -68,9 +74,12 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(owner=OWNERS, limit=st.integers(1, 4))
     def lease(self, owner: str, limit: int) -> None:
         leased = self.run(self.store.lease(owner, limit, self.now))
-        candidates = {i for i, j in self.jobs.items() if j.state == "pending" and not j.owner and j.next_at <= self.now}
-        ids = {r.id for r in leased}
-        assert ids <= candidates and len(ids) == min(limit, len(candidates))
+        candidates = sorted(
+            (i for i, j in self.jobs.items() if j.state == "pending" and not j.owner and j.next_at <= self.now),
+            key=lambda i: (-self.jobs[i].priority, self.jobs[i].next_at, self.jobs[i].created, i),
+        )
+        ids = [r.id for r in leased]
+        assert ids == candidates[:limit]  # the first in lease order, each once
         for job_id in ids:
             self.jobs[job_id].owner = owner
 
@@ -93,7 +102,7 @@ class StoreMachine(RuleBasedStateMachine):
         if ok and outcome == "retry":
             job.state, job.owner, job.next_at = "pending", "", self.now + 1
         elif ok:
-            job.state, job.owner = outcome, ""
+            job.state, job.owner, job.finished = outcome, "", self.now
 
     @rule(job_id=IDS)
     def cancel(self, job_id: str) -> None:
@@ -101,7 +110,25 @@ class StoreMachine(RuleBasedStateMachine):
         job = self.jobs.get(job_id)
         assert (record is None) == (job is None)
         if job is not None and job.state == "pending":
-            job.state, job.owner = "cancelled", ""
+            job.state, job.owner, job.finished = "cancelled", "", self.now
+
+    @rule(age=st.sampled_from([0.0, 1.0, 5.0]), limit=st.integers(1, 3))
+    def purge(self, age: float, limit: int) -> None:
+        purged = self.run(self.store.purge(self.now - age, limit))
+        eligible = {i for i, j in self.jobs.items() if j.state in TERMINAL_STATES and j.finished < self.now - age}
+        left = {r.id for r in self.run(self.store.list(limit=100))}
+        gone = set(self.jobs) - left
+        assert gone <= eligible and purged == len(gone) == min(limit, len(eligible))
+        for job_id in gone:
+            del self.jobs[job_id]
+
+    @rule(job_id=IDS)
+    def requeue(self, job_id: str) -> None:
+        record = self.run(self.store.requeue(job_id, self.now))
+        job = self.jobs.get(job_id)
+        assert (record is None) == (job is None)
+        if job is not None and job.state in ("failed", "cancelled"):
+            job.state, job.owner, job.next_at = "pending", "", self.now
 
     @rule(seconds=st.sampled_from([0.5, 3.0, 11.0]))
     def tick(self, seconds: float) -> None:

@@ -1,0 +1,234 @@
+"""A pool's growth beyond its own fleet: requests to a provisioner, counted until the worker joins.
+
+`Growth` is what the pool's admission and job scheduler call when work
+finds no worker with room (``grow``). With the default provisioner that is
+the local fleet's own spawn-on-overflow, unchanged. With any other
+provisioner, `ProvisionPlan` decides how many workers to request; each
+request runs as a task this object owns; a request counts until a worker
+with its uid joins (``changed`` reconciles on every membership change) or
+``provision_timeout`` passes; a provisioner that raises is logged once per
+back-off and counted (``failures``), and the work keeps waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final
+
+from backpressure import BackpressureLike
+
+from .._base._ids import new_uid
+from .._base._tasks import TaskOwner
+from .._config import PoolConfig
+from .._errors import ConfigError
+from .._transport._rpc import WorkerMetadata
+from ._local_fleet import LocalFleet, worker_env
+from ._plan import ProvisionPlan
+from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
+
+_log = logging.getLogger("leakypool.pool")
+
+PROVISION_TIMEOUT_S: Final[float] = 120.0
+"""By default, how long a requested worker counts toward ``max_workers`` before it is given up."""
+
+FORWARDED: tuple[str, ...] = ("MAX_CONCURRENT_TASKS", "BACKPRESSURE", "SHUTDOWN_GRACE", "HOLD_SLOT_WHILE_WAITING")
+"""Settings of the pool's own workers that provisioned workers get too (``LEAKYPOOL_`` + these)."""
+
+
+def worker_request(
+    uid: uuid.UUID,
+    seq: int,
+    spawned_env: Mapping[str, str],
+    *,
+    registry: str,
+    tags: Collection[str],
+    idle_timeout: float,
+) -> WorkerRequest:
+    """The request for worker ``uid``: the spawned workers' capacity settings, plus where and how to join.
+
+    Args:
+        uid: The uid the worker takes.
+        seq: The request number.
+        spawned_env: ``LEAKYPOOL_*`` settings of the pool's spawned workers.
+        registry: The registry URL the worker records itself in ("" for none).
+        tags: Tags the pool admits workers by.
+        idle_timeout: Seconds the worker idles before it exits.
+    """
+    env = {f"LEAKYPOOL_{k}": spawned_env[f"LEAKYPOOL_{k}"] for k in FORWARDED if spawned_env.get(f"LEAKYPOOL_{k}")}
+    env |= {"LEAKYPOOL_UID": str(uid), "LEAKYPOOL_IDLE_TIMEOUT": repr(idle_timeout)}
+    if registry:
+        env["LEAKYPOOL_REGISTRY"] = registry
+    if tags:
+        env["LEAKYPOOL_TAGS"] = ",".join(sorted(tags))
+    args: list[str] = []
+    for name, value in env.items():
+        flag = "--" + name.removeprefix("LEAKYPOOL_").lower().replace("_", "-")
+        if name == "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING":
+            args += [flag] if value == "1" else []
+        else:
+            args += [flag, value]
+    return WorkerRequest(uid=uid, env=env, args=tuple(args), seq=seq)
+
+
+class Growth:
+    """Where a pool's extra workers come from when work waits: its fleet, or a provisioner.
+
+    Args:
+        fleet: The pool's local fleet.
+        provisioner: None or a `SubprocessProvisioner`: the fleet grows
+            (today's behaviour); anything else gets `WorkerRequest`s.
+        max_workers: Members plus outstanding requests at most.
+        provision_timeout: Seconds a request counts before it is given up.
+        members: The pool's worker uids now.
+        request: Builds the request for a uid and request number.
+    """
+
+    def __init__(
+        self,
+        fleet: LocalFleet,
+        provisioner: Provisioner | None,
+        *,
+        max_workers: int,
+        provision_timeout: float,
+        members: Callable[[], Collection[uuid.UUID]],
+        request: Callable[[uuid.UUID, int], WorkerRequest],
+    ) -> None:
+        self._fleet = fleet
+        self._remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
+        self.provisioner: Provisioner = provisioner if provisioner is not None else SubprocessProvisioner()
+        if isinstance(self.provisioner, SubprocessProvisioner):
+            self.provisioner.attach(fleet)
+        self.plan = ProvisionPlan(max_workers, provision_timeout)
+        self._members = members
+        self._request = request
+        self._tasks = TaskOwner("provisioning", _log)
+        self.requested = 0
+        self.joined = 0
+        self.failures = 0
+        self.timeouts = 0
+
+    @property
+    def maximum(self) -> int:
+        """Workers the pool may have: 0 means it can start none at all."""
+        return self.plan.max_workers if self._remote else self._fleet.maximum
+
+    @property
+    def grown(self) -> int:
+        """Workers started under load: spawned locally, or provisioned and joined."""
+        return self._fleet.grown + self.joined
+
+    def grow(self) -> bool:
+        """Work found no worker with room: ask for one more if the plan allows; True if asked."""
+        if not self._remote:
+            return self._fleet.grow()
+        if self._tasks.closed:
+            return False
+        now = time.monotonic()
+        for uid in self.plan.expired(now):
+            self.timeouts += 1
+            _log.warning(
+                "requested worker %s has not joined within %.0fs; it no longer counts", uid, self.plan.provision_timeout
+            )
+        if not self.plan.wanted(now, len(self._members())):
+            return False
+        uid = new_uid()
+        self.plan.requested(uid, now)
+        self._tasks.spawn(self._provision(self._request(uid, self.requested)), name=f"provision {uid}")
+        self.requested += 1
+        return True
+
+    def changed(self) -> None:
+        """Membership changed: requested workers that joined stop counting as outstanding."""
+        if not self.plan.outstanding:
+            return
+        for uid in set(self.plan.outstanding).intersection(self._members()):
+            if self.plan.joined(uid):
+                self.joined += 1
+                _log.info("requested worker %s joined", uid)
+
+    async def _provision(self, request: WorkerRequest) -> None:
+        try:
+            await self.provisioner.provision(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failures += 1
+            if self.plan.failed(request.uid, time.monotonic()):
+                _log.warning(
+                    "provisioner %r failed (%s); work keeps waiting, next request in %.0fs",
+                    self.provisioner, exc, self.plan.resume_at - time.monotonic(),
+                )
+            return
+        _log.debug("provisioner %r is starting worker %s", self.provisioner, request.uid)
+
+    async def aclose(self) -> None:
+        """Cancel requests in flight; close the provisioner if it has ``aclose``."""
+        await self._tasks.aclose()
+        closer: Any = getattr(self.provisioner, "aclose", None)
+        if self._remote and closer is not None:
+            await closer()
+
+
+def pool_capacity(
+    config: PoolConfig,
+    backpressure: BackpressureLike | None,
+    provisioner: Provisioner | None,
+    *,
+    minimum: int,
+    provision_timeout: float | None,
+    members: Callable[[], Collection[uuid.UUID]],
+    registry: str,
+    tags: Collection[str],
+    on_ready: Callable[[WorkerMetadata], None],
+    on_exit: Callable[[uuid.UUID, str], None],
+) -> tuple[LocalFleet, Growth]:
+    """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
+
+    Args:
+        config: The pool's settings.
+        backpressure: The hook its workers run.
+        provisioner: Where extra workers come from (None: the local fleet).
+        minimum: Local workers kept.
+        provision_timeout: Seconds a request counts until its worker joins (None: `PROVISION_TIMEOUT_S`).
+        members: The pool's worker uids now.
+        registry: The registry URL provisioned workers record themselves in.
+        tags: Tags the pool admits workers by.
+        on_ready: Admits a spawned worker.
+        on_exit: Evicts a spawned worker that exited.
+    """
+    timeout = PROVISION_TIMEOUT_S if provision_timeout is None else provision_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ConfigError(f"provision_timeout: expected seconds > 0, got {provision_timeout!r}")
+    env = worker_env(backpressure, config)
+    ceiling = max(minimum, config.max_workers or 0)
+    remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
+    fleet = LocalFleet(
+        env=env,
+        minimum=minimum,
+        maximum=minimum if remote else ceiling,
+        idle_timeout=config.idle_timeout,
+        startup_timeout=config.startup_timeout,
+        shutdown_grace=config.shutdown_grace,
+        on_ready=on_ready,
+        on_exit=on_exit,
+        transport=config.local_transport,
+        template=config.worker_template,
+        template_fork=config.template_fork,
+    )
+
+    def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
+        return worker_request(uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout)
+
+    growth = Growth(
+        fleet,
+        provisioner,
+        max_workers=ceiling,
+        provision_timeout=float(timeout),
+        members=members,
+        request=request,
+    )
+    return fleet, growth

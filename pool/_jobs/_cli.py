@@ -1,0 +1,188 @@
+"""``leakypool jobs STORE_URL ...``: what an operator does with jobs without writing Python.
+
+    leakypool jobs sqlite:///var/lib/app/jobs.db list --state failed --routine app.convert
+    leakypool jobs postgresql://... show JOB_ID
+    leakypool jobs URL retry JOB_ID            # a failed or cancelled job runs again, its history kept
+    leakypool jobs URL cancel JOB_ID
+    leakypool jobs URL purge --older-than 30d  # finished jobs only, in bounded batches
+
+Tables need rich (the ``status`` extra); ``--json`` prints the data itself.
+A bad argument, an unknown job or an unusable store is one line on stderr
+and a non-zero exit status (2: bad usage or store, 1: the job is not there
+or not in a state the verb applies to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Final, NoReturn
+
+from .._errors import ConfigError, StoreError
+from ._retention import PURGE_BATCH
+from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
+from ._stores._open import open_store
+
+_UNITS: Final[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line (and exit status 2), not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"leakypool jobs: {message} (see leakypool jobs STORE_URL --help)\n")
+
+
+def _age(text: str) -> float:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--older-than: ")) from None
+
+
+class _Refused(Exception):
+    """The verb does not apply (no such job, wrong state): exit status 1."""
+
+
+def parse_age(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds.
+
+    Raises:
+        ValueError: anything else (one line, with the expected form).
+    """
+    match = _AGE.match(text.strip())
+    if match is None:
+        raise ValueError(f"--older-than: expected an age like 90s, 15m, 12h, 7d or 2w, got {text!r}")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def _when(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _short(timestamp: float) -> str:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def as_dict(record: JobRecord) -> dict[str, Any]:
+    """A job as JSON-ready data (times in ISO 8601 UTC; the payload and the pickled result left out)."""
+    return {
+        "id": record.id, "routine": record.routine, "state": record.state, "attempts": record.attempts,
+        "max_attempts": record.max_attempts, "priority": record.priority, "error": record.error,
+        "created_at": _when(record.created_at), "run_at": _when(record.next_at),
+        "started_at": _when(record.started_at), "finished_at": _when(record.finished_at),
+        "deadline": _when(record.deadline), "owner": record.owner, "queue": record.queue, "key": record.key,
+        "workflow": record.workflow, "cancel_requested": record.cancel_requested,
+        "result_bytes": None if record.outcome is None else len(record.outcome),
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="leakypool jobs", description="Look at and act on a store's jobs.")
+    parser.add_argument("store", help="the store URL: sqlite:///PATH or postgresql://...")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    listing = verbs.add_parser("list", help="jobs, newest first")
+    listing.add_argument("--state", choices=sorted(ACTIVE_STATES | TERMINAL_STATES))
+    listing.add_argument("--routine", help="the routine's qualified name, e.g. app.convert")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    for verb, text in [("show", "one job in full"), ("retry", "run a failed or cancelled job again"),
+                       ("cancel", "cancel a pending or running job")]:
+        verbs.add_parser(verb, help=text).add_argument("job_id")
+    purge = verbs.add_parser("purge", help="delete finished jobs older than an age")
+    purge.add_argument("--older-than", required=True, type=_age, help="e.g. 30d, 12h, 90s")
+    for sub in verbs.choices.values():
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    return parser
+
+
+async def run(args: argparse.Namespace) -> Any:
+    """Do the verb against the store; what to print (records, a record, or a summary)."""
+    if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///"):].lstrip("/")):
+        raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
+    store = open_store(args.store)
+    assert store is not None
+    if not isinstance(store, MaintainedStore):
+        raise ConfigError(f"store {args.store}: does not support the jobs command")
+    await store.open()
+    try:
+        if args.verb == "list":
+            if args.limit < 1:
+                raise ConfigError(f"--limit: expected an integer >= 1, got {args.limit}")
+            return await store.select(args.state, args.routine, args.limit)
+        if args.verb == "purge":
+            now, total = time.time(), 0
+            while (n := await store.purge(now - args.older_than, PURGE_BATCH)) == PURGE_BATCH:
+                total += n
+            return {"purged": total + n, "finished_before": _when(now - args.older_than)}
+        record = await store.get(args.job_id)
+        if record is None:
+            raise _Refused(f"no job {args.job_id!r} in {store!r}")
+        if args.verb == "retry":
+            if record.state not in ("failed", "cancelled"):
+                raise _Refused(f"job {record.id} is {record.state}: only a failed or cancelled job can be retried")
+            record = await store.requeue(record.id, time.time())
+        elif args.verb == "cancel":
+            if record.state in TERMINAL_STATES:
+                raise _Refused(f"job {record.id} is already {record.state}")
+            record = await store.cancel(record.id, time.time())
+        return record
+    finally:
+        await store.close()
+
+
+def render(result: Any) -> Any:
+    """A rich renderable for ``result`` (rich imported here: only a table needs it)."""
+    from rich.table import Table
+
+    if isinstance(result, dict):
+        return f"purged {result['purged']} finished job(s) that ended before {result['finished_before']}"
+    if isinstance(result, JobRecord):
+        table = Table(show_header=False, title=f"job {result.id}")
+        for field, value in as_dict(result).items():
+            table.add_row(field, "" if value is None else str(value))
+        return table
+    table = Table(title=f"{len(result)} job(s), newest first")
+    for column in ("id", "routine", "state", "attempts", "priority", "created (UTC)", "run at (UTC)", "error"):
+        table.add_column(column, overflow="fold", no_wrap=column == "id" or column.endswith("(UTC)"))
+    for record in result:
+        error = record.error.splitlines()[0] if record.error else ""
+        table.add_row(record.id, record.routine, record.state, f"{record.attempts}/{record.max_attempts}",
+                      str(record.priority), _short(record.created_at), _short(record.next_at), error)
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``leakypool jobs``; the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        result = asyncio.run(run(args))
+    except (ConfigError, StoreError) as exc:
+        print(f"leakypool jobs: {exc}", file=sys.stderr)
+        return 2
+    except _Refused as exc:
+        print(f"leakypool jobs: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        data = result if isinstance(result, dict) else (
+            as_dict(result) if isinstance(result, JobRecord) else [as_dict(r) for r in result])
+        print(json.dumps(data, indent=2))
+        return 0
+    try:
+        from rich.console import Console
+    except ImportError:
+        print("leakypool jobs: tables need rich: pip install 'leakypool[status]' (or use --json)", file=sys.stderr)
+        return 2
+    Console().print(render(result))
+    return 0

@@ -1,0 +1,126 @@
+"""A worker's row in a store registry (``--registry URL``): recorded at start, refreshed, removed on exit.
+
+The row lives ``--registry-ttl`` seconds past its last refresh; the worker
+refreshes it three times per TTL, so one lost refresh costs nothing and a
+worker killed outright (SIGKILL, a lost host) expires within its TTL. A
+worker that drains (idle timeout, SIGTERM, max lifetime) deletes its row
+first, so pools stop sending it work at once. A refresh that fails (the
+database restarting) is logged and retried with a new connection; the
+row is written back as soon as the store answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, Final
+
+from .._base._tasks import TaskOwner
+from .._discovery._local import record_to_json
+from .._discovery._registry import Registry, connect, redacted
+from .._errors import ConfigError, StoreError
+from .._transport._rpc import WorkerMetadata, bind_address
+
+if TYPE_CHECKING:
+    from .._config import WorkerConfig
+    from ._service import WorkerService
+
+_log = logging.getLogger("leakypool.worker")
+
+REFRESHES_PER_TTL: Final[int] = 3
+"""Refreshes within one TTL: a record survives two lost refreshes."""
+
+REMOVE_TIMEOUT_S: Final[float] = 5.0
+"""How long removing the row on exit may take before the worker exits anyway (the row then expires)."""
+
+
+class RegistryRecord:
+    """This worker's row in the registry at ``url``.
+
+    Args:
+        url: The registry (``postgresql://...`` or ``sqlite:///PATH``).
+        worker: The record.
+        ttl: Seconds the row lives without a refresh.
+    """
+
+    def __init__(self, url: str, worker: WorkerMetadata, ttl: float) -> None:
+        self._url = url
+        self._uid = str(worker.uid)
+        self._record = record_to_json(worker)
+        self._ttl = ttl
+        self._registry: Registry | None = None
+        self._withdrawn = False
+        self._lock = asyncio.Lock()  # one statement at a time on the connection; no refresh after the removal
+
+    async def start(self, tasks: TaskOwner) -> None:
+        """Write the row, then keep it fresh in a task ``tasks`` owns.
+
+        Raises:
+            StoreError: the registry cannot be reached now (the worker does not start).
+            ConfigError: not a registry URL, or its driver is missing.
+        """
+        self._registry = await connect(self._url)
+        await self._registry.put(self._uid, self._record, self._ttl)
+        tasks.spawn(self._refresh(), name="refresh the registry record")
+
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / REFRESHES_PER_TTL)
+            async with self._lock:
+                if self._withdrawn:
+                    return
+                try:
+                    if self._registry is None:
+                        self._registry = await connect(self._url)
+                    await self._registry.put(self._uid, self._record, self._ttl)
+                except StoreError as exc:
+                    _log.warning("could not refresh this worker's record (%s); retrying", exc)
+                    await self._drop_connection()
+
+    async def withdraw(self) -> None:
+        """Delete the row (idempotent; bounded: if the store does not answer, the row expires)."""
+        async with self._lock:
+            if self._withdrawn:
+                return
+            self._withdrawn = True
+            try:
+                async with asyncio.timeout(REMOVE_TIMEOUT_S):
+                    if self._registry is None:
+                        self._registry = await connect(self._url)
+                    await self._registry.remove(self._uid)
+            except (StoreError, TimeoutError) as exc:
+                _log.warning(
+                    "could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc
+                )
+            finally:
+                await self._drop_connection()
+
+    async def _drop_connection(self) -> None:
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            with contextlib.suppress(Exception):
+                await registry.close()
+
+
+async def start_registry(config: WorkerConfig, service: WorkerService, info: dict[str, Any]) -> RegistryRecord | None:
+    """Record this worker at ``--registry`` (if set), withdrawn as soon as it drains.
+
+    Raises:
+        ConfigError: the registry cannot be reached or used (the worker exits with status 2).
+    """
+    if not config.registry:
+        return None
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    worker = WorkerMetadata(
+        uid=uuid.UUID(info["uid"]), address=bind_address(config.advertise or host, info["port"]), pid=info["pid"],
+        version=info["version"], tags=frozenset(config.tags), capacity=info["capacity"], tls=config.tls,
+    )
+    record = RegistryRecord(config.registry, worker, config.registry_ttl)
+    try:
+        await record.start(service.tasks)
+    except StoreError as exc:
+        raise ConfigError(f"--registry: cannot record this worker: {exc}") from None
+    service.lifecycle.on_drain(lambda: service.tasks.spawn(record.withdraw(), name="withdraw from the registry"))
+    return record

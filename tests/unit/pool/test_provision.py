@@ -1,0 +1,162 @@
+"""The I/O-free growth decision (`ProvisionPlan`), the request a provisioned worker gets, and the command line."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import pool
+from pool._config import WorkerConfig
+from pool._fleet._plan import BACKOFF_MAX_S, ProvisionPlan, backoff_s
+from pool._fleet._provision import CommandProvisioner, WorkerRequest
+from pool._fleet._provisioning import worker_request
+
+
+class PlanMachine(RuleBasedStateMachine):
+    """Random demand, joins, departures, failures and time: the bounds always hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan = ProvisionPlan(max_workers=5, provision_timeout=10.0, max_outstanding=3)
+        self.now = 0.0
+        self.members: set[uuid.UUID] = set()
+        self.others = 0  # members nobody asked for (another pool's, spawned ones)
+
+    def count(self) -> int:
+        return len(self.members) + self.others
+
+    @rule()
+    def starved(self) -> None:
+        before = dict(self.plan.outstanding)
+        wanted = self.plan.wanted(self.now, self.count())
+        assert wanted in (0, 1)
+        if self.now < self.plan.resume_at:
+            assert wanted == 0  # no request during a back-off
+        if wanted:
+            assert self.count() + len(before) < self.plan.max_workers
+            self.plan.requested(uuid.uuid4(), self.now)
+        assert len(self.plan.outstanding) >= len(before)
+
+    @precondition(lambda self: self.plan.outstanding)
+    @rule(data=st.data())
+    def joins(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(sorted(self.plan.outstanding)))
+        assert self.plan.joined(uid)
+        self.members.add(uid)
+        assert self.plan.failures == 0
+
+    @precondition(lambda self: self.plan.outstanding)
+    @rule(data=st.data())
+    def fails(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(sorted(self.plan.outstanding)))
+        running = self.now < self.plan.resume_at
+        assert self.plan.failed(uid, self.now) is (not running)  # logged once per back-off
+        assert uid not in self.plan.outstanding
+
+    @rule()
+    def stranger_joins(self) -> None:
+        if self.count() + len(self.plan.outstanding) < self.plan.max_workers:
+            self.others += 1  # (one that would break the bound is the plan's input, not its doing)
+
+    @precondition(lambda self: self.members)
+    @rule()
+    def one_leaves(self) -> None:
+        self.members.pop()
+
+    @rule(seconds=st.floats(0.0, 15.0))
+    def time_passes(self, seconds: float) -> None:
+        self.now += seconds
+        for uid in self.plan.expired(self.now):
+            assert uid not in self.plan.outstanding
+        assert all(deadline > self.now for deadline in self.plan.outstanding.values())
+
+    @invariant()
+    def bounded(self) -> None:
+        assert len(self.plan.outstanding) <= self.plan.max_outstanding
+        assert self.count() + len(self.plan.outstanding) <= self.plan.max_workers
+
+
+PlanMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+test_plan_should_stay_within_its_bounds = PlanMachine.TestCase
+
+
+def test_plan_should_ask_up_to_max_workers_counting_outstanding_requests():
+    plan = ProvisionPlan(max_workers=3, provision_timeout=5.0, max_outstanding=10)
+    asked = 0
+    while plan.wanted(0.0, members=1):
+        plan.requested(uuid.uuid4(), 0.0)
+        asked += 1
+    assert asked == 2
+
+
+def test_plan_should_stop_counting_a_request_after_the_provision_timeout():
+    plan = ProvisionPlan(max_workers=1, provision_timeout=5.0)
+    uid = uuid.uuid4()
+    plan.requested(uid, 0.0)
+    assert not plan.wanted(1.0, 0)
+    assert plan.expired(4.9) == []
+    assert plan.expired(5.0) == [uid]
+    assert plan.wanted(5.0, 0) == 1
+
+
+def test_plan_should_back_off_after_a_failure_and_log_once_per_back_off():
+    plan = ProvisionPlan(max_workers=10, provision_timeout=60.0)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    plan.requested(a, 0.0)
+    plan.requested(b, 0.0)
+    assert plan.failed(a, 0.0) is True
+    assert plan.failed(b, 0.1) is False  # same back-off: counted, not logged again
+    assert plan.wanted(0.5, 0) == 0
+    assert plan.wanted(backoff_s(1), 0) == 1
+
+
+@given(st.integers(1, 100))
+def test_backoff_should_grow_and_stay_bounded(failures):
+    assert 0 < backoff_s(failures) <= BACKOFF_MAX_S
+    assert backoff_s(failures) <= backoff_s(failures + 1)
+
+
+def test_worker_request_should_carry_the_settings_as_variables_and_as_flags():
+    uid = uuid.uuid4()
+    spawned = {
+        "LEAKYPOOL_MAX_CONCURRENT_TASKS": "4", "LEAKYPOOL_HOST": "127.0.0.1", "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING": "1"
+    }
+    request = worker_request(uid, 3, spawned, registry="postgresql://u:p@db/x", tags=("gpu",), idle_timeout=2.0)
+    assert "LEAKYPOOL_HOST" not in request.env  # where the worker binds is the provisioner's business
+    from_env = WorkerConfig.from_env(request.env)
+    from_args = WorkerConfig.from_argv(list(request.args), environ={})
+    assert from_env == from_args
+    assert from_args.uid == str(uid) and from_args.max_concurrent_tasks == 4 and from_args.idle_timeout == 2.0
+    assert from_args.registry == "postgresql://u:p@db/x" and from_args.tags == ("gpu",)
+    assert from_args.hold_slot_while_waiting
+    assert request.seq == 3
+
+
+def test_command_provisioner_should_fill_in_its_placeholders():
+    request = WorkerRequest(uuid.UUID(int=7), {}, ("--uid", "x y"), seq=2)
+    prov = CommandProvisioner(["ssh", "host{seq}", "leakypool-worker {worker_args}", "{worker_args}", "--tags={uid}"])
+    assert prov.command(request) == [
+        "ssh", "host2", "leakypool-worker --uid 'x y'", "--uid", "x y", f"--tags={uuid.UUID(int=7)}"
+    ]
+
+
+@pytest.mark.parametrize("argv", [[], "leakypool-worker"])
+def test_command_provisioner_should_refuse_a_bad_command(argv):
+    with pytest.raises(pool.ConfigError, match="CommandProvisioner"):
+        CommandProvisioner(argv)
+
+
+def test_provision_error_should_survive_pickling():
+    error = pickle.loads(pickle.dumps(pool.ProvisionError("command exited with status 1")))
+    assert type(error) is pool.ProvisionError and str(error) == "command exited with status 1"
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "60"])
+def test_a_pool_should_refuse_a_bad_provision_timeout(bad):
+    with pytest.raises(pool.ConfigError, match="provision_timeout"):
+        pool.WorkerPool(provisioner=CommandProvisioner(["true"]), max_workers=1, provision_timeout=bad, use_env=False)
