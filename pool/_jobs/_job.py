@@ -344,7 +344,7 @@ class Jobs:
         """Start ``queue``'s pending jobs again (within a tick; at once on PostgreSQL, in every process)."""
         await self._pausable().resume(queue_name(queue))
         self._pauses_changed()
-        self._wake(0.0)  # due now: lease what it let through
+        self._due(0.0)  # due now: lease what it let through
 
     async def paused(self) -> list[str]:
         """The names of the paused queues, sorted."""
