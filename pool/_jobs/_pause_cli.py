@@ -11,6 +11,7 @@ could not be reached (one line, the password left out).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,6 +48,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 async def _run(url: str, verb: str, name: str) -> str:
+    if url.startswith("sqlite:///") and not os.path.exists("/" + url[len("sqlite:///"):].lstrip("/")):
+        raise ConfigError(f"store {url}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(url)
     if store is None or not hasattr(store, "pause"):
         raise ConfigError(f"store: expected a store URL (sqlite:///PATH or postgresql://...), got {url!r}")

@@ -151,6 +151,9 @@ async def test_pause_should_refuse_an_empty_queue_name_in_one_line(shared_store)
             await p.jobs.pause("")
     status, _, err = await _cli(shared_store, "pause", "")
     assert status == 2 and err.count("\n") == 1 and "queue: expected a queue name" in err
+    status, _, err = await _cli(shared_store.replace("jobs.db", "typo.db"), "pause", "mail")
+    if shared_store.startswith("sqlite"):  # the command never creates a store
+        assert status == 2 and "no such file" in err and err.count("\n") == 1
 
 
 async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path):
