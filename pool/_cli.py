@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 USAGE = (
     "usage: leakypool status ADDRESS [--once | --json] [--interval S]\n"
-    "       leakypool jobs STORE_URL [--json] list|show|retry|cancel|purge ..."
+    "       leakypool jobs STORE_URL [--json] list|show|retry|cancel|purge ...\n"
+    "       leakypool jobs STORE_URL pause NAME | resume NAME | paused"
 )
 
 
@@ -21,6 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return status(args[1:])
     if args[0] == "jobs":
+        from ._jobs._pause_cli import VERBS
+
+        if len(args) > 2 and args[2] in VERBS:  # pause|resume|paused (issue #25)
+            from ._jobs._pause_cli import main as pauses
+
+            return pauses(args[1:])
         from ._jobs._cli import main as jobs
 
         return jobs(args[1:])

@@ -326,6 +326,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
+    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -353,6 +354,7 @@ class PoolConfig:
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
     keep_finished: float = 7 * 86400.0
+    store_retry: float = 10.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

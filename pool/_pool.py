@@ -107,8 +107,8 @@ class WorkerPool:
         template_fork: Fork that template from this process when it runs no
             other thread and is under 256 MiB resident (default True): then
             not even one interpreter starts. The template and workers share this process's memory
-            pages until they write them. False: the template is a fresh
-            interpreter.
+            pages until they write them. False: the template is a fresh interpreter.
+        store_retry: Seconds store calls retry a lost connection before StoreError (default 10).
         metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
             on 127.0.0.1 at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
@@ -145,7 +145,7 @@ class WorkerPool:
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
-        keep_finished: float | None = None,
+        keep_finished: float | None = None, store_retry: float | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
@@ -206,7 +206,7 @@ class WorkerPool:
                 lease_ttl=config.lease_ttl,
                 default_deadline=config.dispatch_deadline,
                 max_pending=config.max_pending,
-                keep_finished=config.keep_finished,
+                keep_finished=config.keep_finished, store_retry=config.store_retry,
             )
         self._token: Any = None
         self._observer: PoolObserver | None = None

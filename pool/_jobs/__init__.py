@@ -11,6 +11,8 @@
     _retention   keep_finished: finished jobs purged in bounded batches
     _periodic    WorkerPool.schedule: one job per cron slot, across processes
     _cli         ``leakypool jobs STORE_URL ...``
+    _pause       the paused queues as one process sees them, and the leased jobs to give back
+    _pause_cli   ``leakypool jobs STORE_URL pause|resume NAME``
 """
 
 from __future__ import annotations

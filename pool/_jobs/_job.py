@@ -20,7 +20,7 @@ from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._task import Task
 from ._codec import RetryPolicy, encode
-from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob
+from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 
 POLL_MIN_S: Final[float] = 0.05
 """First interval at which `Job.result` rereads a job another process runs."""
@@ -41,6 +41,18 @@ class JobOptions(Protocol):
     delay: float
     run_at: datetime.datetime | None
     connection: Any
+
+
+def queue_name(queue: str | Any) -> str:
+    """The name of ``queue`` (a name or a `pool.Queue`).
+
+    Raises:
+        ConfigError: empty, or not a name.
+    """
+    name = getattr(queue, "name", queue)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"queue: expected a queue name (a non-empty string or a pool.Queue), got {queue!r}")
+    return name
 
 
 def _when(timestamp: float | None) -> datetime.datetime | None:
@@ -181,6 +193,7 @@ class Jobs:
         max_pending: int | None,
         default_deadline: float,
         purged: Callable[[], int] = lambda: 0,
+        pauses_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self._purged = purged
@@ -191,6 +204,7 @@ class Jobs:
         self._cancel_running = cancel_running
         self._max_pending = max_pending
         self._default_deadline = default_deadline
+        self._pauses_changed = pauses_changed
         self._finished: dict[str, asyncio.Future[JobRecord | None]] = {}  # jobs someone here waits for
         self._id_prefix = uuid.uuid4().hex[:16] + "-"  # generated ids: unique per process, then a counter
         self._serial = itertools.count()
@@ -312,6 +326,35 @@ class Jobs:
             except TimeoutError:
                 final = None
         return final if final is not None else await self.store.get(job_id)
+
+    async def pause(self, queue: str | Any) -> None:
+        """Start none of ``queue``'s pending jobs, in any process on the store, until `resume`.
+
+        Kept in the store. Submissions are still accepted; running jobs
+        finish; jobs a process already leased are given back. Other queues
+        are untouched. ``queue`` is a queue name or a `pool.Queue`.
+
+        Raises:
+            ConfigError: an empty name, or a store that cannot pause.
+        """
+        await self._pausable().pause(queue_name(queue))
+        self._pauses_changed()
+
+    async def resume(self, queue: str | Any) -> None:
+        """Start ``queue``'s pending jobs again (within a tick; at once on PostgreSQL, in every process)."""
+        await self._pausable().resume(queue_name(queue))
+        self._pauses_changed()
+        self._due(0.0)  # due now: lease what it let through
+
+    async def paused(self) -> list[str]:
+        """The names of the paused queues, sorted."""
+        return await self._pausable().paused()
+
+    def _pausable(self) -> Any:
+        inner = getattr(self.store, "inner", self.store)  # a RetryingStore wraps the store
+        if not isinstance(inner, PausableStore):
+            raise ConfigError(f"pausing queues needs a store that keeps them; {self.store!r} does not")
+        return self.store
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel the job (see `Job.cancel`); its record afterwards."""

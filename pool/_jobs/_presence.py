@@ -2,6 +2,7 @@
 
     every ttl/3:  heartbeat (renew the lease) ─> recover dead owners' jobs ─> poll cancel requests
     on notice:    "due"            -> lease now (another process submitted, gave back, freed a slot)
+                  "pause"          -> reread the paused queues now (also every ttl/3)
                   "cancel <me>"    -> poll cancel requests now
 
 The tick is the backstop; a store with notices (PostgreSQL's LISTEN/NOTIFY)
@@ -42,12 +43,14 @@ class Presence:
         *,
         wake: Callable[[], None],
         cancel: Callable[[str], None],
+        pauses_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.owner = owner
         self._ttl = ttl
         self._wake = wake
         self._cancel = cancel
+        self._pauses_changed = pauses_changed  # reread paused queues (each tick, and on a "pause" notice)
         self._tasks = TaskOwner("job presence", _log)
         self._poll_cancels = asyncio.Event()
         self._deaf = Outage("listening for other processes")
@@ -82,6 +85,7 @@ class Presence:
                     await self.store.heartbeat(self.owner, now, self._ttl)
                     _revived(await self.store.recover(now))
                     self._wake()  # also jobs a dead owner only held (pending) are free now
+                    self._pauses_changed()
                 for job_id in await self.store.cancel_requested(self.owner):
                     self._cancel(job_id)
             except StoreError as exc:
@@ -106,6 +110,8 @@ class Presence:
             self._wake()
         elif kind == "cancel" and argument == self.owner:
             self._poll_cancels.set()
+        elif kind == "pause":
+            self._pauses_changed()
 
 
 def _revived(ids: list[str]) -> None:

@@ -37,11 +37,13 @@ from ._attempt import Outage, persist
 from ._attempt import due_order as _due_order
 from ._codec import decode
 from ._job import Jobs
+from ._pause import LeaseUpkeep, PausedQueues
 from ._presence import Presence
 from ._periodic import Schedules
 from ._recorder import Recorder
 from ._retention import Retention
 from ._store import JobRecord, JobStore, next_due
+from ._stores._retry import RetryingStore
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -52,7 +54,7 @@ MAX_PLACING: Final[int] = 256
 """Jobs being offered to workers at once (each awaits one worker's Accept)."""
 
 
-class Scheduler:
+class Scheduler(LeaseUpkeep):
     """Runs the jobs of one store from one dispatching process.
 
     Args:
@@ -78,8 +80,9 @@ class Scheduler:
         default_deadline: float,
         max_pending: int | None,
         keep_finished: float = 0.0,
+        store_retry: float = 10.0,
     ) -> None:
-        self.store = store
+        self.store = store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
@@ -104,7 +107,9 @@ class Scheduler:
         self._started = False
         self._recorder = Recorder(store, self.owner)
         self.retention = Retention(store, keep_finished)
-        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running)
+        self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
+        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running,
+                                  pauses_changed=self.paused.changed)
         self.jobs = Jobs(
             store,
             claim=self._claim,
@@ -115,6 +120,7 @@ class Scheduler:
             max_pending=max_pending,
             default_deadline=default_deadline,
             purged=lambda: self.retention.purged,
+            pauses_changed=self.paused.changed,
         )
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
 
@@ -164,7 +170,7 @@ class Scheduler:
 
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
-        if not self._has_workers():
+        if not self._has_workers() or self.store.lease_in_doubt:  # (in doubt: see LeaseUpkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
         if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
             self._claimed += 1
@@ -247,6 +253,7 @@ class Scheduler:
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
+        await self._upkeep()  # paused queues' jobs, and those of a lease in doubt, back to the store
         room = LEASE_BATCH - len(self._waiting)
         leased: list[JobRecord] = []
         if room > 0 and not self._closing and self._backlog:
@@ -304,8 +311,8 @@ class Scheduler:
         for attempt in list(self._waiting):
             if self._closing or self._no_worker or len(self._placing) >= self._window:
                 return
-            if attempt.blocked_at == self._capacity_epoch:
-                continue  # its limit was full, and nothing freed since
+            if attempt.blocked_at == self._capacity_epoch or attempt.job.queue in self.paused.names:
+                continue  # its limit was full, and nothing freed since; or its queue is paused
             self._waiting.remove(attempt)
             self._placing.add(attempt)
             attempt.runner = self._tasks.spawn(self._attend(attempt), name=f"job {attempt.job.id}")

@@ -89,6 +89,7 @@ WITH held AS (
         row_number() OVER (PARTITION BY workflow ORDER BY next_at, created_at, id) AS nth_flow
     FROM {table}
     WHERE state = 'pending' AND owner = '' AND next_at <= {now} AND (queue <> '' OR workflow <> '')
+      AND queue NOT IN (SELECT queue FROM leakypool_paused)
 )
 SELECT due.id, due.next_at, due.created_at, due.priority, due.queue, due.key, due.rate, due.rate_per FROM due
 LEFT JOIN held_key ON held_key.queue = due.queue AND held_key.key = due.key
@@ -336,3 +337,24 @@ async def next_due(store: JobStore, now: float) -> float:
         due = await store.oldest_due(now)  # due already but not leased: its limits are full; events wake for it
         due = due if due is not None and due > now else None
     return math.inf if due is None else due
+
+
+@runtime_checkable
+class PausableStore(Protocol):
+    """A store that keeps paused queues (both built-in stores; optional for others).
+
+    While a queue is paused its pending jobs MUST NOT be returned by
+    `JobStore.lease` (from any process); submissions are still accepted.
+    """
+
+    async def pause(self, queue: str) -> None:
+        """Pause ``queue`` (idempotent)."""
+        ...
+
+    async def resume(self, queue: str) -> None:
+        """Resume ``queue`` (idempotent)."""
+        ...
+
+    async def paused(self) -> list[str]:
+        """The paused queues' names, sorted."""
+        ...

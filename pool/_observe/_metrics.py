@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import bisect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
@@ -91,11 +91,12 @@ class PoolMetrics:
         stats: The pool's `PoolStats` now (read at each scrape).
         jobs: Job counts by state, as last read from the store (None: no store).
         purged: Finished jobs this process purged (retention; None: no store).
+        paused: The paused queues' names, as last read from the store.
     """
 
     def __init__(
         self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
-        purged: Callable[[], int | None] = lambda: None,
+        purged: Callable[[], int | None] = lambda: None, paused: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry
@@ -105,6 +106,7 @@ class PoolMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Calls(self.routines))
         self.registry.register(_Gauges(stats, jobs, purged))
+        self.registry.register(_Paused(paused))
 
     def _of(self, name: str) -> _Routine:
         routine = self.routines.get(name)
@@ -229,6 +231,25 @@ class _Gauges:
             purged = CounterMetricFamily("leakypool_jobs_purged", "Finished jobs this process purged (keep_finished).")
             purged.add_metric([], n_purged)
             yield purged
+
+
+class _Paused:
+    """``leakypool_queue_paused{queue}``: 1 per paused queue (queue names are configured names, few)."""
+
+    def __init__(self, paused: Callable[[], Iterable[str]]) -> None:
+        self._paused = paused
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        paused = GaugeMetricFamily("leakypool_queue_paused", "1 for each paused queue (kept in the job store).",
+                                   labels=["queue"])
+        for name in sorted(self._paused()):
+            paused.add_metric([name], 1)
+        yield paused
 
 
 def _by_queue(s: PoolStats) -> dict[str, tuple[int, int]]:

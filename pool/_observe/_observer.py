@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Final
@@ -9,6 +10,9 @@ from typing import Any, Final
 from ._http import ObservationServer, Rates
 
 _log = logging.getLogger("leakypool.metrics")
+
+STORE_READ_S: Final[float] = 2.0
+"""How long a scrape waits for the store (which retries a lost connection for ``store_retry``): then the last figures."""
 
 FAILED_SHOWN: Final[int] = 8
 """The latest failed jobs ``/status`` lists (``failed_jobs``)."""
@@ -35,10 +39,11 @@ class PoolObserver:
         self._host = host
         self._rates = Rates()
         self._job_counts: dict[str, int] | None = None
+        self._paused: list[str] | None = None  # paused queues (None: no store)
         self._failed: list[dict[str, Any]] | None = None
         self._failed_count: int | None = None  # the failed count when `_failed` was read
         self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
-                                   lambda: pool.jobs.purged if pool.has_store else None)
+                                   lambda: pool.jobs.purged if pool.has_store else None, paused=lambda: self._paused or ())
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property
@@ -65,14 +70,16 @@ class PoolObserver:
         """Job counts from the store (every process's jobs); the last ones if it is away."""
         if not self._pool.has_store:
             return
+        await self._refresh_paused()
         from .._errors import StoreError
 
         try:
-            counts = self._job_counts = await self._pool.jobs.counts()
-            if self._failed is not None and counts.get("failed") == self._failed_count:
-                return  # no new failure: the list stands (the store is not asked to sort its failures again)
-            failed = await self._pool.jobs.store.list("failed", FAILED_SHOWN, newest=True)
-        except StoreError as exc:
+            async with asyncio.timeout(STORE_READ_S):
+                counts = self._job_counts = await self._pool.jobs.counts()
+                if self._failed is not None and counts.get("failed") == self._failed_count:
+                    return  # no new failure: the list stands (the store is not asked to sort its failures again)
+                failed = await self._pool.jobs.store.list("failed", FAILED_SHOWN, newest=True)
+        except (StoreError, TimeoutError) as exc:
             _log.warning("observation port: job counts unavailable (%s)", exc)
             return
         self._failed_count = counts.get("failed")
@@ -81,6 +88,16 @@ class PoolObserver:
              "finished_at": r.finished_at, "error": r.error[-ERROR_SHOWN_CHARS:]}
             for r in failed
         ]
+
+    async def _refresh_paused(self) -> None:
+        """The paused queues, from the store (every process's pauses); the last ones if it is away."""
+        from .._errors import ConfigError, StoreError
+
+        try:
+            async with asyncio.timeout(STORE_READ_S):
+                self._paused = await self._pool.jobs.paused()
+        except (StoreError, ConfigError, TimeoutError) as exc:
+            _log.debug("observation port: paused queues unavailable (%s)", exc)
 
     async def status(self) -> dict[str, Any]:
         """What ``/status`` serves (see DESIGN.md: workers, queues, jobs, rates)."""
@@ -115,6 +132,7 @@ class PoolObserver:
             },
             "queues": {name: {"running": g.running, "waiting": g.waiting} for name, g in s.limits.items()},
             "jobs": self._job_counts,
+            "paused": self._paused,
             "failed_jobs": self._failed,
             "rates": {"calls_per_s": round(self._rates.per_second(s.dispatched), 2)},
         }

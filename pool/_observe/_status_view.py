@@ -98,6 +98,8 @@ def render(status: dict[str, Any], source: str) -> Any:
     jobs = status.get("jobs")
     if jobs is not None:
         parts.append(Text("jobs: " + "  ".join(f"{state} {n}" for state, n in sorted(jobs.items()))))
+    if status.get("paused"):
+        parts.append(Text("paused queues: " + ", ".join(status["paused"]), style="bold yellow"))
     return Group(*parts)
 
 

@@ -109,7 +109,7 @@ async def test_postgres_restart_mid_drain_should_lose_nothing_and_fail_submits_m
 
     markers = tmp_path / "markers"
     markers.mkdir()
-    async with pool.WorkerPool(spawn=2, store=postgres_url, lease_ttl=30) as p:
+    async with pool.WorkerPool(spawn=2, store=postgres_url, lease_ttl=30, store_retry=1) as p:  # submits give up after 1 s
         jobs = [await routines.mark.submit(str(markers), f"m{i}", 0.02) for i in range(200)]
         await eventually(lambda: len(os.listdir(markers)) >= 20, timeout=60)
         postgres_server.stop("fast")  # connections drop; jobs in flight cannot be recorded yet

@@ -7,6 +7,9 @@
     _postgres_sql   its schema and statements (text only)
     _postgres_link  reaching the server: asyncpg on demand, one-line errors, LISTEN/NOTIFY
     _batch          group commit for a networked store (concurrent writes share a statement)
+    _retry          every store call rides over a lost connection for store_retry seconds
+    _pauses         paused queues, kept in the store (both stores)
+    _strays         jobs a lease took while its answer was lost, given back
 
 Each implements `pool._jobs._store.JobStore`; nothing here knows the scheduler.
 """

@@ -26,7 +26,9 @@ from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin
 from . import _postgres_sql as sql
 from ._batch import Batcher
-from ._postgres_link import CONNECT_TIMEOUT_S, asyncpg_module, listen, one_line, redacted, translated
+from ._pauses import PostgresPauses, create_paused_table
+from ._strays import PostgresStrays
+from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -42,7 +44,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)
 
 
-class PostgresStore:
+class PostgresStore(PostgresPauses, PostgresStrays):
     """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
 
     Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,
@@ -98,6 +100,7 @@ class PostgresStore:
         try:
             async with self._pool.acquire() as db:
                 await admin.prepare(db, redacted(self.url))
+                await create_paused_table(db)  # added after schema 1: created on open, no migration
         except BaseException:
             await self.close()
             raise
@@ -117,7 +120,7 @@ class PostgresStore:
     def _db(self) -> Any:
         if self._pool is None:
             raise StoreError(f"store {redacted(self.url)} is not open")
-        return self._pool
+        return GuardedPool(self._pool)  # a broken connection is terminated, never handed out again
 
     async def _call(self, method: str, statement: str, *args: Any) -> Any:
         pool = self._db()

@@ -2,7 +2,8 @@
 
 asyncpg is imported only when a PostgreSQL store is used (the ``postgres``
 extra). Every error a store call meets becomes one `StoreError` line that
-names the server but never its password. Processes on one database wake
+names the server but never its password; a connection that breaks is
+terminated, never handed out again (`acquired`). Processes on one database wake
 each other with LISTEN/NOTIFY on a connection of its own (`listen`).
 """
 
@@ -15,6 +16,7 @@ from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from . import _postgres_sql as sql
+from ._retry import lost_connection
 
 CONNECT_TIMEOUT_S: Final[float] = 10.0
 """How long `PostgresStore.open` (or the listening connection) tries to reach the server."""
@@ -65,6 +67,66 @@ async def translated(url: str, pool: Any) -> AsyncIterator[None]:
                 await pool.expire_connections()
             raise StoreError(f"store {redacted(url)}: {one_line(exc)}") from exc
         raise
+
+
+class GuardedPool:
+    """An asyncpg pool whose connections are never reused once broken (see `acquired`).
+
+    ``acquire()`` and the one-statement calls (``fetch``, ``fetchrow``,
+    ``fetchval``, ``execute``) as on the pool itself.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def acquire(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return acquired(self.pool)
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        async def call(*args: Any) -> Any:
+            try:
+                async with acquired(self.pool) as db:
+                    return await getattr(db, method)(*args)
+            except asyncpg_module().InternalClientError as exc:
+                if "cannot switch to state" not in str(exc):
+                    raise
+            # The connection broke while idle in the pool (see `acquired`): asyncpg refused
+            # the statement before sending anything, so it runs on a new connection now.
+            async with acquired(self.pool) as db:
+                return await getattr(db, method)(*args)
+
+        return call
+
+
+@contextlib.asynccontextmanager
+async def acquired(pool: Any) -> AsyncIterator[Any]:
+    """A connection of ``pool``, terminated instead of released if it met a connection-level error.
+
+    A connection that met a connection-level error is terminated, never
+    released for reuse, and the pool's other connections are expired: a
+    server restart sends every backend a FATAL error, and asyncpg, reading
+    it on an idle pooled connection, leaves that connection waiting for a
+    ReadyForQuery that never comes (protocol state 2, ERROR_CONSUME) until
+    it reads the end of the stream. Handed out in between, its first query
+    fails with "cannot switch to state 12; another operation (2) is in
+    progress" (issue #25). Expiring first makes the next acquire reconnect
+    instead of reusing it. A connection whose statement was cancelled (a
+    timeout) is terminated as well: releasing it would wait for the
+    server to confirm the cancel, which a server out of reach never does.
+    """
+    db = await pool.acquire()
+    try:
+        yield db
+    except BaseException as exc:
+        lost = lost_connection(exc)
+        if lost:
+            await pool.expire_connections()
+        if lost or isinstance(exc, asyncio.CancelledError):  # cancelled mid-statement: in an unknown state too
+            with contextlib.suppress(asyncpg_module().InterfaceError):  # asyncpg already closed and released it
+                db.terminate()  # frees the pool's holder: its next acquire connects anew
+        raise
+    finally:
+        await pool.release(db)
 
 
 async def listen(url: str, token: str, notice: Callable[[str, str], None]) -> None:

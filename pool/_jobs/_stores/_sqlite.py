@@ -25,7 +25,9 @@ from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import prepare
+from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
+from ._strays import SQLiteStrays
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
     values = list(row)
@@ -33,7 +35,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLitePauses, SQLiteStrays):
     """Jobs in one SQLite file (``sqlite:///ABSOLUTE/PATH``).
 
     Args:
@@ -106,6 +108,7 @@ class SQLiteStore:
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         prepare(db, self.url)
+        db.execute(PAUSED_TABLE)  # added after schema 1: created on open (the write lock held), no migration
 
     # -- reads -----------------------------------------------------------------------
 

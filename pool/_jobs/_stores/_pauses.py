@@ -1,0 +1,86 @@
+"""Paused queues, kept in the store (one row per paused queue), for both stores.
+
+A paused queue's pending jobs are skipped by every process's lease (one
+condition in `LIMITED_DUE_SQL`: only jobs of a queue can be paused, and
+those are always leased through the limit check); submissions are still
+accepted and running jobs finish. The table is created on open if missing,
+so a store made by an older release gains it without a migration; the jobs
+table is untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    import sqlite3
+
+PAUSED_TABLE: Final[str] = (
+    "CREATE TABLE IF NOT EXISTS leakypool_paused (queue TEXT PRIMARY KEY, paused_at DOUBLE PRECISION NOT NULL)"
+)
+"""The paused queues (the same text for SQLite and PostgreSQL)."""
+
+
+async def create_paused_table(db: Any) -> None:
+    """Create the paused-queues table on a PostgreSQL connection if missing, under the schema lock.
+
+    (Two processes creating it at once would otherwise race: ``IF NOT EXISTS`` is not atomic there.)
+    """
+    from ._postgres_sql import LOCK_SCHEMA
+
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", LOCK_SCHEMA)
+        await db.execute(PAUSED_TABLE)
+
+
+class PostgresPauses:
+    """`PostgresStore`'s pause, resume and paused (mixed in; uses its ``_call`` and ``_notify``)."""
+
+    async def pause(self, queue: str) -> None:
+        """Lease no more of ``queue``'s pending jobs, in any process (they hear of it at once)."""
+        store: Any = self
+        await store._call(
+            "execute", "INSERT INTO leakypool_paused VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING", queue, time.time()
+        )
+        await store._notify("pause")  # processes holding leased jobs of it give them back now
+
+    async def resume(self, queue: str) -> None:
+        """Lease ``queue``'s pending jobs again (the other processes lease them at once)."""
+        store: Any = self
+        await store._call("execute", "DELETE FROM leakypool_paused WHERE queue = $1", queue)
+        await store._notify("pause")
+        await store._notify("due")
+
+    async def paused(self) -> list[str]:
+        """The paused queues' names, sorted."""
+        store: Any = self
+        return [row[0] for row in await store._call("fetch", "SELECT queue FROM leakypool_paused ORDER BY queue")]
+
+
+class SQLitePauses:
+    """`SQLiteStore`'s pause, resume and paused (mixed in; uses its ``_run``). Others see them at their tick."""
+
+    async def pause(self, queue: str) -> None:
+        """Lease no more of ``queue``'s pending jobs, in any process on this file."""
+        store: Any = self
+        await store._run(
+            lambda db: db.execute(
+                "INSERT INTO leakypool_paused VALUES (?, ?) ON CONFLICT (queue) DO NOTHING", (queue, time.time())
+            ),
+            write=True,
+        )
+
+    async def resume(self, queue: str) -> None:
+        """Lease ``queue``'s pending jobs again."""
+        store: Any = self
+        await store._run(lambda db: db.execute("DELETE FROM leakypool_paused WHERE queue = ?", (queue,)), write=True)
+
+    async def paused(self) -> list[str]:
+        """The paused queues' names, sorted."""
+        store: Any = self
+        return await store._run(_paused_names, write=False)
+
+
+def _paused_names(db: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in db.execute("SELECT queue FROM leakypool_paused ORDER BY queue")]

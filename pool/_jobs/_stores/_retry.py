@@ -1,0 +1,301 @@
+"""Riding over a store restart: every store call retries a lost connection, with back-off, for a while.
+
+    a call ──> the store ──ok──> its answer
+                  │ StoreError: the connection was lost (`lost_connection`)?
+                  │   no: raise it (a bug, a refusal: trying again cannot help)
+                  │   yes: within ``store_retry`` s? wait `delay_s` (doubling, capped, jittered), reconnect, try again
+                  └── past it: raise the last StoreError (one line, no password)
+
+A write whose answer was lost may have committed. Trying it again must
+not do it twice, so the writes that are not idempotent look first:
+``submit`` finds its own row (the id, its creation time and payload were
+fixed before the first try), ``mark_running`` and ``finish`` find the row
+already in the state they were writing. Everything else a store does is
+idempotent, but for a lease: one that committed before its answer was
+lost leaves jobs owned by this process that it does not know of, so a
+lease that failed that way marks the store `lease_in_doubt` and the
+scheduler then gives back what it does not hold (`reclaim`).
+
+`RetryingStore` wraps any `JobStore`, so the scheduler, the recorder, the
+owner lease and ``pool.jobs`` all get the same policy in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from ..._errors import StoreError
+from .._store import JobRecord, JobStore, NewJob
+
+_log = logging.getLogger("leakypool.jobs")
+
+FIRST_DELAY_S: Final[float] = 0.05
+"""Wait before the second try (a restart of a fraction of a second is ridden over at once)."""
+
+MAX_DELAY_S: Final[float] = 1.0
+"""Longest wait between two tries (a server back up is found within a second)."""
+
+LAST_TRY_S: Final[float] = 1.0
+"""A call may run this long past ``store_retry`` (its last try), then it fails: the bound on a silent store."""
+
+_random = random.Random()
+
+T = TypeVar("T")
+
+_LOST_TYPES: Final[frozenset[str]] = frozenset({
+    # asyncpg: the connection broke, or was handed out after it broke (its state error, issue #25)
+    "InternalClientError", "ConnectionDoesNotExistError", "ConnectionFailureError",
+    # PostgreSQL classes 08 (connection exception) and 57 (operator intervention: shutdown, restart)
+    "PostgresConnectionError", "OperatorInterventionError", "TooManyConnectionsError",
+})
+"""Names of asyncpg error classes (or their bases) that mean the connection, not the statement, failed."""
+
+
+def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> float | None:
+    """Seconds to wait before try number ``tries + 1``, or None to give up (I/O-free).
+
+    Doubling from `FIRST_DELAY_S` to `MAX_DELAY_S`, scaled by ``jitter`` in
+    [0.5, 1] (retries of many callers do not land together), and clipped so
+    the last try happens at the end of the budget, never after it.
+
+    Args:
+        tries: Tries made so far (>= 1).
+        elapsed_s: Seconds since the first try failed.
+        budget_s: ``store_retry``: how long to keep trying.
+        jitter: A number in [0, 1) (random in use; fixed in tests).
+    """
+    remaining = budget_s - elapsed_s
+    if remaining <= 0:
+        return None
+    base = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** min(tries - 1, 16))
+    return min(remaining, base * (0.5 + jitter / 2))
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (a `StoreError`, or the driver's own error) means the store was out of reach.
+
+    Then trying again may succeed (on a new connection). Looks at ``exc``
+    and its chain of causes: the network's errors, asyncpg's
+    connection-level errors, and SQLite's busy or locked database.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError | TimeoutError):
+            return True
+        names = {cls.__name__ for cls in type(seen).__mro__}
+        if type(seen).__module__.startswith("asyncpg") and (
+            names & _LOST_TYPES or ("InterfaceError" in names and "DataError" not in names and "closed" in str(seen))
+        ):
+            return True  # (an InterfaceError otherwise is a misuse, e.g. a bad argument: no retry can fix it)
+        if type(seen).__module__ == "sqlite3" and any(word in str(seen) for word in ("locked", "busy")):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store") -> T:
+    """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
+
+    The whole call ends within ``budget_s`` + `LAST_TRY_S` even when the
+    store does not refuse but hangs (a server stopped, a network that drops
+    packets): then the last error, or "no answer". A write that timed out
+    may still commit: the caller cannot tell, as with any lost answer.
+
+    Raises:
+        StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
+    """
+    if budget_s <= 0:
+        return await call()
+    errors: list[StoreError] = []
+    bound = asyncio.timeout(budget_s + LAST_TRY_S)
+    try:
+        async with bound:
+            return await _tries(what, budget_s, call, errors)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        if errors:
+            raise errors[-1]  # (its cause, the lost connection, kept)
+        raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
+
+
+async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError]) -> T:
+    tries, since = 0, 0.0
+    while True:
+        try:
+            result = await call()
+        except StoreError as exc:
+            tries += 1
+            if not lost_connection(exc):
+                raise
+            errors.append(exc)
+            now = time.monotonic()
+            since = since or now
+            wait = delay_s(tries, now - since, budget_s, _random.random())
+            if wait is None:
+                raise
+            if tries == 1:
+                _log.info("store out of reach while %s (%s); trying again for up to %gs", what, exc, budget_s)
+            await asyncio.sleep(wait)
+            continue
+        if tries:
+            _log.info("store back after %d tries (%s)", tries + 1, what)
+        return result
+
+
+class RetryingStore:
+    """``store`` with `retrying` around every call (see the module); other attributes pass through.
+
+    Args:
+        store: The store to wrap.
+        budget_s: ``store_retry``: seconds to keep trying a lost connection (0: one try).
+    """
+
+    def __init__(self, store: JobStore, budget_s: float) -> None:
+        self.inner = store
+        self.url = store.url
+        self.budget_s = budget_s
+        self.lease_in_doubt = False  # a lease failed after it may have committed: see `reclaim`
+        self._name = repr(store)  # names it in "no answer" errors (a PostgreSQL URL without its password)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # open, close, watch, and whatever else the store has
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+    def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        return retrying(what, self.budget_s, call, self._name)
+
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        tried = False
+
+        async def once() -> tuple[JobRecord, bool]:
+            nonlocal tried
+            if tried:  # the last try may have committed before its answer was lost: is the row ours?
+                record = await self.inner.get(job.id)
+                if record is not None and _same_submission(record, job):
+                    return record, True
+            tried = True
+            return await self.inner.submit(job, max_active, owner)
+
+        return await self._retry(f"submitting job {job.id}", once)
+
+    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+        tried = False
+
+        async def once() -> bool:
+            nonlocal tried
+            if tried:
+                record = await self.inner.get(job_id)
+                if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
+                    return True
+            tried = True
+            return await self.inner.mark_running(job_id, owner, now)
+
+        return await self._retry(f"marking job {job_id} running", once)
+
+    async def finish(
+        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        started: float | None = None,
+    ) -> bool:
+        tried = False
+
+        async def once() -> bool:
+            nonlocal tried
+            if tried:
+                record = await self.inner.get(job_id)
+                if record is not None and record.state == state and record.finished_at == now and record.owner == "":
+                    return True
+            tried = True
+            return await self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
+
+        return await self._retry(f"recording job {job_id}", once)
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        return await self._retry("looking a job up", lambda: self.inner.get(job_id))
+
+    async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
+        return await self._retry(
+            "listing jobs", lambda: self.inner.list(state, limit, newest) if newest else self.inner.list(state, limit)
+        )
+
+    async def counts(self) -> dict[str, int]:
+        return await self._retry("counting jobs", self.inner.counts)
+
+    async def count_active(self) -> int:
+        return await self._retry("counting active jobs", self.inner.count_active)
+
+    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+        async def once() -> list[JobRecord]:
+            try:
+                return await self.inner.lease(owner, limit, now)
+            except StoreError as exc:
+                self.lease_in_doubt = self.lease_in_doubt or lost_connection(exc)  # its commit may have landed
+                raise
+
+        return await self._retry("leasing jobs", once)
+
+    async def reclaim(self, owner: str, held: list[str]) -> None:
+        """After a lease in doubt: give back ``owner``'s pending jobs not in ``held`` (none may be on their way in)."""
+        strays = await self._retry("giving back unseen leased jobs", lambda: _unlease_except(self.inner, owner, held))
+        self.lease_in_doubt = False
+        if strays:
+            _log.warning("gave back %d job(s) a lease took while its answer was lost", len(strays))
+
+    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+        await self._retry("giving jobs back", lambda: self.inner.unlease(owner, ids, next_at))
+
+    async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
+        return await self._retry(f"re-queueing job {job_id}", lambda: self.inner.retry(job_id, owner, next_at, error))
+
+    async def fail_pending(
+        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
+    ) -> bool:
+        return await self._retry(
+            f"failing job {job_id}", lambda: self.inner.fail_pending(job_id, owner, now, error, outcome)
+        )
+
+    async def cancel(self, job_id: str, now: float) -> JobRecord | None:
+        return await self._retry(f"cancelling job {job_id}", lambda: self.inner.cancel(job_id, now))
+
+    async def cancel_requested(self, owner: str) -> list[str]:
+        return await self._retry("polling cancel requests", lambda: self.inner.cancel_requested(owner))
+
+    async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
+        await self._retry("renewing the owner lease", lambda: self.inner.heartbeat(owner, now, ttl))
+
+    async def recover(self, now: float) -> list[str]:
+        return await self._retry("re-queueing dead owners' jobs", lambda: self.inner.recover(now))
+
+    async def release_owner(self, owner: str, now: float) -> None:
+        await self._retry("handing jobs back", lambda: self.inner.release_owner(owner, now))
+
+    async def oldest_due(self, now: float) -> float | None:
+        return await self._retry("reading the next due time", lambda: self.inner.oldest_due(now))
+
+    async def pause(self, queue: str) -> None:
+        await self._retry(f"pausing queue {queue!r}", lambda: self.inner.pause(queue))  # type: ignore[attr-defined]
+
+    async def resume(self, queue: str) -> None:
+        await self._retry(f"resuming queue {queue!r}", lambda: self.inner.resume(queue))  # type: ignore[attr-defined]
+
+    async def paused(self) -> list[str]:
+        return await self._retry("reading paused queues", self.inner.paused)  # type: ignore[attr-defined]
+
+
+async def _unlease_except(store: JobStore, owner: str, keep: list[str]) -> list[str]:
+    unlease_except = getattr(store, "unlease_except", None)  # a store of one's own may not have it
+    return [] if unlease_except is None else await unlease_except(owner, keep)
+
+
+def _same_submission(record: JobRecord, job: NewJob) -> bool:
+    """Whether ``record`` is the row ``job``'s own earlier try wrote (not an older job with the id)."""
+    return record.created_at == job.created_at and record.routine == job.routine and record.payload == job.payload

@@ -1,0 +1,79 @@
+"""Tests for reaching PostgreSQL through a server's restart (`pool._jobs._stores._postgres_link`), on a real server.
+
+The server ends every session with a FATAL error when it shuts down or an
+administrator terminates a backend; asyncpg, reading it on an idle pooled
+connection, leaves that connection unusable ("cannot switch to state 12;
+another operation (2) is in progress") until it reads the end of the
+stream. These tests end the backends of a live store and check that no
+caller sees it and that no broken connection is used twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import pool
+from pool._jobs._stores._postgres import PostgresStore
+from pool._jobs._stores._retry import RetryingStore
+
+
+def _terminate_all(server, url: str) -> None:
+    database = url.rsplit("/", 1)[1]
+    server.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
+                "AND pid <> pg_backend_pid()")
+
+
+class TestBrokenConnections:
+    async def test_calls_should_ride_over_terminated_backends_without_an_error(self, postgres_server, postgres_url):
+        """Test a burst of lookups right after every backend was terminated: none raises (retried on new connections)."""
+        store = RetryingStore(PostgresStore(postgres_url), 10.0)
+        await store.open()
+        try:
+            await asyncio.gather(*(store.get(f"j{i}") for i in range(32)))  # fill the pool's connections
+            for _ in range(3):
+                _terminate_all(postgres_server, postgres_url)
+                assert await asyncio.gather(*(store.get(f"j{i}") for i in range(32))) == [None] * 32
+        finally:
+            await store.close()
+
+    async def test_a_broken_connection_should_be_terminated_not_reused(self, postgres_server, postgres_url):
+        """Test that after a connection-level error the next call runs on a new backend, not the broken one."""
+        store = PostgresStore(postgres_url)
+        await store.open()
+        try:
+            guarded = store._db()
+            first = await guarded.fetchval("SELECT pg_backend_pid()")
+            _terminate_all(postgres_server, postgres_url)
+            with pytest.raises(pool.StoreError) as raised:  # one try, no RetryingStore: the error is seen
+                async with store._errors():
+                    async with guarded.acquire() as db:
+                        await asyncio.sleep(0.2)  # the FATAL and the end of the stream arrive
+                        await db.fetchval("SELECT 1")
+            assert "\n" not in str(raised.value)
+            assert await guarded.fetchval("SELECT pg_backend_pid()") != first
+        finally:
+            await store.close()
+
+    async def test_a_statement_should_never_meet_a_connection_broken_while_idle(self, postgres_server, postgres_url):
+        """Test one try of each call right after the backends were terminated: no asyncpg state error reaches us.
+
+        Each call either runs (on a new connection) or fails because the
+        connection was closed; "another operation (2) is in progress" means
+        a broken idle connection was handed out and used: it must not be.
+        """
+        store = PostgresStore(postgres_url)
+        await store.open()
+        try:
+            errors = []
+            for _ in range(5):
+                await asyncio.gather(*(store.get(f"j{i}") for i in range(16)))  # connections idle in the pool
+                _terminate_all(postgres_server, postgres_url)
+                for outcome in await asyncio.gather(*(store.get(f"j{i}") for i in range(16)), return_exceptions=True):
+                    if isinstance(outcome, BaseException):
+                        assert isinstance(outcome, pool.StoreError), outcome
+                        errors.append(str(outcome))
+            assert not [e for e in errors if "another operation" in e]
+        finally:
+            await store.close()
