@@ -17,11 +17,13 @@ import argparse
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from ._errors import ConfigError
 from ._parse import (
+    PREFIX,
+    Setting,
     boolean,
     choice,
     dns_sd_type,
@@ -30,80 +32,14 @@ from ._parse import (
     is_loopback,
     path_or_empty,
     positive_seconds,
+    resolve,
     seconds,
     store_url,
     tag_list,
     text,
+    to_env,
     uid_or_empty,
 )
-
-PREFIX: Final[str] = "LEAKYPOOL_"
-"""Every variable leakypool reads starts with this."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """One setting: its attribute, flag, variable, parser and help text."""
-
-    name: str
-    parse: Callable[[str], Any]
-    expect: str
-    default: Any
-    help: str
-    repeat: bool = False
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag, e.g. ``--max-concurrent-tasks``."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def env(self) -> str:
-        """The environment variable, e.g. ``LEAKYPOOL_MAX_CONCURRENT_TASKS``."""
-        return PREFIX + self.name.upper()
-
-    def convert(self, raw: str, source: str) -> Any:
-        """Parse ``raw``; on failure raise `ConfigError` naming ``source``."""
-        try:
-            return self.parse(raw.strip())
-        except (ValueError, TypeError):
-            raise ConfigError(f"{source}: expected {self.expect}, got {raw!r}") from None
-
-
-def resolve(
-    settings: Sequence[Setting],
-    explicit: Mapping[str, Any],
-    environ: Mapping[str, str] | None,
-) -> dict[str, Any]:
-    """Values for ``settings``: explicit beats environment beats default.
-
-    Args:
-        settings: The table to resolve.
-        explicit: Values given in code or on the command line (None = unset).
-        environ: The environment to read, or None to ignore it.
-    """
-    values: dict[str, Any] = {}
-    for setting in settings:
-        value = explicit.get(setting.name)
-        if value is None and environ is not None and setting.env in environ:
-            value = setting.convert(environ[setting.env], setting.env)
-        values[setting.name] = setting.default if value is None else value
-    return values
-
-
-def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, str]:
-    """The ``LEAKYPOOL_*`` variables that reproduce ``values``."""
-    env = {}
-    for setting in settings:
-        value = values[setting.name]
-        if isinstance(value, bool):
-            env[setting.env] = "1" if value else "0"
-        elif isinstance(value, tuple):
-            env[setting.env] = ",".join(value)
-        else:
-            env[setting.env] = str(value)
-    return env
-
 
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
@@ -327,6 +263,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
+    Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -355,6 +292,7 @@ class PoolConfig:
     metrics_token: str = ""
     keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
+    provision_timeout: float | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

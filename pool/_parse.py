@@ -1,15 +1,89 @@
-"""Parsers for setting values: each takes the raw text, returns the value or raises ValueError.
+"""A setting's declaration (`Setting`) and the parsers of its values.
 
+Each parser takes the raw text and returns the value or raises ValueError;
 `Setting.convert` turns the ValueError into a `ConfigError` that names the
-flag or variable, what was expected and what was given.
+flag or variable, what was expected and what was given. The tables of
+settings themselves live in `pool._config`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from ._errors import ConfigError
+
+PREFIX: Final[str] = "LEAKYPOOL_"
+"""Every variable leakypool reads starts with this."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its attribute, flag, variable, parser and help text."""
+
+    name: str
+    parse: Callable[[str], Any]
+    expect: str
+    default: Any
+    help: str
+    repeat: bool = False
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag, e.g. ``--max-concurrent-tasks``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The environment variable, e.g. ``LEAKYPOOL_MAX_CONCURRENT_TASKS``."""
+        return PREFIX + self.name.upper()
+
+    def convert(self, raw: str, source: str) -> Any:
+        """Parse ``raw``; on failure raise `ConfigError` naming ``source``."""
+        try:
+            return self.parse(raw.strip())
+        except (ValueError, TypeError):
+            raise ConfigError(f"{source}: expected {self.expect}, got {raw!r}") from None
+
+
+def resolve(
+    settings: Sequence[Setting],
+    explicit: Mapping[str, Any],
+    environ: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """Values for ``settings``: explicit beats environment beats default.
+
+    Args:
+        settings: The table to resolve.
+        explicit: Values given in code or on the command line (None = unset).
+        environ: The environment to read, or None to ignore it.
+    """
+    values: dict[str, Any] = {}
+    for setting in settings:
+        value = explicit.get(setting.name)
+        if value is None and environ is not None and setting.env in environ:
+            value = setting.convert(environ[setting.env], setting.env)
+        values[setting.name] = setting.default if value is None else value
+    return values
+
+
+def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``LEAKYPOOL_*`` variables that reproduce ``values``."""
+    env = {}
+    for setting in settings:
+        value = values[setting.name]
+        if isinstance(value, bool):
+            env[setting.env] = "1" if value else "0"
+        elif isinstance(value, tuple):
+            env[setting.env] = ",".join(value)
+        else:
+            env[setting.env] = str(value)
+    return env
+
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:

@@ -33,10 +33,10 @@ from ._dispatch._membership import Membership
 from ._dispatch._path import CallPath
 from ._dispatch._placement import Placement
 from ._dispatch._relay import NestedHost
-from ._errors import ConfigError, PoolClosed
+from ._errors import PoolClosed
 from ._fleet._provisioning import Provisioner, pool_capacity
 from ._observe._stats import PoolStats, WorkerSignals
-from ._routine import CallOptions, schedule as _schedule
+from ._pool_jobs import PoolJobs, job_scheduler
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
 from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
@@ -47,7 +47,7 @@ from ._transport._task import Task
 from ._transport._tls import TlsCredentials
 
 if TYPE_CHECKING:
-    from ._jobs import Job, Jobs, JobStore, Scheduler
+    from ._jobs import JobStore, Scheduler
     from ._observe._observer import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
@@ -56,7 +56,7 @@ POOL_SETTING_NAMES = frozenset(s.name for s in POOL_SETTINGS)
 """`WorkerPool` arguments that are settings (each also read from its ``LEAKYPOOL_*`` variable)."""
 
 
-class WorkerPool:
+class WorkerPool(PoolJobs):
     """Worker processes to run routines on, for the duration of an ``async with``.
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
@@ -106,13 +106,23 @@ class WorkerPool:
             process (default True): N workers cost one interpreter start.
         template_fork: Fork that template from this process when it runs no
             other thread and is under 256 MiB resident (default True): then
-            not even one interpreter starts. The template and workers share this process's memory
-            pages until they write them. False: the template is a fresh interpreter.
-        store_retry: Seconds store calls retry a lost connection before StoreError (default 10).
-        metrics_port: Serve ``/metrics`` (Prometheus) and ``/status`` (JSON)
-            on 127.0.0.1 at this port (0: any free port, see
+            not even one interpreter starts. The template and workers share
+            this process's memory pages until they write them. False: the
+            template is a fresh interpreter.
+        store_retry: Seconds store calls retry a lost connection before
+            StoreError (default 10).
+        metrics_port: Serve the page (``/``), ``/metrics`` (Prometheus) and
+            ``/status`` (JSON) at this port (0: any free port, see
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
-        provisioner, provision_timeout: Where extra workers come from; how long a request counts (docs/capacity.md).
+        metrics_host: The address ``metrics_port`` binds (default 127.0.0.1);
+            off loopback it needs ``metrics_token``.
+        metrics_token: A token every request to ``metrics_port`` must carry
+            (``Authorization: Bearer TOKEN`` or ``?token=``).
+        provisioner: Where workers beyond ``spawn`` come from when calls or
+            jobs find none with room, up to ``max_workers`` (default: local
+            subprocesses; see docs/capacity.md).
+        provision_timeout: Seconds a requested worker counts toward
+            ``max_workers`` until it joins (default 120).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -140,12 +150,15 @@ class WorkerPool:
         store: str | JobStore | None = None,
         lease_ttl: float | None = None,
         metrics_port: int | None = None,
+        metrics_host: str | None = None,
+        metrics_token: str | None = None,
         provisioner: Provisioner | None = None,
         provision_timeout: float | None = None,
         local_transport: str | None = None,
         worker_template: bool | None = None,
         template_fork: bool | None = None,
-        keep_finished: float | None = None, store_retry: float | None = None,
+        keep_finished: float | None = None,
+        store_retry: float | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
@@ -167,7 +180,7 @@ class WorkerPool:
         )
         self._roster = self._membership.roster
         self._fleet, self._growth = pool_capacity(
-            config, backpressure, provisioner, minimum=minimum, provision_timeout=provision_timeout, tags=tags,
+            config, backpressure, provisioner, minimum=minimum, provision_timeout=config.provision_timeout, tags=tags,
             members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
@@ -192,22 +205,9 @@ class WorkerPool:
             capacity_changed=self._capacity_changed,
             workers=lambda: len(self._roster),
         )
-        self._scheduler: Scheduler | None = None
-        if (store is not None and not isinstance(store, str)) or config.store:
-            from ._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
-
-            job_store = open_store(store if store is not None and not isinstance(store, str) else config.store)
-            assert job_store is not None
-            self._scheduler = Scheduler(
-                job_store,
-                self._path.place_job,
-                self._growth.grow,
-                lambda: len(self._roster) > 0 or self._growth.maximum > 0,
-                lease_ttl=config.lease_ttl,
-                default_deadline=config.dispatch_deadline,
-                max_pending=config.max_pending,
-                keep_finished=config.keep_finished, store_retry=config.store_retry,
-            )
+        self._scheduler: Scheduler | None = job_scheduler(
+            store, config, self._path, self._growth.grow, lambda: len(self._roster) > 0 or self._growth.maximum > 0
+        )
         self._token: Any = None
         self._observer: PoolObserver | None = None
         if config.metrics_port is not None:
@@ -318,27 +318,6 @@ class WorkerPool:
         if self._scheduler is not None:
             self._scheduler.capacity_changed()
 
-    # -- jobs ----------------------------------------------------------------------
-
-    @property
-    def jobs(self) -> Jobs:
-        """The pool's durable jobs: ``await pool.jobs.get(id)``, ``.list(state)``, ``.counts()``.
-
-        Raises:
-            ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
-        """
-        if self._scheduler is None:
-            raise ConfigError("jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)")
-        return self._scheduler.jobs
-
-    schedule = _schedule  # periodic jobs: p.schedule(routine, cron="0 7 * * *", args=(...)); see pool._routine
-
-    async def submit(self, task: Task, options: CallOptions) -> Job:
-        """Commit a job for ``task`` (see `pool.Routine.submit`)."""
-        if self._path.state != "open":
-            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._path.state}")
-        return await self.jobs.submit(task, options)
-
     # -- introspection -------------------------------------------------------------
 
     def stats(self) -> PoolStats:
@@ -369,11 +348,6 @@ class WorkerPool:
     def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
         """The pool's workers now, by uid (a snapshot)."""
         return {uid: entry[0] for uid, entry in self._roster.workers.items()}
-
-    @property
-    def has_store(self) -> bool:
-        """Whether the pool has a job store (``store=`` / ``LEAKYPOOL_STORE``)."""
-        return self._scheduler is not None
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:

@@ -364,39 +364,3 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
         return lambda f: Routine(f, call_options)
     return Routine(fn, call_options)
 
-
-def schedule(
-    self: Any, routine: Routine[Any, Any], cron: str, args: tuple[Any, ...] = (),
-    kwargs: dict[str, Any] | None = None, *, tz: str = "UTC",
-) -> str:
-    """Run ``routine(*args, **kwargs)`` as a job at every slot of ``cron`` (``WorkerPool.schedule``).
-
-    Every process on the store may schedule the same thing: each slot runs
-    once in all (its job id is ``NAME@UNIX_SECONDS``, NAME derived from the
-    routine, ``cron``, ``tz`` and the arguments). A slot missed while no
-    process ran is run once at start-up (the latest one, not each), with a
-    warning saying how many were missed. The routine's options (queue,
-    retries, priority...) apply to each slot's job. Needs the ``cron`` extra.
-
-    Args:
-        routine: A coroutine routine.
-        cron: ``"minute hour day month weekday"``, croniter's syntax (a sixth
-            field, last, counts seconds: ``"* * * * * */10"``).
-        args, kwargs: Its arguments, pickled once, now.
-        tz: The zone ``cron`` is read in (IANA name); default UTC.
-
-    Returns:
-        The schedule's name.
-
-    Raises:
-        ConfigError: no store, a pool not open, a bad expression or zone, croniter missing.
-        SerializationError: an argument cannot be pickled.
-    """
-    if not isinstance(routine, Routine) or routine.generator:
-        raise ConfigError(f"schedule: expected a coroutine @pool.routine, got {routine!r}")
-    if not self.has_store or getattr(self, "_path").state != "open":
-        raise ConfigError("schedule: needs an open pool with a store (inside async with WorkerPool(store=...))")
-    if not isinstance(tz, str):
-        raise ConfigError(f"tz: expected an IANA time zone name like 'Europe/Paris', got {tz!r}")
-    task = routine.task(tuple(args), dict(kwargs or {}))
-    return self._scheduler.schedules.add(task, routine.call_options, cron, tz)  # type: ignore[no-any-return]

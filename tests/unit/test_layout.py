@@ -28,7 +28,7 @@ MAX_MODULE_LINES = 400
 LEAVES = frozenset({"pool._errors", "pool._config", "pool._parse", "pool._version", "balancer", "backpressure"})
 """Imported from anywhere: the error tree, settings, the version, and the two embeddable leaf packages."""
 
-SURFACE = frozenset({"pool", "pool._pool", "pool._routine", "pool._cli"})
+SURFACE = frozenset({"pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli"})
 """The public surface: it wires the layers together, so it may import any of them."""
 
 ALLOWED: Mapping[str, frozenset[str]] = {

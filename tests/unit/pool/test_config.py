@@ -146,3 +146,13 @@ class TestMetricsHost:
         env = {"LEAKYPOOL_METRICS_HOST": "0.0.0.0", "LEAKYPOOL_METRICS_TOKEN": "t0k"}
         assert PoolConfig.from_env(env).metrics_token == "t0k"
         assert WorkerConfig.from_env(env).metrics_host == "0.0.0.0"
+
+
+def test_pool_settings_should_each_be_a_worker_pool_argument():
+    """Test that every pool setting can be given in code, not only as a LEAKYPOOL_* variable (use_env=False)."""
+    import inspect
+
+    import pool
+
+    arguments = set(inspect.signature(pool.WorkerPool).parameters)
+    assert {setting.name for setting in POOL_SETTINGS} - arguments == set()
