@@ -59,18 +59,19 @@ async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_ru
             await shows(page, f'#workers tr[data-uid="{uid}"] .count', "0 / 1")
 
         busy = [asyncio.ensure_future(routines.sleep(600, signals.address, f"busy{i}")) for i in range(2)]
-        for i in range(2):
-            await signals.wait(f"started busy{i}")
-        await shows(page, "#in-flight", "2 / 2")
-        for uid in p.workers:
-            await shows(page, f'#workers tr[data-uid="{uid}"] .count', "1 / 1")
-        peak = await page.evaluate("() => Math.max(...trail.filter(p => !p.gap).map(p => "
-                                   "Object.values(p.flight).reduce((a, b) => a + b, 0)))")
-        assert peak == 2
-
-        for call in busy:
-            call.cancel()
-        await asyncio.gather(*busy, return_exceptions=True)
+        try:
+            for i in range(2):
+                await signals.wait(f"started busy{i}")
+            await shows(page, "#in-flight", "2 / 2")
+            for uid in p.workers:
+                await shows(page, f'#workers tr[data-uid="{uid}"] .count', "1 / 1")
+            peak = await page.evaluate("() => Math.max(...trail.filter(p => !p.gap).map(p => "
+                                       "Object.values(p.flight).reduce((a, b) => a + b, 0)))")
+            assert peak == 2
+        finally:  # also when an assertion failed: no call outlives the test
+            for call in busy:
+                call.cancel()
+            await asyncio.gather(*busy, return_exceptions=True)
         await shows(page, "#in-flight", "0 / 2")
         assert await painted(page) > 0
 
