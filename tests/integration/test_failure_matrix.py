@@ -99,12 +99,15 @@ async def test_routine_the_worker_cannot_import_should_fail_with_serialization_e
             sys.modules.pop("caller_side_only", None)
 
 
-async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_retried_elsewhere(tmp_path):
-    """Test that a call whose worker died at once (its Accept held for the outcome) is WorkerBroken and ran once.
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_retried_elsewhere(tmp_path, transport):
+    """Test that a call whose worker died in its first step, before its Accept left, is WorkerBroken and ran once.
 
-    The Call had left, so the worker may have run it: the pool must not offer it to the other worker.
+    On unix the Accept is held for the outcome; over TCP (gRPC) it is sent at once, but the routine
+    starts at the same time and may kill the worker first. Either way the Call had left, so the
+    worker may have run it: the pool must not offer it to the other worker.
     """
-    async with pool.WorkerPool(spawn=2) as p:
+    async with pool.WorkerPool(spawn=2, local_transport=transport) as p:
         await asyncio.gather(*(routines.add(1, 2) for _ in range(4)))  # both workers import routines.py now
         with pytest.raises(pool.WorkerBroken, match=LOST):
             await asyncio.wait_for(routines.die_at_once(str(tmp_path), "once"), BOUND_S)
