@@ -229,25 +229,21 @@ class Session:
             step.value = value
         step.SetInParent()
 
-    def accept(self, call_id: int, then: Callable[[], None] | None = None, hold_s: float = 0.0) -> None:
-        """Accept a call the peer opened; run ``then`` once the Accept has left (or the stream failed).
+    def accept(self, call_id: int, hold_s: float = 0.0) -> None:
+        """Accept a call the peer opened.
 
         With ``hold_s``, the Accept waits up to that long for company (see
         `Outbox.hold`): the outcome of a call that ends at once leaves with
         it, in one write; `release` sends it sooner. The dispatcher counts a
-        call whose Call frame left and whose stream then failed, answered or
-        not, as lost *after* accepting (`WorkerBroken`), never as declined:
-        a worker that dies while running user code never gets it run twice.
+        call whose Call frame left and whose stream then failed (the worker
+        gone), answered or not, as lost *after* accepting (`WorkerBroken`),
+        never as declined: a worker that dies while running user code, on
+        any transport, never gets it run twice.
         """
         if hold_s and self.failure is None:
             self._outbox.hold(call_id, hold_s).accept.SetInParent()
         else:
             self._frame(call_id).accept.SetInParent()
-        if then is not None:
-            if self.failure is not None:
-                then()
-            else:
-                self._outbox.after_write(then)
 
     def release(self) -> None:
         """Send held Accepts now (a routine started that will not end at once)."""
