@@ -27,7 +27,7 @@ class Outbox:
     value is copied into the message once, not once per wrapping message.
     """
 
-    __slots__ = ("_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "written")
+    __slots__ = ("_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written")
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
@@ -36,12 +36,18 @@ class Outbox:
         self._write_now: WriteNow | None = None
         self._flush_soon = False  # a `_flush` is scheduled for the end of this turn
         self._backstop: asyncio.TimerHandle | None = None  # sends held frames (see `hold`)
+        self._taken = 0  # batches taken to be written so far (the one being written included)
         self.written = 0  # batches handed to the transport so far
 
     @property
     def batch_number(self) -> int:
-        """The number the batch being built will have once written (compare with `written`)."""
-        return self.written + 1
+        """The number of the batch being built (it has left once `written` reaches it).
+
+        Batches are numbered when taken, not when written: while one is being
+        written (an awaited gRPC write), frames go into the next batch, whose
+        number is one more.
+        """
+        return self._taken + 1
 
     def frame(self, call_id: int) -> pb.Frame:
         """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
@@ -91,7 +97,8 @@ class Outbox:
                 self._ready.set()
                 return
             self._batch = pb.Frames()
-            self.written += 1
+            self._taken += 1
+            self.written = self._taken  # in order: any batch the writer task holds was handed over before it waits
 
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
@@ -115,8 +122,10 @@ class Outbox:
                 batch, self._batch = self._batch, pb.Frames()
                 self._ready.clear()
                 if batch.frames:
+                    self._taken += 1
+                    number = self._taken
                     await write(batch)
-                    self.written += 1
+                    self.written = max(self.written, number)  # `_flush` may have sent later ones meanwhile
                 if self._closing and not self._batch.frames:
                     return
         finally:

@@ -74,6 +74,26 @@ async def test_a_call_that_left_should_be_lost_after_accepting_when_the_worker_d
         assert info.value.code == "UNAVAILABLE"
 
 
+async def test_a_call_opened_while_another_batch_was_written_should_be_rejected_if_its_own_never_left():
+    """Test that a call in the batch after the one in flight does not count as sent when that one is written."""
+    async with Stream() as stream:
+        first = asyncio.ensure_future(open_call(stream.session, task("first")))
+        async with asyncio.timeout(5):
+            while not stream.writes:  # the first batch is being written
+                await asyncio.sleep(0)
+        second = asyncio.ensure_future(open_call(stream.session, task("second")))
+        await asyncio.sleep(0)  # the second call opens (its frame waits for the next batch)
+        stream.let_one_through()  # the first batch is written; the second never will be
+        await asyncio.wait_for(stream.written.wait(), 5)
+        stream.end()
+        with pytest.raises(pool.WorkerRejected, match="lost worker w"):
+            await asyncio.wait_for(second, 5)
+        call = await asyncio.wait_for(first, 5)
+        with pytest.raises(pool.WorkerBroken):
+            await asyncio.wait_for(call.receive(), 5)
+        assert [[frame.call.routine.name for frame in batch.frames] for batch in stream.writes] == [["first"], ["second"]]
+
+
 async def test_a_hard_status_after_the_call_left_should_be_broken_at_once():
     """Test that a peer refusing the stream itself (not a leakypool worker) is WorkerBroken from open_call: evict, move on."""
     async with Stream(code="UNIMPLEMENTED") as stream:
