@@ -63,7 +63,7 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     watch = session.watch
     if watch is None:
         watch = session.watch = AnswerWatch(session)
-    watch.add(call)  # type: ignore[attr-defined]
+    watch.add(call)  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
@@ -108,6 +108,13 @@ class AnswerWatch:
         calls.append((deadline, call))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._check)
+
+    def close(self) -> None:
+        """The session is over (its calls got its failure): drop the timer and the calls."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._calls.clear()
 
     def _check(self) -> None:
         self._timer = None

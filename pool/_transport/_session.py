@@ -45,6 +45,12 @@ class CallHost(Protocol):
         ...
 
 
+class CallWatch(Protocol):
+    """Watches the calls this end opened on a session (`_calls.AnswerWatch`); closed when the session fails."""
+
+    def close(self) -> None: ...
+
+
 class OutgoingCall:
     """A call this end opened: its replies arrive here, in order.
 
@@ -188,7 +194,7 @@ class Session:
         self._outgoing: dict[int, OutgoingCall] = {}
         self._host = host
         self._outbox = Outbox()
-        self.watch: object | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
+        self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
         self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
 
     @property
@@ -330,6 +336,9 @@ class Session:
         outgoing, self._outgoing = self._outgoing, {}
         for call in outgoing.values():
             call.deliver(exc)
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.close()  # its timer would keep this dead session alive until it fires
         if self._host is not None:
             self._host.on_session_end(self)
 

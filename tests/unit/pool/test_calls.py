@@ -104,3 +104,19 @@ async def test_a_hard_status_after_the_call_left_should_be_broken_at_once():
         with pytest.raises(pool.WorkerBroken) as info:
             await asyncio.wait_for(opening, 5)
         assert info.value.code == "UNIMPLEMENTED"
+
+
+async def test_the_answer_watch_should_let_go_of_a_session_once_it_failed():
+    """Test that the one timer per stream is cancelled when the stream ends, not left holding the dead session."""
+    async with Stream() as stream:
+        opening = asyncio.ensure_future(open_call(stream.session, task()))
+        async with asyncio.timeout(5):
+            while stream.session.watch is None:
+                await asyncio.sleep(0)
+        timer = stream.session.watch._timer
+        assert timer is not None and not timer.cancelled()
+        stream.end()
+        await stream.ended()
+        await asyncio.gather(opening, return_exceptions=True)
+        assert timer.cancelled()  # its callback (and the session it holds) is gone from the loop now
+        assert stream.session.watch is None
