@@ -42,12 +42,15 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     A worker answers in milliseconds even while its routines hog the CPU;
     one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
     stopped process) is treated as busy, so the balancer moves on. A
-    stream that fails before the answer is an unreachable worker
-    (`WorkerRejected`), except on a stream whose worker holds Accepts
-    (`Session.holds_accepts`: it sends the Accept of a call that ends at
-    once with its outcome) once the call left: the worker may have
-    started it, so the call counts as accepted and then lost
-    (`WorkerBroken`), never run twice.
+    stream that fails with a transient code before the call's frame left
+    is an unreachable worker (`WorkerRejected`). Once it left, on any
+    transport, the worker may have started it before its Accept could
+    leave (a worker starts a routine at once, and over a unix socket holds
+    a quick call's Accept for its outcome): a stream that then fails with
+    a transient code (the worker is gone) makes the call accepted and then
+    lost (`WorkerBroken` for its caller), never run twice. A hard code is
+    the peer refusing the stream itself (not a leakypool worker, not our
+    protocol): `WorkerBroken` here, and the pool evicts it and moves on.
 
     Raises:
         WorkerRejected: the callee declined it (busy or draining), or did not
@@ -60,19 +63,20 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     watch = session.watch
     if watch is None:
         watch = session.watch = AnswerWatch(session)
-    watch.add(call)  # type: ignore[attr-defined]
+    watch.add(call)  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
-        if exc is session.failure and session.holds_accepts and call.sent:
-            # The worker may have started it (it holds a quick call's Accept for its
-            # outcome): accepted, then lost, as if the Accept had come. Its caller
-            # gets WorkerBroken; no other worker gets it.
-            call.put_back(exc)
-            return call
-        call.cancel()
         if exc is session.failure and isinstance(exc, WorkerBroken) and exc.code in TRANSIENT_CODES:
-            raise WorkerRejected(str(exc), exc.code) from exc  # the worker is unreachable, for now
+            if call.sent:
+                # The worker may have started it (it starts routines at once, before their
+                # Accept leaves): accepted, then lost, as if the Accept had come. Its caller
+                # gets WorkerBroken; no other worker gets it.
+                call.put_back(exc)
+                return call
+            call.cancel()
+            raise WorkerRejected(str(exc), exc.code) from exc  # it never left: the worker is unreachable, for now
+        call.cancel()
         raise
     if frame.HasField("reject"):
         raise rejection(frame.reject, session.label, task.name)
@@ -104,6 +108,13 @@ class AnswerWatch:
         calls.append((deadline, call))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._check)
+
+    def close(self) -> None:
+        """The session is over (its calls got its failure): drop the timer and the calls."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._calls.clear()
 
     def _check(self) -> None:
         self._timer = None

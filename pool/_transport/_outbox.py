@@ -11,12 +11,9 @@ socket) wakes the writer task.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
 from ._proto import leakypool_pb2 as pb
-
-_log = logging.getLogger("leakypool.session")
 
 Write = Callable[[pb.Frames], Awaitable[None]]
 WriteNow = Callable[[pb.Frames], bool]
@@ -30,31 +27,27 @@ class Outbox:
     value is copied into the message once, not once per wrapping message.
     """
 
-    __slots__ = ("_batch", "_after", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "written")
+    __slots__ = ("_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written")
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
-        self._after: list[Callable[[], None]] = []  # to run once the next batch has been written
         self._ready = asyncio.Event()  # wakes the writer task
         self._closing = False
         self._write_now: WriteNow | None = None
         self._flush_soon = False  # a `_flush` is scheduled for the end of this turn
         self._backstop: asyncio.TimerHandle | None = None  # sends held frames (see `hold`)
+        self._taken = 0  # batches taken to be written so far (the one being written included)
         self.written = 0  # batches handed to the transport so far
 
     @property
     def batch_number(self) -> int:
-        """The number the batch being built will have once written (compare with `written`)."""
-        return self.written + 1
+        """The number of the batch being built (it has left once `written` reaches it).
 
-    def after_write(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once the batch being built has been handed to the transport.
-
-        Also runs if the stream fails first (so whatever waits on it learns of
-        the failure), never before the batch's frames left.
+        Batches are numbered when taken, not when written: while one is being
+        written (an awaited gRPC write), frames go into the next batch, whose
+        number is one more.
         """
-        self._after.append(callback)
-        self._wake()
+        return self._taken + 1
 
     def frame(self, call_id: int) -> pb.Frame:
         """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
@@ -104,9 +97,8 @@ class Outbox:
                 self._ready.set()
                 return
             self._batch = pb.Frames()
-            self.written += 1
-        after, self._after = self._after, []
-        _run_all(after)
+            self._taken += 1
+            self.written = self._taken  # in order: any batch the writer task holds was handed over before it waits
 
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
@@ -121,21 +113,19 @@ class Outbox:
         routines finishing) leaves in the same message. With ``write_now``,
         batches leave from `_flush` and this task only sends what had to wait.
         """
-        after: list[Callable[[], None]] = []
         self._write_now = write_now
-        if write_now is not None and (self._batch.frames or self._after):
+        if write_now is not None and self._batch.frames:
             self._wake()
         try:
             while True:
                 await self._ready.wait()
                 batch, self._batch = self._batch, pb.Frames()
-                after, self._after = self._after, []
                 self._ready.clear()
                 if batch.frames:
+                    self._taken += 1
+                    number = self._taken
                     await write(batch)
-                    self.written += 1
-                _run_all(after)
-                after = []
+                    self.written = max(self.written, number)  # `_flush` may have sent later ones meanwhile
                 if self._closing and not self._batch.frames:
                     return
         finally:
@@ -143,13 +133,3 @@ class Outbox:
             if self._backstop is not None:
                 self._backstop.cancel()
                 self._backstop = None
-            _run_all(after + self._after)
-            self._after = []
-
-
-def _run_all(callbacks: list[Callable[[], None]]) -> None:
-    for callback in callbacks:
-        try:
-            callback()
-        except Exception:
-            _log.exception("after-write callback %r failed", callback)

@@ -45,6 +45,12 @@ class CallHost(Protocol):
         ...
 
 
+class CallWatch(Protocol):
+    """Watches the calls this end opened on a session (`_calls.AnswerWatch`); closed when the session fails."""
+
+    def close(self) -> None: ...
+
+
 class OutgoingCall:
     """A call this end opened: its replies arrive here, in order.
 
@@ -188,7 +194,7 @@ class Session:
         self._outgoing: dict[int, OutgoingCall] = {}
         self._host = host
         self._outbox = Outbox()
-        self.watch: object | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
+        self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
         self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
 
     @property
@@ -229,25 +235,21 @@ class Session:
             step.value = value
         step.SetInParent()
 
-    def accept(self, call_id: int, then: Callable[[], None] | None = None, hold_s: float = 0.0) -> None:
-        """Accept a call the peer opened; run ``then`` once the Accept has left (or the stream failed).
+    def accept(self, call_id: int, hold_s: float = 0.0) -> None:
+        """Accept a call the peer opened.
 
         With ``hold_s``, the Accept waits up to that long for company (see
         `Outbox.hold`): the outcome of a call that ends at once leaves with
         it, in one write; `release` sends it sooner. The dispatcher counts a
-        call whose Call frame left and whose stream then failed, answered or
-        not, as lost *after* accepting (`WorkerBroken`), never as declined:
-        a worker that dies while running user code never gets it run twice.
+        call whose Call frame left and whose stream then failed (the worker
+        gone), answered or not, as lost *after* accepting (`WorkerBroken`),
+        never as declined: a worker that dies while running user code, on
+        any transport, never gets it run twice.
         """
         if hold_s and self.failure is None:
             self._outbox.hold(call_id, hold_s).accept.SetInParent()
         else:
             self._frame(call_id).accept.SetInParent()
-        if then is not None:
-            if self.failure is not None:
-                then()
-            else:
-                self._outbox.after_write(then)
 
     def release(self) -> None:
         """Send held Accepts now (a routine started that will not end at once)."""
@@ -334,6 +336,9 @@ class Session:
         outgoing, self._outgoing = self._outgoing, {}
         for call in outgoing.values():
             call.deliver(exc)
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.close()  # its timer would keep this dead session alive until it fires
         if self._host is not None:
             self._host.on_session_end(self)
 

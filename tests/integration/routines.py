@@ -175,6 +175,25 @@ class RejectNamed:
         return ctx.task.name == self.name
 
 
+class StallAfterAccepting:
+    """A hook that accepts everything, but stalls the worker's I/O loop right after accepting a call to ``name``.
+
+    The stall (a blocking sleep, the GIL released) comes before the loop's
+    next turn, so the routine starts on its own thread while the Accept
+    has not been written yet: what a worker dying in a call's first step
+    looks like, made certain rather than a race.
+    """
+
+    def __init__(self, name, seconds):
+        self.name = name
+        self.seconds = seconds
+
+    def __call__(self, ctx):
+        if ctx.task.name == self.name:
+            asyncio.get_running_loop().call_soon(time.sleep, self.seconds)
+        return False
+
+
 class AsyncCap:
     """An async hook: a task-count cap that awaits before deciding."""
 

@@ -36,6 +36,8 @@ BOUND_S = 30.0
 WORKER_ERROR = r"the arguments of take\(\) cannot be unpickled: FaultError: error while unpickling on the worker"
 CALLER_ERROR = r"the result of give\(\) cannot be unpickled: FaultError: error while unpickling on the caller"
 LOST = r"^lost worker "
+STALL_S = 1.0
+"""How long a worker's I/O loop stalls after accepting a call that kills it (the routine's thread does so at once)."""
 
 MATRIX = [
     # (stage, fault, call, expected error, message pattern, the worker dies)
@@ -99,12 +101,17 @@ async def test_routine_the_worker_cannot_import_should_fail_with_serialization_e
             sys.modules.pop("caller_side_only", None)
 
 
-async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_retried_elsewhere(tmp_path):
-    """Test that a call whose worker died at once (its Accept held for the outcome) is WorkerBroken and ran once.
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_retried_elsewhere(tmp_path, transport):
+    """Test that a call whose worker died in its first step, before its Accept left, is WorkerBroken and ran once.
 
-    The Call had left, so the worker may have run it: the pool must not offer it to the other worker.
+    On unix the Accept is held for the outcome; over TCP (gRPC) it is sent at once, but the routine
+    starts at the same time (the hook stalls the worker's I/O loop so that it kills the worker
+    first). Either way the Call had left, so the worker may have run it: the pool must not offer
+    it to the other worker.
     """
-    async with pool.WorkerPool(spawn=2) as p:
+    stall = routines.StallAfterAccepting("die_at_once", STALL_S)
+    async with pool.WorkerPool(spawn=2, local_transport=transport, backpressure=stall) as p:
         await asyncio.gather(*(routines.add(1, 2) for _ in range(4)))  # both workers import routines.py now
         with pytest.raises(pool.WorkerBroken, match=LOST):
             await asyncio.wait_for(routines.die_at_once(str(tmp_path), "once"), BOUND_S)
