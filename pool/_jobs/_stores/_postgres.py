@@ -240,14 +240,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
-        await self._call(
-            "execute",
-            "UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
-            "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
-            list(ids),
-            owner,
-            next_at,
-        )
+        await self._call("execute", sql.UNLEASE, list(ids), owner, next_at)
         await self._notify("due")
 
     async def _fenced(self, statement: str, *args: Any) -> bool:

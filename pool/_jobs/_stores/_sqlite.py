@@ -189,8 +189,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             for job_id, *_ in chosen:
                 rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
             if limited:  # rate limits: count these leases, hold back what they leave no room for
-                starts = [(r[4], r[5], now, now + r[7]) for r in chosen if len(r) > 4 and r[6] > 0]
-                db.executemany("INSERT INTO rate_starts VALUES (?, ?, ?, ?)", starts)
+                starts = [(r[4], r[5], now, now + r[7], r[0]) for r in chosen if len(r) > 4 and r[6] > 0]
+                db.executemany("INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)", starts)
                 db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
             db.execute(_HELD_BACK, (now,))
             return [_record(row) for row in rows]
@@ -200,11 +200,13 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
             for job_id in ids:
-                db.execute(
+                back = db.execute(
                     "UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
-                    "WHERE id = ? AND owner = ? AND state = 'pending'",
+                    "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING rate",
                     (next_at, job_id, owner),
-                )
+                ).fetchone()
+                if back is not None and back[0] > 0:  # not started: its lease gives back its rate slot
+                    db.execute(_GIVE_BACK_RATE, (job_id,))
 
         await self._run(op, write=True)
 
@@ -345,6 +347,10 @@ _FREE_DUE: Final[str] = (
 _LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now="?1", limit="?2")
 _HELD_BACK: Final[str] = HELD_BACK_SQL.format(
     table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
+)
+_GIVE_BACK_RATE: Final[str] = (
+    # The newest of the job's rate rows is this lease's; older ones are attempts that did start and still count.
+    "DELETE FROM rate_starts WHERE rowid = (SELECT rowid FROM rate_starts WHERE job = ? ORDER BY at DESC LIMIT 1)"
 )
 
 

@@ -13,7 +13,7 @@ from typing import Final
 from ..._errors import ConfigError
 from .._store import LEASE_ORDER
 
-SCHEMA_VERSION: Final[int] = 2
+SCHEMA_VERSION: Final[int] = 3
 """The schema this release writes; an older file is migrated, a newer one refused."""
 
 _SCHEMA_V1: Final[tuple[str, ...]] = (
@@ -61,6 +61,11 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX rate_starts_key ON rate_starts (queue, key, at)",
         "CREATE INDEX rate_starts_expires ON rate_starts (expires)",
         "CREATE INDEX jobs_rated ON jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
+    ),
+    3: (
+        # A lease's rate row names its job, so a job given back before it started gives back its slot too.
+        "ALTER TABLE rate_starts ADD COLUMN job TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX rate_starts_job ON rate_starts (job)",
     ),
 }
 """Statements that bring a file from version ``n - 1`` to ``n`` (in one transaction with the rest)."""

@@ -315,6 +315,24 @@ class TestJobStore:
             assert await store.lease("one", 100, NOW + 11.5) == []
             assert [j.id for j in await store.lease("one", 100, NOW + 21)] == ["t4"]
 
+    async def test_a_lease_given_back_before_it_started_should_give_back_its_rate_slot(self, backend, tmp_path):
+        """Test unlease with rate limits: a job given back (no worker for it) did not use its slot; one that ran did."""
+        async with opened(backend, tmp_path) as store:
+            rated = {"queue": "api", "concurrency": 10, "rate": 2, "rate_per": 10.0}
+            for i in range(4):
+                await store.submit(job(f"t{i}", created=NOW + i / 10, key="t", **rated))
+            assert [j.id for j in await store.lease("one", 1, NOW + 1)] == ["t0"]
+            assert await store.mark_running("t0", "one", NOW + 1)
+            assert await store.retry("t0", "one", NOW, "again")  # it started: its slot stays used
+            assert [j.id for j in await store.lease("one", 1, NOW + 1.5)] == ["t0"]  # its second attempt
+            await store.unlease("one", ["t0"])  # given back unstarted: this lease's slot only
+            await store.unlease("one", ["t0"])  # again (a retried call): nothing more given back
+            assert [j.id for j in await store.lease("two", 100, NOW + 2)] == ["t0"]  # 1 start in the window: room for 1
+            await store.unlease("nobody", ["t0"])  # not its owner: no change, no slot given back
+            assert await store.lease("two", 100, NOW + 2.5) == []
+            await store.unlease("two", ["t0"])
+            assert [j.id for j in await store.lease("three", 100, NOW + 3)] == ["t0"]
+
     async def test_open_should_migrate_a_store_written_by_the_previous_release(self, backend, tmp_path):
         """Test the upgrade: a version-1 store keeps its jobs, gains priority (0) and the new indexes, and works."""
         await write_v1_store(backend)
