@@ -43,7 +43,7 @@ from ._periodic import Schedules
 from ._recorder import Recorder
 from ._retention import Retention
 from ._store import JobRecord, JobStore, next_due
-from ._stores._retry import RetryingStore
+from ._stores._retry import retrying_store
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -82,7 +82,7 @@ class Scheduler(LeaseUpkeep):
         keep_finished: float = 0.0,
         store_retry: float = 10.0,
     ) -> None:
-        self.store = store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
+        self.store = store = retrying_store(store, store_retry)  # every store call rides over a restart (issue #25)
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
