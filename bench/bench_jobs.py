@@ -25,6 +25,7 @@ import json
 import resource
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 
 import uvloop
 
@@ -76,20 +77,26 @@ async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, objec
     }
 
 
+async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
+    """Seconds each of ``n`` ``call()``s took, one at a time."""
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def job_samples(n: int) -> list[float]:
+    """Submit-to-result of ``n`` jobs one at a time (after a warm-up of 50), in seconds; inside a pool."""
+    await timed(50, job_roundtrip)
+    return await timed(n, job_roundtrip)
+
+
 async def latency(store: str, n: int) -> dict[str, object]:
     async with pool.WorkerPool(spawn=WORKERS, store=store):
-        for _ in range(50):
-            await job_roundtrip()
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await job_roundtrip()
-            samples.append(time.perf_counter() - t0)
-        calls = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await routines.noop()
-            calls.append(time.perf_counter() - t0)
+        samples = await job_samples(n)
+        calls = await timed(n, routines.noop)
     jobs, mem = summarize_us(samples), summarize_us(calls)
     return {
         "n": n,
@@ -200,16 +207,9 @@ async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> d
 
 
 async def latency_samples(store: str, n: int) -> list[float]:
-    """Submit-to-result of ``n`` jobs one at a time (after a warm-up), in seconds."""
+    """`job_samples` in a pool of its own on ``store``."""
     async with pool.WorkerPool(spawn=WORKERS, store=store):
-        for _ in range(50):
-            await job_roundtrip()
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await job_roundtrip()
-            samples.append(time.perf_counter() - t0)
-    return samples
+        return await job_samples(n)
 
 
 async def main(quick: bool, only: set[str], postgres: str | None, prefill_n: int = 0) -> dict[str, object]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
+from .._base._random import RANDOM
 from .._errors import SerializationError, StoreError, WorkerBroken
 from .._transport import _wire
 from .._transport._calls import outcome_result
@@ -38,7 +38,6 @@ RETRY_STORE_MIN_S: Final[float] = 0.05
 RETRY_STORE_MAX_S: Final[float] = 5.0
 """Longest wait between tries while the store is away."""
 
-_random = random.Random()
 
 T = TypeVar("T")
 
@@ -87,7 +86,7 @@ def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
     attempts = job.attempts + 1
     if (isinstance(exc, WorkerBroken) or isinstance(exc, policy.retry_on)) and attempts < job.max_attempts:
         delay = min(MAX_BACKOFF_S, policy.retry_backoff * 2 ** (attempts - 1))
-        delay *= 0.5 + _random.random()  # jitter: retries of a burst do not land together
+        delay *= 0.5 + RANDOM.random()  # jitter: retries of a burst do not land together
         return Verdict("pending", None, describe(exc), retry_in=delay)
     return Verdict("failed", outcome, describe(exc))
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from ..._base._random import RANDOM
 from ..._errors import StoreError
 from .._store import JobRecord, JobStore, MaintainedStore, NewJob
 
@@ -43,7 +43,6 @@ MAX_DELAY_S: Final[float] = 1.0
 LAST_TRY_S: Final[float] = 1.0
 """A call may run this long past ``store_retry`` (its last try), then it fails: the bound on a silent store."""
 
-_random = random.Random()
 
 T = TypeVar("T")
 
@@ -138,7 +137,7 @@ async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], e
             errors.append(exc)
             now = time.monotonic()
             since = since or now
-            wait = delay_s(tries, now - since, budget_s, _random.random())
+            wait = delay_s(tries, now - since, budget_s, RANDOM.random())
             if wait is None:
                 raise
             if tries == 1:

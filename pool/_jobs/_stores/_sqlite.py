@@ -29,6 +29,7 @@ from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
 
+
 def _record(row: tuple[Any, ...]) -> JobRecord:
     values = list(row)
     values[14] = bool(values[14])
@@ -190,7 +191,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                 rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
             if limited:  # rate limits: count these leases, hold back what they leave no room for
                 starts = [(r[4], r[5], now, now + r[7], r[0]) for r in chosen if len(r) > 4 and r[6] > 0]
-                db.executemany("INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)", starts)
+                db.executemany(_RECORD_STARTS, starts)
                 db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
             db.execute(_HELD_BACK, (now,))
             return [_record(row) for row in rows]
@@ -301,7 +302,6 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
         await self._run(op, write=True)
 
-
     # -- maintenance (retention, the jobs command) -------------------------------------
 
     async def purge(self, finished_before: float, limit: int) -> int:
@@ -348,6 +348,7 @@ _LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_sta
 _HELD_BACK: Final[str] = HELD_BACK_SQL.format(
     table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
 )
+_RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)"
 _GIVE_BACK_RATE: Final[str] = (
     # The newest of the job's rate rows is this lease's; older ones are attempts that did start and still count.
     "DELETE FROM rate_starts WHERE rowid = (SELECT rowid FROM rate_starts WHERE job = ? ORDER BY at DESC LIMIT 1)"
@@ -356,6 +357,7 @@ _GIVE_BACK_RATE: Final[str] = (
 
 def _count_active(db: sqlite3.Connection) -> int:
     return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+
 
 _PURGE: Final[str] = (
     "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled') "
