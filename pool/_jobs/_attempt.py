@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from .._base._random import RANDOM
-from .._errors import SerializationError, StoreError, WorkerBroken
+from .._errors import CapacityTimeout, SerializationError, StoreError, WorkerBroken
 from .._transport import _wire
 from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
@@ -60,6 +60,21 @@ class Attempt:
 def due_order(attempt: Attempt) -> tuple[int, float, float, str]:
     """Waiting jobs go to workers in the order the store leases them: priority, due time, submission."""
     return attempt.job.lease_order
+
+
+def expired(waiting: list[Attempt], now: float) -> tuple[list[Attempt], list[tuple[Attempt, CapacityTimeout]]]:
+    """Split the waiting jobs: those still within their dispatch deadline (in order), and the rest with the
+    error to fail them with (they never ran)."""
+    keep, gone = [], []
+    for attempt in waiting:
+        if attempt.job.deadline > now:
+            keep.append(attempt)
+            continue
+        waited = attempt.job.deadline - attempt.job.created_at
+        gone.append((attempt, CapacityTimeout(
+            f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"
+        )))
+    return keep, gone
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
