@@ -152,16 +152,38 @@ RECORD_STARTS: Final[str] = (
     "INSERT INTO leakypool_rate_starts (queue, key, at, expires, job) "
     "SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::text[])"
 )
-UNLEASE: Final[str] = (
-    # Jobs given back before they started: each gives back its lease's rate row too (the newest of its
-    # rows; older ones are attempts that did start and still count). See `JobStore.unlease`.
-    "WITH back AS (UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
-    "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending' RETURNING id, rate) "
-    "DELETE FROM leakypool_rate_starts WHERE ctid = ANY(ARRAY(SELECT DISTINCT ON (s.job) s.ctid "
-    "FROM leakypool_rate_starts AS s JOIN back ON s.job = back.id AND back.rate > 0 ORDER BY s.job, s.at DESC))"
-)
+
+
+def giving_back_rates(update: str) -> str:
+    """``update`` (of pending jobs, ``RETURNING id, rate``), which gives back jobs before they started, made
+    to give back each one's rate slot too (see `JobStore.unlease`); the statement returns their ids.
+
+    A job's newest rate row is its lease's; older ones are attempts that did start and still count.
+    """
+    return (
+        f"WITH back AS ({update}), gone AS (DELETE FROM leakypool_rate_starts WHERE ctid = ANY(ARRAY("
+        "SELECT DISTINCT ON (s.job) s.ctid FROM leakypool_rate_starts AS s JOIN back ON s.job = back.id "
+        "AND back.rate > 0 ORDER BY s.job, s.at DESC))) SELECT id FROM back"
+    )
+
 
 DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
+
+UNLEASE: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
+    "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending' RETURNING id, rate"
+)
+UNLEASE_EXCEPT: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '' WHERE owner = $1 AND state = 'pending' "
+    "AND NOT (id = ANY($2::text[])) RETURNING id, rate"
+)
+RECOVER_HELD: Final[str] = giving_back_rates(
+    f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {DEAD} RETURNING id, rate"
+)
+RELEASE_HELD: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1 RETURNING id, rate"
+)
+"""Pending jobs a dead owner (`RECOVER_HELD`) or a closing one (`RELEASE_HELD`) leased: back, with their rate slots."""
 
 PURGE: Final[str] = (
     "DELETE FROM leakypool_jobs WHERE id IN (SELECT id FROM leakypool_jobs "

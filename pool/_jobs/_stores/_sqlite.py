@@ -24,7 +24,7 @@ from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL,
 from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
-from ._sqlite_schema import prepare
+from ._sqlite_schema import give_back_rates, prepare
 from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
@@ -200,14 +200,10 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
-            for job_id in ids:
-                back = db.execute(
-                    "UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
-                    "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING rate",
-                    (next_at, job_id, owner),
-                ).fetchone()
-                if back is not None and back[0] > 0:  # not started: its lease gives back its rate slot
-                    db.execute(_GIVE_BACK_RATE, (job_id,))
+            given = [db.execute("UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
+                                "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
+                                (next_at, job_id, owner)).fetchone() for job_id in ids]
+            give_back_rates(db, [row for row in given if row is not None])  # not started: their slots too
 
         await self._run(op, write=True)
 
@@ -284,7 +280,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                     (now, now),
                 )
             ]
-            db.execute(f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead}", (now,))
+            give_back_rates(db, db.execute(
+                f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead} RETURNING id, rate", (now,)).fetchall())
             db.execute("DELETE FROM owners WHERE expires_at < ?", (now,))
             return revived
 
@@ -297,7 +294,9 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                 "WHERE state = 'running' AND owner = ?",
                 (now, owner),
             )
-            db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ?", (owner,))
+            given = db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ? RETURNING id, rate",
+                               (owner,))
+            give_back_rates(db, given.fetchall())
             db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
 
         await self._run(op, write=True)
@@ -349,10 +348,6 @@ _HELD_BACK: Final[str] = HELD_BACK_SQL.format(
     table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
 )
 _RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)"
-_GIVE_BACK_RATE: Final[str] = (
-    # The newest of the job's rate rows is this lease's; older ones are attempts that did start and still count.
-    "DELETE FROM rate_starts WHERE rowid = (SELECT rowid FROM rate_starts WHERE job = ? ORDER BY at DESC LIMIT 1)"
-)
 
 
 def _count_active(db: sqlite3.Connection) -> int:

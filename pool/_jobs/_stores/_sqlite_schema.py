@@ -81,6 +81,17 @@ INSERT: Final[str] = (
 )
 
 
+GIVE_BACK_RATE: Final[str] = (
+    # The newest of the job's rate rows is its lease's; older ones are attempts that did start and still count.
+    "DELETE FROM rate_starts WHERE rowid = (SELECT rowid FROM rate_starts WHERE job = ? ORDER BY at DESC LIMIT 1)"
+)
+
+
+def give_back_rates(db: sqlite3.Connection, given: list[tuple[str, int]]) -> None:
+    """The rate slots of pending jobs given back before they started (``given``: their (id, rate) rows)."""
+    db.executemany(GIVE_BACK_RATE, [(job_id,) for job_id, rate in given if rate > 0])
+
+
 def prepare(db: sqlite3.Connection, url: str) -> None:
     """Create the schema in an empty file, or migrate an older one (inside the caller's write transaction).
 

@@ -333,6 +333,23 @@ class TestJobStore:
             await store.unlease("two", ["t0"])
             assert [j.id for j in await store.lease("three", 100, NOW + 3)] == ["t0"]
 
+    @pytest.mark.parametrize("how", ["release_owner", "recover", "unlease_except"])
+    async def test_every_give_back_of_a_leased_job_should_give_back_its_rate_slot(self, backend, tmp_path, how):
+        """Test the other ways a job goes back unstarted: a clean shutdown, a dead owner, a lease in doubt."""
+        async with opened(backend, tmp_path) as store:
+            rated = {"queue": "api", "concurrency": 10, "rate": 1, "rate_per": 10.0}
+            for i in range(2):
+                await store.submit(job(f"t{i}", created=NOW + i / 10, key="t", **rated))
+            await store.heartbeat("one", NOW, 1)
+            assert [j.id for j in await store.lease("one", 100, NOW + 0.5)] == ["t0"]  # 1 per 10 s: t1 held back
+            if how == "release_owner":
+                await store.release_owner("one", NOW + 1)
+            elif how == "recover":
+                await store.recover(NOW + 2)  # its owner lease ran out at NOW + 1
+            else:
+                assert await store.unlease_except("one", []) == ["t0"]
+            assert [j.id for j in await store.lease("two", 100, NOW + 3)] == ["t0"]  # t0's slot, given back with it
+
     async def test_open_should_migrate_a_store_written_by_the_previous_release(self, backend, tmp_path):
         """Test the upgrade: a version-1 store keeps its jobs, gains priority (0) and the new indexes, and works."""
         await write_v1_store(backend)
