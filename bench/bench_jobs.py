@@ -25,7 +25,6 @@ import json
 import resource
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 
 import uvloop
 
@@ -34,7 +33,7 @@ from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from bench import routines
 from bench.prefill import prefill
-from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, summarize_us
+from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, sequential, summarize_us
 
 
 def rss_mib() -> float:
@@ -77,26 +76,16 @@ async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, objec
     }
 
 
-async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
-    """Seconds each of ``n`` ``call()``s took, one at a time."""
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - t0)
-    return samples
-
-
 async def job_samples(n: int) -> list[float]:
     """Submit-to-result of ``n`` jobs one at a time (after a warm-up of 50), in seconds; inside a pool."""
-    await timed(50, job_roundtrip)
-    return await timed(n, job_roundtrip)
+    await sequential(job_roundtrip, 50)
+    return await sequential(job_roundtrip, n)
 
 
 async def latency(store: str, n: int) -> dict[str, object]:
     async with pool.WorkerPool(spawn=WORKERS, store=store):
         samples = await job_samples(n)
-        calls = await timed(n, routines.noop)
+        calls = await sequential(routines.noop, n)
     jobs, mem = summarize_us(samples), summarize_us(calls)
     return {
         "n": n,
