@@ -33,7 +33,7 @@ from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from bench import routines
 from bench.prefill import prefill
-from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, summarize_us
+from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, sequential, summarize_us
 
 
 def rss_mib() -> float:
@@ -76,20 +76,16 @@ async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, objec
     }
 
 
+async def job_samples(n: int) -> list[float]:
+    """Submit-to-result of ``n`` jobs one at a time (after a warm-up of 50), in seconds; inside a pool."""
+    await sequential(job_roundtrip, 50)
+    return await sequential(job_roundtrip, n)
+
+
 async def latency(store: str, n: int) -> dict[str, object]:
     async with pool.WorkerPool(spawn=WORKERS, store=store):
-        for _ in range(50):
-            await job_roundtrip()
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await job_roundtrip()
-            samples.append(time.perf_counter() - t0)
-        calls = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await routines.noop()
-            calls.append(time.perf_counter() - t0)
+        samples = await job_samples(n)
+        calls = await sequential(routines.noop, n)
     jobs, mem = summarize_us(samples), summarize_us(calls)
     return {
         "n": n,
@@ -200,16 +196,9 @@ async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> d
 
 
 async def latency_samples(store: str, n: int) -> list[float]:
-    """Submit-to-result of ``n`` jobs one at a time (after a warm-up), in seconds."""
+    """`job_samples` in a pool of its own on ``store``."""
     async with pool.WorkerPool(spawn=WORKERS, store=store):
-        for _ in range(50):
-            await job_roundtrip()
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await job_roundtrip()
-            samples.append(time.perf_counter() - t0)
-    return samples
+        return await job_samples(n)
 
 
 async def main(quick: bool, only: set[str], postgres: str | None, prefill_n: int = 0) -> dict[str, object]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .._errors import SerializationError, StoreError, WorkerBroken
+from .._base._random import RANDOM
+from .._errors import CapacityTimeout, SerializationError, StoreError, WorkerBroken
 from .._transport import _wire
 from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
@@ -38,7 +38,6 @@ RETRY_STORE_MIN_S: Final[float] = 0.05
 RETRY_STORE_MAX_S: Final[float] = 5.0
 """Longest wait between tries while the store is away."""
 
-_random = random.Random()
 
 T = TypeVar("T")
 
@@ -61,6 +60,21 @@ class Attempt:
 def due_order(attempt: Attempt) -> tuple[int, float, float, str]:
     """Waiting jobs go to workers in the order the store leases them: priority, due time, submission."""
     return attempt.job.lease_order
+
+
+def expired(waiting: list[Attempt], now: float) -> tuple[list[Attempt], list[tuple[Attempt, CapacityTimeout]]]:
+    """Split the waiting jobs: those still within their dispatch deadline (in order), and the rest with the
+    error to fail them with (they never ran)."""
+    keep, gone = [], []
+    for attempt in waiting:
+        if attempt.job.deadline > now:
+            keep.append(attempt)
+            continue
+        waited = attempt.job.deadline - attempt.job.created_at
+        gone.append((attempt, CapacityTimeout(
+            f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"
+        )))
+    return keep, gone
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,7 +101,7 @@ def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
     attempts = job.attempts + 1
     if (isinstance(exc, WorkerBroken) or isinstance(exc, policy.retry_on)) and attempts < job.max_attempts:
         delay = min(MAX_BACKOFF_S, policy.retry_backoff * 2 ** (attempts - 1))
-        delay *= 0.5 + _random.random()  # jitter: retries of a burst do not land together
+        delay *= 0.5 + RANDOM.random()  # jitter: retries of a burst do not land together
         return Verdict("pending", None, describe(exc), retry_in=delay)
     return Verdict("failed", outcome, describe(exc))
 

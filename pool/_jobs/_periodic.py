@@ -35,6 +35,9 @@ _log = logging.getLogger("leakypool.jobs")
 MISSED_COUNT_MAX: Final[int] = 10_000
 """Missed slots counted at most for the start-up message (a per-second schedule down for a day says 10000+)."""
 
+LATE_SLOT_MAX_S: Final[float] = 1.0
+"""A slot more than this late when its turn comes (the process stalled) is skipped, with a warning."""
+
 
 def _croniter() -> Any:
     try:
@@ -83,6 +86,18 @@ class Slots:
         """The last slot at or before ``when``."""
         after = self.next_after(when - 1e-6)
         return after if after <= when else float(self._at(when).get_prev(float))
+
+    def following(self, slot: float, now: float) -> tuple[float, int]:
+        """The slot to claim after ``slot``, and how many slots were skipped to reach it (I/O-free).
+
+        Normally the next slot (0 skipped). A slot already over `LATE_SLOT_MAX_S` late at ``now`` (this
+        process stalled: an overloaded machine, a paused VM) is skipped, left to the other processes,
+        and counted so that the caller can say so.
+        """
+        following = self.next_after(slot)
+        if following >= now - LATE_SLOT_MAX_S:
+            return following, 0
+        return self.next_after(now - LATE_SLOT_MAX_S), self.count_between(slot, now - LATE_SLOT_MAX_S)
 
     def count_between(self, after: float, until: float) -> int:
         """Slots in ``(after, until]``, counted up to `MISSED_COUNT_MAX`."""
@@ -161,7 +176,17 @@ class Periodic:
                 outage.failed(exc)  # the slot is left to the other processes, or missed (and logged at start-up)
             else:
                 outage.over()
-            slot = self.slots.next_after(max(slot, time.time() - 1.0))
+            slot = self._following(slot)
+
+    def _following(self, slot: float) -> float:
+        following, skipped = self.slots.following(slot, time.time())
+        if skipped:
+            _log.warning(
+                "schedule %s (%s): this process stalled; skipped %d slot(s) after %s over %gs late "
+                "(left to the other processes on the store, if any); next %s",
+                self.name, self.slots.cron, skipped, _iso(slot), LATE_SLOT_MAX_S, _iso(following),
+            )
+        return following
 
 
 def _iso(when: float) -> str:

@@ -18,6 +18,7 @@ import random
 import time
 from typing import Final
 
+from .._base._random import RANDOM
 from .._errors import StoreError
 from ._attempt import Outage
 from ._store import JobStore, MaintainedStore
@@ -50,7 +51,6 @@ class Retention:
         self.store = store
         self.keep_finished = keep_finished
         self.purged = 0
-        self._rng = random.Random()
 
     @property
     def enabled(self) -> bool:
@@ -61,7 +61,7 @@ class Retention:
         """Purge now and then until cancelled; a store outage is logged once and waited out."""
         outage, first = Outage("purging finished jobs"), True
         while True:
-            await asyncio.sleep(purge_wait(first, self._rng))
+            await asyncio.sleep(purge_wait(first, RANDOM))
             first = False
             try:
                 await self.purge_once(time.time())

@@ -22,36 +22,35 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from .._base._tasks import TaskOwner
-from .._errors import CapacityTimeout, NoWorkersAvailable, PoolClosed, SerializationError, StoreError
+from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, StoreError
 from .._transport._session import OutgoingCall
 from .._transport._task import Task
 from ._attempt import Attempt as _Attempt
 from ._attempt import Outage, persist
 from ._attempt import due_order as _due_order
+from ._attempt import expired
 from ._codec import decode
+from ._due import NextDue
 from ._job import Jobs
 from ._pause import LeaseUpkeep, PausedQueues
-from ._presence import Presence
 from ._periodic import Schedules
+from ._placements import PlacementWindow
+from ._presence import Presence
 from ._recorder import Recorder
 from ._retention import Retention
-from ._store import JobRecord, JobStore, next_due
-from ._stores._retry import RetryingStore
+from ._store import JobRecord, JobStore
+from ._stores._retry import retrying_store
 
 _log = logging.getLogger("leakypool.jobs")
 
 LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
-
-MAX_PLACING: Final[int] = 256
-"""Jobs being offered to workers at once (each awaits one worker's Accept)."""
 
 
 class Scheduler(LeaseUpkeep):
@@ -82,7 +81,7 @@ class Scheduler(LeaseUpkeep):
         keep_finished: float = 0.0,
         store_retry: float = 10.0,
     ) -> None:
-        self.store = store = RetryingStore(store, store_retry)  # every store call rides over a restart (issue #25)
+        self.store = store = retrying_store(store, store_retry)  # every store call rides over a restart (issue #25)
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
@@ -94,15 +93,12 @@ class Scheduler(LeaseUpkeep):
         self._placing: set[_Attempt] = set()
         self._running: dict[str, _Attempt] = {}
         self._cancelled: set[str] = set()  # cancelled while this process held them
-        self._no_worker = False  # the last placement found no worker: wait for capacity
-        self._window = MAX_PLACING  # placements allowed at once
-        self._capacity_epoch = 0
+        self._window = PlacementWindow()  # how many placements at once; whether to wait for capacity
         self._claimed = 0  # submissions in flight that will arrive leased to this process
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
-        self._next_due = math.inf  # the earliest future due time (a delayed, retried or rate-held job): sleep until
-        self._due_known = False  # False: the store may hold an earlier one (read it before sleeping)
+        self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
         self._closing = False
         self._started = False
         self._recorder = Recorder(store, self.owner)
@@ -157,15 +153,14 @@ class Scheduler(LeaseUpkeep):
     def wake(self) -> None:
         """Lease and dispatch now (something may be due in the store: a submit, a notice, jobs given back)."""
         self._backlog = True
-        self._due_known = False
+        self._next_due.forget()
         self._wake.set()
 
     def due_at(self, when: float) -> None:
         """A job in the store is due at ``when`` (Unix seconds): lease it then (now, if it is due)."""
         if when <= time.time():
             self.wake()
-        elif when < self._next_due:
-            self._next_due = when
+        elif self._next_due.learn(when):
             self._wake.set()  # sleep until then, not until the tick
 
     def _claim(self) -> str:
@@ -191,8 +186,7 @@ class Scheduler(LeaseUpkeep):
 
     def capacity_changed(self) -> None:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
-        self._no_worker = False
-        self._capacity_epoch += 1
+        self._window.capacity_changed()
         if self._waiting or self._gave_back or self._backlog:  # else in-memory calls ending cost nothing here
             self._gave_back = False
             self._wake.set()
@@ -212,8 +206,15 @@ class Scheduler(LeaseUpkeep):
             attempt.cancel_requested = True
             attempt.runner.cancel()
 
-    waiting = property(lambda self: len(self._waiting), doc="Leased jobs waiting here for a worker or a limit.")
-    running = property(lambda self: len(self._running), doc="Jobs of this process a worker runs now.")
+    @property
+    def waiting(self) -> int:
+        """Leased jobs waiting here for a worker or a limit."""
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        """Jobs of this process a worker runs now."""
+        return len(self._running)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -235,11 +236,13 @@ class Scheduler(LeaseUpkeep):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
-                # The backstop: a worker's verdict may change with no event we see (a hook on memory
-                # or time), so probe again now and then; and something may have come due (a retry,
-                # a delayed job) or arrived unannounced (SQLite has no notices): lease.
-                self._no_worker = False
-                self._backlog, self._due_known = True, False
+                # The backstop: a worker's verdict may change with no event we
+                # see (a hook on memory or time), so probe again now and then;
+                # and something may have come due (a retry, a delayed job) or
+                # arrived unannounced (SQLite has no notices): lease.
+                self._window.probe()
+                self._backlog = True
+                self._next_due.forget()
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
@@ -247,9 +250,7 @@ class Scheduler(LeaseUpkeep):
         wait = self._ttl / 3
         if self._waiting:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
-        if not self._due_known or self._next_due <= now:  # unknown, or passed (leased just now): the next one
-            self._next_due, self._due_known = await next_due(self.store, now), True
-        return max(0.0, min(wait, self._next_due - now))
+        return max(0.0, min(wait, await self._next_due.seconds(self.store, now)))
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
@@ -265,7 +266,7 @@ class Scheduler(LeaseUpkeep):
             except BaseException:
                 self._backlog = True  # the store is away: lease again once it is back
                 raise
-            self._due_known = False  # the lease may have set due times (jobs a rate holds back)
+            self._next_due.forget()  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:
@@ -287,15 +288,9 @@ class Scheduler(LeaseUpkeep):
 
     def _expire(self) -> None:
         """Fail the waiting jobs whose dispatch deadline passed (they never ran)."""
-        now, keep = time.time(), []
-        for attempt in self._waiting:
-            if attempt.job.deadline > now:
-                keep.append(attempt)
-                continue
-            waited = attempt.job.deadline - attempt.job.created_at
-            error = CapacityTimeout(f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)")
+        self._waiting, gone = expired(self._waiting, time.time())
+        for attempt, error in gone:
             self._tasks.spawn(self._fail_pending(attempt.job, error), name=f"fail {attempt.job.id}")
-        self._waiting = keep
 
     async def _dispatch_waiting(self) -> None:
         """Start a placement for each waiting job, in order, while workers may have room.
@@ -303,15 +298,13 @@ class Scheduler(LeaseUpkeep):
         Placements run concurrently (each awaits one worker's Accept), as
         calls do; a job that finds no worker blocks further placements until
         the next capacity event, one whose limit is full waits for one too.
-        How many run at once grows as they succeed and drops to one when one
-        finds no worker (as TCP's slow start), so a freed slot is probed by
-        one job, not by the whole batch.
+        How many run at once is the `PlacementWindow`'s (a slow start).
         """
         self._expire()
         for attempt in list(self._waiting):
-            if self._closing or self._no_worker or len(self._placing) >= self._window:
+            if self._closing or not self._window.allows(len(self._placing)):
                 return
-            if attempt.blocked_at == self._capacity_epoch or attempt.job.queue in self.paused.names:
+            if attempt.blocked_at == self._window.epoch or attempt.job.queue in self.paused.names:
                 continue  # its limit was full, and nothing freed since; or its queue is paused
             self._waiting.remove(attempt)
             self._placing.add(attempt)
@@ -330,7 +323,7 @@ class Scheduler(LeaseUpkeep):
     async def _attend(self, attempt: _Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
         job = attempt.job
-        epoch = self._capacity_epoch
+        epoch = self._window.epoch
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:
@@ -345,14 +338,11 @@ class Scheduler(LeaseUpkeep):
                     self._drop(job_id)
                 self._gave_back = True
                 self._backlog = True  # they are in the store again
-                self._window = 1
+                self._window.shrink()
                 self._starved()
                 return
-            if epoch == self._capacity_epoch:
-                self._no_worker = True  # wait for the next capacity event
-            else:
+            if self._window.refused(epoch):
                 self._wake.set()  # capacity freed while this placement was refused: try again now
-            self._window = 1
             self._starved()
             self._put_back(attempt)
             return
@@ -376,8 +366,7 @@ class Scheduler(LeaseUpkeep):
             return
         self._cancelled.discard(job.id)
         self._running[job.id] = attempt
-        if self._window < MAX_PLACING:
-            self._window = min(MAX_PLACING, self._window * 2)
+        if self._window.accepted():
             self._wake.set()  # room for more placements
         final: JobRecord | None = None
         try:
@@ -387,7 +376,8 @@ class Scheduler(LeaseUpkeep):
             self._held.discard(job.id)
             self.jobs.notify_finished(job.id, final)
             if final is None:  # back in the store (a retry, due later) or someone else's now
-                self._backlog, self._due_known = True, False
+                self._backlog = True
+                self._next_due.forget()
             if job.queue or job.workflow:
                 self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
 

@@ -108,7 +108,8 @@ added to what is held, so one lease never takes more than fits; a rank
 taken by a job that another limit keeps out only makes it more cautious,
 never exceed a limit. A rate limit counts the leases of the job's queue
 and key in the last ``rate_per`` seconds (``{starts}``, written by the
-same transaction). Run inside the lease transaction, under the lease
+same transaction; a lease given back unstarted deletes its row, so only
+leases that start count). Run inside the lease transaction, under the lease
 lock, so two processes never count the same slot free."""
 
 HELD_BACK_SQL: Final[str] = """
@@ -209,7 +210,11 @@ class JobStore(Protocol):
         ...
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
-        """Give back pending jobs ``owner`` holds (optionally due at ``next_at``)."""
+        """Give back pending jobs ``owner`` holds (optionally due at ``next_at``).
+
+        A job given back has not started: the rate-limit slot its lease took is
+        given back with it (a saturated pool would otherwise run far below its rate).
+        """
         ...
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:

@@ -49,18 +49,17 @@ async def test_a_delayed_job_should_start_at_its_due_time_neither_before_nor_at_
     """Test delay= and run_at=: pending until due, started by the scheduler's timer (the tick is 100 s away)."""
     async with pool.WorkerPool(spawn=1, store=store, **SLOW_TICK) as p:
         await routines.noop()
-        submitted = time.time()
+        before = time.time()
         delayed = await routines.span.options(delay=0.6).submit(0, "delayed")
-        at = datetime.datetime.fromtimestamp(submitted + 0.9, datetime.UTC)
+        after = time.time()
+        at = datetime.datetime.fromtimestamp(before + 0.9, datetime.UTC)
         dated = await routines.span.options(run_at=at).submit(0, "dated")
         assert (delayed.state, dated.state) == ("pending", "pending")
-        assert abs(delayed.run_at.timestamp() - (submitted + 0.6)) < 0.05 and dated.run_at == at
-        lateness = []
+        assert before + 0.6 <= delayed.run_at.timestamp() <= after + 0.6 and dated.run_at == at
         for job in (delayed, dated):
-            _, _, start, _ = await job.result(timeout=30)
+            # Within 60 s, so not by the tick (100 s away); how soon after its due time is bench_jobs.py's to measure.
+            _, _, start, _ = await job.result(timeout=60)
             assert start >= job.run_at.timestamp()  # never before it is due
-            lateness.append(start - job.run_at.timestamp())
-        assert max(lateness) < 5, lateness  # measured by the benchmark; here: not waiting for the tick
         assert (await p.jobs.get(delayed.id)).state == "succeeded"
 
 
@@ -94,7 +93,7 @@ async def test_retention_should_purge_finished_jobs_under_load_and_never_an_acti
     async with Signals() as signals, pool.WorkerPool(spawn=2, store=store, keep_finished=0.5, metrics_port=0) as p:
         held = await routines.hold_until.submit(str(gate), signals.address, "held")
         await signals.wait("start held", timeout=30)
-        delayed = await routines.add.options(delay=4).submit(2, 2)
+        delayed = await routines.add.options(delay=3600).submit(2, 2)  # not due during the test, however slow
         for wave in range(3):  # submissions and completions while purges run
             results = await asyncio.gather(*[(await routines.add.submit(wave, i)).result(timeout=30) for i in range(20)])
             assert results == [wave + i for i in range(20)]
@@ -106,7 +105,7 @@ async def test_retention_should_purge_finished_jobs_under_load_and_never_an_acti
         assert (await scrape(p))[("leakypool_jobs_purged_total", ())] == p.jobs.purged
         assert (await p.jobs.get(held.id)).state == "running" and (await p.jobs.get(delayed.id)).state == "pending"
         gate.touch()
-        assert await held.result(timeout=30) == "held" and await delayed.result(timeout=30) == 4
+        assert await held.result(timeout=30) == "held"
 
 
 async def test_the_jobs_command_should_list_show_retry_cancel_and_purge_a_real_store(store):
@@ -214,15 +213,17 @@ async def test_a_schedule_shared_by_three_processes_should_run_each_slot_exactly
             async def six_slots_done() -> bool:
                 done = [j for j in await observer.jobs.list("succeeded", limit=1000) if j.id.startswith(name)]
                 return len(done) >= 6
-            await eventually(six_slots_done, timeout=60)
+            await eventually(six_slots_done, timeout=90)
             for child in children:
                 child.process.stdin.write(b"stop\n")
                 child.process.stdin.close()
             for child in children:
                 assert await child.wait(60) == 0
             slot_jobs = [j for j in await observer.jobs.list(limit=1000) if j.id.startswith(name)]
-    slots = sorted(int(j.id.rsplit("@", 1)[1]) for j in slot_jobs)
-    assert slots == list(range(slots[0], slots[0] + len(slots)))  # every second from the first on, each once
+    slots = [int(j.id.rsplit("@", 1)[1]) for j in slot_jobs]
+    # Each slot that ran, once. Not necessarily every second: a slot all three processes reach over 1 s late
+    # (a loaded machine) is skipped, with a warning (tests/unit/pool/jobs/test_periodic.py).
+    assert len(set(slots)) == len(slots)
     done = [j for j in slot_jobs if j.state == "succeeded"]
     assert all(j.attempts == 1 for j in done) and len(done) >= 6
     assert all(j.started_at.timestamp() >= j.run_at.timestamp() for j in done)
@@ -248,16 +249,18 @@ async def test_a_slot_missed_while_no_process_ran_should_run_once_at_start_up_an
     caplog.set_level("WARNING", logger="leakypool.jobs")
     async with pool.WorkerPool(spawn=1, store=store) as p:
         assert p.schedule(routines.mark, cron="0 * * * *", args=(str(tmp_path), "hourly")) == name
-        job_id = f"{name}@{previous:.0f}"
 
         async def caught_up() -> bool:
-            job = await p.jobs.get(job_id)
-            return job is not None and job.state == "succeeded"
+            return any(j.state == "succeeded" for j in await p.jobs.list())
         await eventually(caught_up, timeout=30)
-        assert [j.id for j in await p.jobs.list()] == [job_id]
+        (job,) = await p.jobs.list()  # the latest slot only, not each one missed
+    # The latest slot is the one recorded before, or the next if an hour began in between (no clock margin).
+    slot = float(job.id.removeprefix(f"{name}@"))
+    assert slot in (previous, previous + 3600)
     assert routines.executions(str(tmp_path), "hourly") == (1, 1)
     warnings = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
-    assert len(warnings) == 1 and "missed 3 slot(s)" in warnings[0] and "running the latest" in warnings[0]
+    missed = 3 + round((slot - previous) / 3600)
+    assert len(warnings) == 1 and f"missed {missed} slot(s)" in warnings[0] and "running the latest" in warnings[0]
 
 
 async def test_a_bad_schedule_should_fail_in_one_line(store_url):
@@ -283,6 +286,7 @@ async def test_a_rate_limit_should_hold_across_three_processes(store, tmp_path):
                    for _ in range(3)]
         pids = {int((await asyncio.wait_for(r.stdout.readline(), 60)).split()[1]) for r in runners}
         async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store):
+            first_due = time.time()  # before the first job is due: no lease of them can come sooner
             jobs = [await routines.interval.options(queue=API, key="tenant").submit(str(tmp_path), "runs", "tenant", 0)
                     for _ in range(15)]
             other = await routines.interval.options(queue=API, key="other").submit(str(tmp_path), "other", "other", 0)
@@ -296,10 +300,19 @@ async def test_a_rate_limit_should_hold_across_three_processes(store, tmp_path):
     starts = sorted(float(line.split()[0]) for line in (tmp_path / "runs").read_text().splitlines())
     ran_on = {int(line.split()[3]) for line in (tmp_path / "runs").read_text().splitlines()}
     assert len(starts) == 15 and ran_on <= pids
-    # The store counts leases; a start follows its lease by a few ms (more on a busy machine), so windows are
-    # checked a quarter short: without the limit, all 15 start within a fraction of a second.
-    assert max(sum(1 for t in starts[i:] if t < s + 0.75) for i, s in enumerate(starts)) <= 3
-    assert starts[-1] - starts[0] >= 4 - 0.1  # 15 at 3 a second: five windows
+    assert_rate_held(starts, first_due, 3, 1.0)
+
+
+def assert_rate_held(starts: list[float], first_due: float, n: int, per: float) -> None:
+    """Check what a rate limit guarantees, with no margin for a busy machine to eat.
+
+    The limit holds the grants (the store's leases, the book's dispatches): the (k+n)-th comes at least
+    ``per`` after the k-th, and the first not before ``first_due``, so the j-th grant (from 0) comes at or
+    after ``first_due + (j // n) * per``. A start follows its grant (by any delay), so the j-th start, in
+    order, does too. Without the limit the fourth would start well within the first window.
+    """
+    for j, start in enumerate(sorted(starts)):
+        assert start >= first_due + (j // n) * per - 1e-3, (j, start - first_due)
 
 
 async def test_a_rate_limit_should_space_calls_in_this_process(one_slot_pool):
@@ -307,9 +320,8 @@ async def test_a_rate_limit_should_space_calls_in_this_process(one_slot_pool):
     queue = pool.Queue("calls", concurrency=10, rate=pool.RateLimit(2, per=0.5))
     async with one_slot_pool(spawn=2, queue_depth=10):
         await asyncio.gather(*(routines.span(0.05, "warm") for _ in range(2)))  # both workers have the routine
+        first_due = time.time()
         results = await asyncio.gather(*(routines.span.options(queue=queue, key="k")(0, i) for i in range(6)))
-        starts = sorted(r[2] for r in results)
-        order = [r[0] for r in sorted(results, key=lambda r: r[2])]  # two workers: a window's pair may swap
-        assert [set(order[0:2]), set(order[2:4]), set(order[4:6])] == [{0, 1}, {2, 3}, {4, 5}]
-        # The book spaces dispatches; a start follows its dispatch by a few ms (checked with 0.1 s to spare).
-        assert starts[2] - starts[0] >= 0.5 - 0.1 and starts[4] - starts[2] >= 0.5 - 0.1
+        assert_rate_held([r[2] for r in results], first_due, 2, 0.5)  # the book spaces dispatches
+        # In arrival order: call i has the i-th grant (a start order could swap under load; a grant's bound not).
+        assert all(start >= first_due + (i // 2) * 0.5 - 1e-3 for i, _, start, _ in results)

@@ -240,14 +240,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
-        await self._call(
-            "execute",
-            "UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
-            "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
-            list(ids),
-            owner,
-            next_at,
-        )
+        await self._call("execute", sql.UNLEASE, list(ids), owner, next_at)
         await self._notify("due")
 
     async def _fenced(self, statement: str, *args: Any) -> bool:
@@ -333,9 +326,9 @@ class PostgresStore(PostgresPauses, PostgresStrays):
                     f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
                     now,
                 )
-                held = await db.execute(f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {sql.DEAD}", now)
+                held = await db.fetch(sql.RECOVER_HELD, now)
                 await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
-        if rows or held != "UPDATE 0":
+        if rows or held:
             await self._notify("due")
         return [row[0] for row in rows]
 
@@ -349,7 +342,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
                     owner,
                     now,
                 )
-                await db.execute("UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1", owner)
+                await db.execute(sql.RELEASE_HELD, owner)
                 await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
         await self._notify("due")
 

@@ -136,6 +136,6 @@ async def count_rates(db: Any, leased: list[Any], now: float) -> None:
     rated = [row for row in leased if row[6] > 0]
     if rated:
         await db.execute(sql.RECORD_STARTS, [r[4] for r in rated], [r[5] for r in rated], [now] * len(rated),
-                         [now + r[7] for r in rated])
+                         [now + r[7] for r in rated], [r[0] for r in rated])
         await db.execute("DELETE FROM leakypool_rate_starts WHERE expires < $1", now)
     await db.execute(sql.HELD_BACK, now)

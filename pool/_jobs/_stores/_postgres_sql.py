@@ -10,7 +10,7 @@ from typing import Final
 
 from .._store import HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL
 
-SCHEMA_VERSION: Final[int] = 2
+SCHEMA_VERSION: Final[int] = 3
 """The schema this release writes; an older one is migrated (`MIGRATIONS`), a newer one refused, untouched."""
 
 LOCK_SCHEMA: Final[int] = 0x6C70_0001
@@ -81,6 +81,11 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX leakypool_rate_starts_expires ON leakypool_rate_starts (expires)",
         "CREATE INDEX leakypool_jobs_rated ON leakypool_jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
     ),
+    3: (
+        # A lease's rate row names its job, so a job given back before it started gives back its slot too.
+        "ALTER TABLE leakypool_rate_starts ADD COLUMN job TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX leakypool_rate_starts_job ON leakypool_rate_starts (job)",
+    ),
 }
 """Statements that bring a database from version ``n - 1`` to ``n`` (one transaction, under `LOCK_SCHEMA`)."""
 
@@ -144,10 +149,41 @@ HELD_BACK: Final[str] = HELD_BACK_SQL.format(
     table="leakypool_jobs", starts="leakypool_rate_starts", now="$1::float8", rated_index=""
 )
 RECORD_STARTS: Final[str] = (
-    "INSERT INTO leakypool_rate_starts SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[])"
+    "INSERT INTO leakypool_rate_starts (queue, key, at, expires, job) "
+    "SELECT * FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::text[])"
 )
 
+
+def giving_back_rates(update: str) -> str:
+    """``update`` (of pending jobs, ``RETURNING id, rate``), which gives back jobs before they started, made
+    to give back each one's rate slot too (see `JobStore.unlease`); the statement returns their ids.
+
+    A job's newest rate row is its lease's; older ones are attempts that did start and still count.
+    """
+    return (
+        f"WITH back AS ({update}), gone AS (DELETE FROM leakypool_rate_starts WHERE ctid = ANY(ARRAY("
+        "SELECT DISTINCT ON (s.job) s.ctid FROM leakypool_rate_starts AS s JOIN back ON s.job = back.id "
+        "AND back.rate > 0 ORDER BY s.job, s.at DESC))) SELECT id FROM back"
+    )
+
+
 DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
+
+UNLEASE: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '', next_at = coalesce($3, next_at) "
+    "WHERE id = ANY($1::text[]) AND owner = $2 AND state = 'pending' RETURNING id, rate"
+)
+UNLEASE_EXCEPT: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '' WHERE owner = $1 AND state = 'pending' "
+    "AND NOT (id = ANY($2::text[])) RETURNING id, rate"
+)
+RECOVER_HELD: Final[str] = giving_back_rates(
+    f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {DEAD} RETURNING id, rate"
+)
+RELEASE_HELD: Final[str] = giving_back_rates(
+    "UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND owner = $1 RETURNING id, rate"
+)
+"""Pending jobs a dead owner (`RECOVER_HELD`) or a closing one (`RELEASE_HELD`) leased: back, with their rate slots."""
 
 PURGE: Final[str] = (
     "DELETE FROM leakypool_jobs WHERE id IN (SELECT id FROM leakypool_jobs "

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from ..._base._random import RANDOM
 from ..._errors import StoreError
-from .._store import JobRecord, JobStore, NewJob
+from .._store import JobRecord, JobStore, MaintainedStore, NewJob
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -43,7 +43,6 @@ MAX_DELAY_S: Final[float] = 1.0
 LAST_TRY_S: Final[float] = 1.0
 """A call may run this long past ``store_retry`` (its last try), then it fails: the bound on a silent store."""
 
-_random = random.Random()
 
 T = TypeVar("T")
 
@@ -138,7 +137,7 @@ async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], e
             errors.append(exc)
             now = time.monotonic()
             since = since or now
-            wait = delay_s(tries, now - since, budget_s, _random.random())
+            wait = delay_s(tries, now - since, budget_s, RANDOM.random())
             if wait is None:
                 raise
             if tries == 1:
@@ -289,6 +288,56 @@ class RetryingStore:
 
     async def paused(self) -> list[str]:
         return await self._retry("reading paused queues", self.inner.paused)  # type: ignore[attr-defined]
+
+
+class RetryingMaintainedStore(RetryingStore):
+    """`RetryingStore` of a `MaintainedStore`: retention, schedules and requeues ride over a restart too.
+
+    A class apart, so that wrapping a store that is no `MaintainedStore` does not make it look like one.
+    """
+
+    async def purge(self, finished_before: float, limit: int) -> int:
+        """See `MaintainedStore.purge`. Safe to try again: a batch that committed before its answer was lost
+        is gone, the next try deletes the next batch (the count returned is the last try's)."""
+        return await self._retry("purging finished jobs", lambda: self.inner.purge(finished_before, limit))
+
+    async def next_due(self, now: float) -> float | None:
+        return await self._retry("reading the next due time", lambda: self.inner.next_due(now))
+
+    async def select(
+        self, state: str | None = None, routine: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        return await self._retry("selecting jobs", lambda: self.inner.select(state, routine, limit))
+
+    async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
+        """See `MaintainedStore.schedule_slot`. Safe to try again: the slot is recorded and its job inserted
+        only if the recorded slot is older, and the job id names the slot; a try after one that committed
+        finds ``slot`` recorded and inserts nothing (it returns ``slot`` as the slot recorded before)."""
+        return await self._retry(f"recording slot {slot:.0f} of schedule {name}",
+                                 lambda: self.inner.schedule_slot(name, slot, job))
+
+    async def requeue(self, job_id: str, now: float) -> JobRecord | None:
+        """See `MaintainedStore.requeue`. Not idempotent alone (the job could run and fail again between two
+        tries, and be re-queued twice), so a try after a lost answer looks first: a row due at ``now`` is
+        this call's own write (``requeue`` sets ``next_at = now``, and nothing else does it to that instant)."""
+        tried = False
+
+        async def once() -> JobRecord | None:
+            nonlocal tried
+            if tried:
+                record = await self.inner.get(job_id)
+                if record is None or record.next_at == now:
+                    return record
+            tried = True
+            return await self.inner.requeue(job_id, now)
+
+        return await self._retry(f"re-queueing job {job_id}", once)
+
+
+def retrying_store(store: JobStore, budget_s: float) -> RetryingStore:
+    """``store`` with the retry policy on every call it has (a `RetryingMaintainedStore` for a `MaintainedStore`)."""
+    cls = RetryingMaintainedStore if isinstance(store, MaintainedStore) else RetryingStore
+    return cls(store, budget_s)
 
 
 async def _unlease_except(store: JobStore, owner: str, keep: list[str]) -> list[str]:

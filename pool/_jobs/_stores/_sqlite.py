@@ -24,10 +24,11 @@ from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL,
 from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
-from ._sqlite_schema import prepare
+from ._sqlite_schema import give_back_rates, prepare
 from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
+
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
     values = list(row)
@@ -189,8 +190,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             for job_id, *_ in chosen:
                 rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
             if limited:  # rate limits: count these leases, hold back what they leave no room for
-                starts = [(r[4], r[5], now, now + r[7]) for r in chosen if len(r) > 4 and r[6] > 0]
-                db.executemany("INSERT INTO rate_starts VALUES (?, ?, ?, ?)", starts)
+                starts = [(r[4], r[5], now, now + r[7], r[0]) for r in chosen if len(r) > 4 and r[6] > 0]
+                db.executemany(_RECORD_STARTS, starts)
                 db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
             db.execute(_HELD_BACK, (now,))
             return [_record(row) for row in rows]
@@ -199,12 +200,10 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
-            for job_id in ids:
-                db.execute(
-                    "UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
-                    "WHERE id = ? AND owner = ? AND state = 'pending'",
-                    (next_at, job_id, owner),
-                )
+            given = [db.execute("UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
+                                "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
+                                (next_at, job_id, owner)).fetchone() for job_id in ids]
+            give_back_rates(db, [row for row in given if row is not None])  # not started: their slots too
 
         await self._run(op, write=True)
 
@@ -281,7 +280,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                     (now, now),
                 )
             ]
-            db.execute(f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead}", (now,))
+            give_back_rates(db, db.execute(
+                f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead} RETURNING id, rate", (now,)).fetchall())
             db.execute("DELETE FROM owners WHERE expires_at < ?", (now,))
             return revived
 
@@ -294,11 +294,12 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                 "WHERE state = 'running' AND owner = ?",
                 (now, owner),
             )
-            db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ?", (owner,))
+            given = db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ? RETURNING id, rate",
+                               (owner,))
+            give_back_rates(db, given.fetchall())
             db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
 
         await self._run(op, write=True)
-
 
     # -- maintenance (retention, the jobs command) -------------------------------------
 
@@ -346,10 +347,12 @@ _LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_sta
 _HELD_BACK: Final[str] = HELD_BACK_SQL.format(
     table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
 )
+_RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)"
 
 
 def _count_active(db: sqlite3.Connection) -> int:
     return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+
 
 _PURGE: Final[str] = (
     "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled') "

@@ -13,7 +13,7 @@ from typing import Final
 from ..._errors import ConfigError
 from .._store import LEASE_ORDER
 
-SCHEMA_VERSION: Final[int] = 2
+SCHEMA_VERSION: Final[int] = 3
 """The schema this release writes; an older file is migrated, a newer one refused."""
 
 _SCHEMA_V1: Final[tuple[str, ...]] = (
@@ -62,6 +62,11 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX rate_starts_expires ON rate_starts (expires)",
         "CREATE INDEX jobs_rated ON jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",
     ),
+    3: (
+        # A lease's rate row names its job, so a job given back before it started gives back its slot too.
+        "ALTER TABLE rate_starts ADD COLUMN job TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX rate_starts_job ON rate_starts (job)",
+    ),
 }
 """Statements that bring a file from version ``n - 1`` to ``n`` (in one transaction with the rest)."""
 
@@ -74,6 +79,17 @@ INSERT: Final[str] = (
     "INSERT INTO jobs (id, routine, state, max_attempts, created_at, deadline, next_at, payload, queue, key, workflow, "
     "owner, concurrency, total, priority, rate, rate_per) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+GIVE_BACK_RATE: Final[str] = (
+    # The newest of the job's rate rows is its lease's; older ones are attempts that did start and still count.
+    "DELETE FROM rate_starts WHERE rowid = (SELECT rowid FROM rate_starts WHERE job = ? ORDER BY at DESC LIMIT 1)"
+)
+
+
+def give_back_rates(db: sqlite3.Connection, given: list[tuple[str, int]]) -> None:
+    """The rate slots of pending jobs given back before they started (``given``: their (id, rate) rows)."""
+    db.executemany(GIVE_BACK_RATE, [(job_id,) for job_id, rate in given if rate > 0])
 
 
 def prepare(db: sqlite3.Connection, url: str) -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._postgres_sql import UNLEASE_EXCEPT
+from ._sqlite_schema import give_back_rates
+
 
 class PostgresStrays:
     """`PostgresStore.unlease_except` (mixed in; uses its ``_call`` and ``_notify``)."""
@@ -19,13 +22,7 @@ class PostgresStrays:
     async def unlease_except(self, owner: str, keep: list[str]) -> list[str]:
         """Give back ``owner``'s pending jobs other than ``keep``; their ids."""
         store: Any = self
-        rows = await store._call(
-            "fetch",
-            "UPDATE leakypool_jobs SET owner = '' WHERE owner = $1 AND state = 'pending' "
-            "AND NOT (id = ANY($2::text[])) RETURNING id",
-            owner,
-            list(keep),
-        )
+        rows = await store._call("fetch", UNLEASE_EXCEPT, owner, list(keep))  # (their rate slots too)
         if rows:
             await store._notify("due")
         return [row[0] for row in rows]
@@ -42,8 +39,9 @@ class SQLiteStrays:
         def op(db: Any) -> list[str]:
             held = [row[0] for row in db.execute("SELECT id FROM jobs WHERE owner = ? AND state = 'pending'", (owner,))]
             strays = [job_id for job_id in held if job_id not in kept]
-            db.executemany("UPDATE jobs SET owner = '' WHERE id = ? AND owner = ? AND state = 'pending'",
-                           [(job_id, owner) for job_id in strays])
+            given = [db.execute("UPDATE jobs SET owner = '' WHERE id = ? AND owner = ? AND state = 'pending' "
+                                "RETURNING id, rate", (job_id, owner)).fetchone() for job_id in strays]
+            give_back_rates(db, [row for row in given if row is not None])
             return strays
 
         return await store._run(op, write=True)

@@ -8,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._jobs._attempt import MAX_BACKOFF_S, RESULT_LIMIT_BYTES, decide, raised
+from pool._jobs._attempt import MAX_BACKOFF_S, RESULT_LIMIT_BYTES, Attempt, decide, expired, raised
 from pool._jobs._codec import RetryPolicy
 from pool._jobs._store import JobRecord
 from pool._transport._proto import leakypool_pb2 as pb
+from pool._transport._task import Task
 
 
 def leased(attempts: int = 0, max_attempts: int = 3) -> JobRecord:
@@ -48,3 +49,16 @@ class TestDecide:
         assert decide(leased(), RetryPolicy(0.1, (LookupError,)), error).state == "pending"
         failed = decide(leased(), RetryPolicy(0.1, (ValueError,)), error)
         assert failed.state == "failed" and failed.error.startswith("KeyError")
+
+
+def test_expired_should_split_off_the_jobs_past_their_dispatch_deadline_in_order():
+    """Test `expired`: jobs within their deadline stay in order; the others get a CapacityTimeout naming the wait."""
+    def waiting(job_id: str, deadline: float) -> Attempt:
+        record = JobRecord(job_id, "f", "pending", 0, 1, 0.0, None, None, deadline, 0.0, "me", "", b"", None, False,
+                           "", "", "")
+        return Attempt(record, Task("app.f", False, b"d", b"", b""), RetryPolicy())
+
+    keep, gone = expired([waiting("a", 5.0), waiting("b", 2.0), waiting("c", 9.0), waiting("d", 3.0)], 3.0)
+    assert [a.job.id for a in keep] == ["a", "c"] and [a.job.id for a, _ in gone] == ["b", "d"]
+    assert all(isinstance(error, pool.CapacityTimeout) for _, error in gone)
+    assert str(gone[0][1]) == "app.f() found no worker within 2s (dispatch_deadline)"

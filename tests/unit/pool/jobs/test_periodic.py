@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._jobs._periodic import Slots, schedule_name
+from pool._jobs._periodic import LATE_SLOT_MAX_S, Periodic, Slots, schedule_name
 from pool._transport._task import Task
 
 T0 = datetime.datetime(2027, 3, 1, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
@@ -57,3 +58,23 @@ def test_the_name_should_depend_on_routine_expression_zone_and_arguments_only():
         schedule_name(task, "0 7 * * *", "Europe/Paris"), schedule_name(Task("app.digest", False, b"d", b"", b"x"),
                                                                        "0 7 * * *", "UTC"),
     }) == 4
+
+
+def test_the_next_slot_should_follow_on_time_and_skipped_slots_should_be_counted():
+    """Test `Slots.following`: the next slot when on time; past LATE_SLOT_MAX_S late, skipped and counted."""
+    slots = Slots("* * * * * */1")
+    assert slots.following(T0, T0 + 0.5) == (T0 + 1, 0)
+    assert slots.following(T0, T0 + 1 + LATE_SLOT_MAX_S) == (T0 + 1, 0)  # late, within the bound: still claimed
+    assert slots.following(T0, T0 + 5.5) == (T0 + 5, 4)  # 1, 2, 3, 4 skipped; 5 is 0.5 s late
+
+
+def test_a_skipped_slot_should_be_logged(caplog):
+    """Test that a process that stalled says which slots it left, instead of skipping them silently."""
+    task = Task("app.tick", False, b"d", b"blob", b"args")
+    periodic = Periodic.__new__(Periodic)
+    periodic.name, periodic.slots = schedule_name(task, "* * * * * */1", "UTC"), Slots("* * * * * */1")
+    caplog.set_level("WARNING", logger="leakypool.jobs")
+    now = time.time()
+    assert periodic._following(now - 10) > now - LATE_SLOT_MAX_S - 1
+    (record,) = caplog.records
+    assert "stalled; skipped" in record.getMessage() and periodic.name in record.getMessage()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import pool
-from pool._jobs import _scheduler
+from pool._jobs import _placements, _scheduler
 from pool._jobs._scheduler import Scheduler
 from pool._jobs._stores._sqlite import SQLiteStore
 from pool._transport._proto import leakypool_pb2 as pb
@@ -78,8 +78,8 @@ async def no_worker(task) -> Call:
 class WakeMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.saved = (_scheduler.LEASE_BATCH, _scheduler.MAX_PLACING)
-        _scheduler.LEASE_BATCH, _scheduler.MAX_PLACING = 2, 2
+        self.saved = (_scheduler.LEASE_BATCH, _placements.MAX_PLACING)
+        _scheduler.LEASE_BATCH, _placements.MAX_PLACING = 2, 2
         self.loop = asyncio.new_event_loop()
         self.directory = tempfile.TemporaryDirectory(prefix="leakypool-wakeups-")
         self.slots = Slots(1)
@@ -114,7 +114,7 @@ class WakeMachine(RuleBasedStateMachine):
             self.run(scheduler.store.close())
         self.loop.close()
         self.directory.cleanup()
-        _scheduler.LEASE_BATCH, _scheduler.MAX_PLACING = self.saved
+        _scheduler.LEASE_BATCH, _placements.MAX_PLACING = self.saved
 
     async def submit(self, scheduler: Scheduler, count: int) -> None:
         await asyncio.gather(*(
