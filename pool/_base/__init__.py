@@ -3,4 +3,5 @@
     _tasks    TaskOwner: every background task has an owner that ends it
     _process  child processes on the event loop: exit watching, safe forking
     _ids      time-ordered worker uids
+    _redact   passwords out of URLs, commands and messages before they are logged
 """

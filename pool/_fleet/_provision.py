@@ -18,6 +18,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import shlex
 import signal
@@ -28,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from .._base._process import watch_exit
+from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._errors import ConfigError, ProvisionError
 from ._local_worker import child_env
@@ -166,13 +168,7 @@ class CommandProvisioner:
             ProvisionError: it could not start, or exited with a non-zero status within ``settle``.
         """
         argv = self.command(request)
-        try:
-            process = subprocess.Popen(
-                argv, env=child_env(request.env) | self._env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-            )
-        except OSError as exc:
-            raise ProvisionError(f"command {argv[0]!r} could not start: {exc}") from None
+        process = await _start(argv, child_env(request.env) | self._env)
         self._running[process.pid] = process
         tail = await _Tail.attach(process)
         exited = watch_exit(process)
@@ -185,8 +181,8 @@ class CommandProvisioner:
         if code != 0:
             await tail.finish()
             stderr = tail.text() or "(no stderr)"
-            # the template, not the command run: the worker's flags may carry the registry's password
-            raise ProvisionError(f"command {shlex.join(self.argv)[:200]} exited with status {code}: {stderr}")
+            # the template, not the command run: the worker's flags carry the registry URL
+            raise ProvisionError(f"command {self._template(200)} exited with status {code}: {stderr}")
 
     async def _watch(
         self,
@@ -233,8 +229,43 @@ class CommandProvisioner:
         """Pids of the commands still running (foreground workers)."""
         return list(self._running)
 
+    def _template(self, limit: int) -> str:
+        """The command template as one line, passwords masked, cut at ``limit`` characters."""
+        return redacted(shlex.join(self.argv))[:limit]
+
     def __repr__(self) -> str:
-        return f"CommandProvisioner({shlex.join(self.argv)[:80]!r})"
+        return f"CommandProvisioner({self._template(80)!r})"
+
+
+async def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the command in a thread (fork and exec stay off the loop); cancelled, it is killed and reaped.
+
+    Raises:
+        ProvisionError: it could not start (no such program, not executable).
+    """
+    popen = functools.partial(
+        subprocess.Popen, argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    starting = asyncio.get_running_loop().run_in_executor(None, popen)
+    try:
+        return await asyncio.shield(starting)
+    except OSError as exc:
+        raise ProvisionError(f"command {argv[0]!r} could not start: {exc}") from None
+    except asyncio.CancelledError:
+        starting.add_done_callback(_abandon)
+        raise
+
+
+def _abandon(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """A command started for a request that was cancelled meanwhile: kill it, reap it in a thread."""
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    process = starting.result()
+    _kill(process)
+    if process.stderr is not None:
+        process.stderr.close()
+    asyncio.get_running_loop().run_in_executor(None, process.wait)
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -276,9 +307,9 @@ class _Tail(asyncio.Protocol):
         self.close()
 
     def text(self) -> str:
-        """The last lines of stderr, on one line."""
+        """The last lines of stderr, on one line, passwords masked (``sh -x`` and ``docker`` echo their arguments)."""
         raw = b"".join(self._chunks)[-STDERR_TAIL_BYTES:].decode(errors="replace")
-        return " | ".join(line.strip() for line in raw.strip().splitlines() if line.strip())
+        return redacted(" | ".join(line.strip() for line in raw.strip().splitlines() if line.strip()))
 
     def close(self) -> None:
         if self._transport is not None:

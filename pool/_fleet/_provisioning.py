@@ -22,6 +22,7 @@ from typing import Any, Final
 from backpressure import BackpressureLike
 
 from .._base._ids import new_uid
+from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._config import PoolConfig
 from .._errors import ConfigError
@@ -159,8 +160,8 @@ class Growth:
             self.failures += 1
             if self.plan.failed(request.uid, time.monotonic()):
                 _log.warning(
-                    "provisioner %r failed (%s); work keeps waiting, next request in %.0fs",
-                    self.provisioner, exc, self.plan.resume_at - time.monotonic(),
+                    "provisioner %s failed (%s); work keeps waiting, next request in %.0fs",
+                    redacted(repr(self.provisioner)), redacted(str(exc)), self.plan.resume_at - time.monotonic(),
                 )
             return
         _log.debug("provisioner %r is starting worker %s", self.provisioner, request.uid)

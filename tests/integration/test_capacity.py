@@ -213,3 +213,20 @@ async def test_a_failed_command_should_say_why_without_the_registry_password():
     assert "exited with status 4" in str(info.value) and "bad flag: --registry" in str(info.value)
     assert "hunter2" not in str(info.value)
     await failing.aclose()
+
+
+async def test_a_command_that_echoes_its_arguments_should_not_leak_a_password(caplog):
+    import uuid
+
+    # like `sh -x` or docker, it echoes its arguments (the registry URL in the worker's flags); the template has one too
+    echoing = pool.CommandProvisioner(
+        ["sh", "-c", 'echo "+ $0 $*" >&2; exit 5', "postgres://ops:t3mplate@db/x?password=p4ram", "{worker_args}"]
+    )
+    request = pool.WorkerRequest(uuid.uuid4(), {}, ("--registry", "postgresql://app:hunter2@db/app"))
+    with pytest.raises(pool.ProvisionError) as info:
+        await echoing.provision(request)
+    text = f"{info.value} {echoing!r}"
+    assert "exited with status 5" in str(info.value)
+    assert "--registry postgresql://app:***@db/app" in str(info.value)  # the tail is still quoted, masked
+    assert "hunter2" not in text and "t3mplate" not in text and "p4ram" not in text
+    await echoing.aclose()
