@@ -60,7 +60,8 @@ class WorkerRequest:
         uid: The uid the new worker should take (``LEAKYPOOL_UID``); the pool
             counts the request as outstanding until a worker with this uid joins.
         env: Its settings as ``LEAKYPOOL_*`` variables (registry URL, uid,
-            tags, capacity, idle timeout ...).
+            tags, capacity, idle timeout, and TLS paths when the provisioner
+            has ``worker_tls``, as `CommandProvisioner(..., tls=...)` does).
         args: The same settings as ``leakypool-worker`` flags.
         seq: This pool's request number (0, 1, 2 ...): spreads workers over hosts.
     """
@@ -92,6 +93,9 @@ class SubprocessProvisioner:
 
     The pool keeps these in its own fleet: they join over a private unix
     socket as soon as they report READY, and exit after ``idle_timeout``.
+    The pool asks through `grow` (synchronous: the fleet counts what it
+    spawns, so no `WorkerRequest` is made or tracked); `provision` is the
+    same for callers of the `Provisioner` protocol.
     """
 
     def __init__(self) -> None:
@@ -101,13 +105,17 @@ class SubprocessProvisioner:
         """Start workers into ``fleet`` (the pool does this)."""
         self._fleet = fleet
 
+    def grow(self) -> bool:
+        """Start one more local worker if the fleet has room; True if one is starting."""
+        return self._fleet is not None and self._fleet.grow()
+
     async def provision(self, request: WorkerRequest) -> None:
-        """Start one more local worker (up to the fleet's maximum).
+        """Start one more local worker (up to the fleet's maximum); ``request`` is not needed.
 
         Raises:
             ProvisionError: not attached to an open pool, or the fleet is full.
         """
-        if self._fleet is None or not self._fleet.grow():
+        if not self.grow():
             raise ProvisionError("SubprocessProvisioner: no pool fleet with room to start a worker in")
 
     def __repr__(self) -> str:
@@ -136,14 +144,29 @@ class CommandProvisioner:
         argv: The command and its arguments.
         env: Extra variables for the command.
         settle: Seconds to wait for the command to exit (default `SETTLE_S`).
+        tls: The worker's certificate, key and client CA, as paths *on the
+            worker's host*: every request then carries them
+            (``LEAKYPOOL_TLS_CERT`` / ``_KEY`` / ``_CLIENT_CA`` and ``--tls-*``
+            in ``{worker_args}``), as a worker off loopback needs.
 
     Raises:
-        ConfigError: ``argv`` is empty.
+        ConfigError: ``argv`` is empty, or ``tls`` is not three non-empty paths.
     """
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, settle: float = SETTLE_S) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        settle: float = SETTLE_S,
+        tls: tuple[str, str, str] | None = None,
+    ) -> None:
         if isinstance(argv, str) or not argv:
             raise ConfigError(f"CommandProvisioner: expected a non-empty list of arguments, got {argv!r}")
+        if tls is not None and (isinstance(tls, str) or len(tls) != 3 or not all(isinstance(p, str) and p for p in tls)):
+            raise ConfigError(f"CommandProvisioner tls: expected (cert, key, client CA) paths, got {tls!r}")
+        self.worker_tls = tls
+        """The worker's TLS files on its host (cert, key, client CA), or None: the pool puts them in each request."""
         self.argv = tuple(argv)
         self._env = dict(env or {})
         self._settle = settle
