@@ -23,6 +23,7 @@ import logging
 import shlex
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -288,7 +289,7 @@ def _abandon(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     _kill(process)
     if process.stderr is not None:
         process.stderr.close()
-    asyncio.get_running_loop().run_in_executor(None, process.wait)
+    threading.Thread(target=process.wait, name="leakypool-reap", daemon=True).start()  # the loop may be closing
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
