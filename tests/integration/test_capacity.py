@@ -13,7 +13,6 @@ import logging
 import signal
 import sqlite3
 import sys
-import time
 
 import pytest
 
@@ -128,17 +127,15 @@ async def test_the_registry_should_drop_a_worker_that_exits_and_expire_one_that_
     ):
         async with pool.WorkerPool(discovery=pool.StoreDiscovery(registry_url, poll_interval=0.2)) as p:
             await until_members(p, lambda p: len(p.workers) == 2)
-            t0 = time.monotonic()
             leaving.child.signal(signal.SIGTERM)
-            await until_members(p, lambda p: {str(u) for u in p.workers} == {killed.uid})
-            assert time.monotonic() - t0 < 5  # removed on exit, not expired
+            # removed on exit, not expired: its record would live 60 s, longer than this wait's bound
+            await until_members(p, lambda p: {str(u) for u in p.workers} == {killed.uid}, timeout=45)
             assert await leaving.child.wait(30) == 0
             assert await recorded(registry_url) == {killed.uid}
             killed.child.signal(signal.SIGKILL)
             await killed.child.wait(30)
-            t0 = time.monotonic()
-            await until_members(p, lambda p: not p.workers)
-            assert time.monotonic() - t0 < 1.5 + 1.0  # within its TTL (plus one poll)
+            # expires 1.5 s after its last refresh; the bound is generous for a loaded machine, not a measure
+            await until_members(p, lambda p: not p.workers, timeout=30)
             assert await recorded(registry_url) == set()
 
 
