@@ -167,7 +167,11 @@ class _Postgres:
 
 
 class _Sqlite:
-    """One connection, used only by its own thread: a locked file (5 s busy wait) never stalls the loop."""
+    """One connection, used only by its own thread: a locked file (5 s busy wait) never stalls the loop.
+
+    Not the job store's ``SQLiteThread``: discovery may not import ``pool._jobs``
+    (tests/unit/test_layout.py), and these single statements need no group commit.
+    """
 
     def __init__(self, path: str, thread: concurrent.futures.ThreadPoolExecutor, connection: sqlite3.Connection) -> None:
         self._path = path

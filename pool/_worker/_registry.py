@@ -52,6 +52,7 @@ class RegistryRecord:
         self._ttl = ttl
         self._registry: Registry | None = None
         self._withdrawn = False
+        self._removed = asyncio.Event()  # set once withdraw() has finished (removed, or given up)
         self._lock = asyncio.Lock()  # one statement at a time on the connection; no refresh after the removal
 
     async def start(self, tasks: TaskOwner) -> None:
@@ -83,8 +84,10 @@ class RegistryRecord:
                         await _close(fresh)
                     else:
                         self._registry = fresh
-                if self._withdrawn or self._registry is None:
+                if self._withdrawn:
                     return
+                if self._registry is None:
+                    continue
                 try:
                     await self._registry.put(self._uid, self._record, self._ttl)
                 except StoreError as exc:
@@ -95,8 +98,13 @@ class RegistryRecord:
         """Delete the row (idempotent; bounded: if the store does not answer, the row expires).
 
         No refresh starts once this is called; one in flight is waited for within `REMOVE_TIMEOUT_S`.
+        A second call returns once the first one is done (the worker's exit waits for the removal
+        its drain started).
         """
         if self._withdrawn:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REMOVE_TIMEOUT_S * 2):
+                    await self._removed.wait()
             return
         self._withdrawn = True
         try:
@@ -109,7 +117,10 @@ class RegistryRecord:
                 "could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc
             )
         finally:
-            await self._drop_connection()
+            try:
+                await self._drop_connection()
+            finally:
+                self._removed.set()
 
     async def _drop_connection(self) -> None:
         registry, self._registry = self._registry, None
