@@ -38,8 +38,10 @@ CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, SAMPLE_S = 4, 6, 2.0, 0.05, 0.1
 PHASES = [(4, 6.0), (12, 10.0), (20, 10.0), (8, 10.0), (0, 6.0)]  # (clients, seconds)
 
 
-async def sample_occupancy(p: pool.WorkerPool, t0: float, samples: list[tuple[float, dict[str, int]]], done: asyncio.Event) -> None:
-    """Every `SAMPLE_S` until ``done``: each worker's own in-flight count by uid (State RPC), at seconds since ``t0``."""
+async def sample_occupancy(
+    p: pool.WorkerPool, t0: float, samples: list[tuple[float, dict[str, int]]], done: asyncio.Event
+) -> None:
+    """Every `SAMPLE_S` until ``done``: each worker's in-flight count by uid (State RPC), at seconds since ``t0``."""
     while not done.is_set():
         states = await p.worker_states(timeout=1.0)
         samples.append((time.monotonic() - t0, {str(uid): s.in_flight for uid, s in states.items()}))

@@ -173,7 +173,9 @@ class _Sqlite:
     (tests/unit/test_layout.py), and these single statements need no group commit.
     """
 
-    def __init__(self, path: str, thread: concurrent.futures.ThreadPoolExecutor, connection: sqlite3.Connection) -> None:
+    def __init__(
+        self, path: str, thread: concurrent.futures.ThreadPoolExecutor, connection: sqlite3.Connection
+    ) -> None:
         self._path = path
         self._thread = thread
         self._connection = connection

@@ -164,9 +164,9 @@ class CommandProvisioner:
     ) -> None:
         if isinstance(argv, str) or not argv:
             raise ConfigError(f"CommandProvisioner: expected a non-empty list of arguments, got {argv!r}")
-        if tls is not None and (isinstance(tls, str) or len(tls) != 3 or not all(isinstance(p, str) and p for p in tls)):
+        if tls is not None and not _three_paths(tls):
             raise ConfigError(f"CommandProvisioner tls: expected (cert, key, client CA) paths, got {tls!r}")
-        self.worker_tls = tls
+        self.worker_tls = None if tls is None else (tls[0], tls[1], tls[2])
         """The worker's TLS files on its host (cert, key, client CA), or None: the pool puts them in each request."""
         self.argv = tuple(argv)
         self._env = dict(env or {})
@@ -259,6 +259,11 @@ class CommandProvisioner:
 
     def __repr__(self) -> str:
         return f"CommandProvisioner({self._template(80)!r})"
+
+
+def _three_paths(tls: object) -> bool:
+    """Whether ``tls`` is (cert, key, client CA): three non-empty strings."""
+    return isinstance(tls, tuple | list) and len(tls) == 3 and all(isinstance(p, str) and p for p in tls)
 
 
 async def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

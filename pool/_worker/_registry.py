@@ -141,9 +141,10 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
     """
     if not config.registry:
         return None
-    # a wildcard --host without --advertise was refused at start-up (`check_registry`): pools elsewhere could not dial it
+    # a wildcard --host without --advertise was refused at start-up (`check_registry`): no one could dial it
+    address = bind_address(config.advertise or config.host, info["port"])
     worker = WorkerMetadata(
-        uid=uuid.UUID(info["uid"]), address=bind_address(config.advertise or config.host, info["port"]), pid=info["pid"],
+        uid=uuid.UUID(info["uid"]), address=address, pid=info["pid"],
         version=info["version"], tags=frozenset(config.tags), capacity=info["capacity"], tls=config.tls,
     )
     record = RegistryRecord(config.registry, worker, config.registry_ttl)

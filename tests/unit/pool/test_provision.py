@@ -194,6 +194,7 @@ def test_command_provisioner_should_refuse_incomplete_tls_files(tls):
 
 def test_a_pool_should_refuse_a_provisioner_whose_workers_could_never_join():
     with pytest.raises(pool.ConfigError, match=r"give discovery=pool.StoreDiscovery\(URL\)") as info:
-        pool.WorkerPool(provisioner=CommandProvisioner(["true", "postgresql://u:hunter2@db/x"]), max_workers=1, use_env=False)
+        secret = CommandProvisioner(["true", "postgresql://u:hunter2@db/x"])
+        pool.WorkerPool(provisioner=secret, max_workers=1, use_env=False)
     assert len(str(info.value).splitlines()) == 1 and "hunter2" not in str(info.value)
     pool.WorkerPool(provisioner=pool.SubprocessProvisioner(), max_workers=1, use_env=False)  # joins by itself

@@ -15,7 +15,8 @@ SECRET = st.text(st.characters(blacklist_characters="/?#", blacklist_categories=
     ("postgresql://app:secret@db/app", "postgresql://app:***@db/app"),
     ("postgres://app@db/app", "postgres://app@db/app"),
     ("sqlite:///tmp/registry.db", "sqlite:///tmp/registry.db"),
-    ("postgresql://db/app?user=app&password=s3cret&sslmode=require", "postgresql://db/app?user=app&password=***&sslmode=require"),
+    ("postgresql://db/app?user=app&password=s3cret&sslmode=require",
+     "postgresql://db/app?user=app&password=***&sslmode=require"),
     ("+ docker run img leakypool-worker --registry postgresql://u:p@ss@h:5432/db --idle-timeout 2",
      "+ docker run img leakypool-worker --registry postgresql://u:***@h:5432/db --idle-timeout 2"),
 ])

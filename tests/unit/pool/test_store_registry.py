@@ -54,5 +54,40 @@ async def test_watch_should_report_a_commit_by_another_connection(tmp_path):
 
 def test_a_worker_without_registry_should_not_import_sqlite():
     """Test that only ``--registry`` loads the registry module and sqlite3 into a worker."""
-    check = "import sys, pool._worker._main; sys.exit('sqlite3' in sys.modules or 'pool._worker._registry' in sys.modules)"
+    check = "import sys, pool._worker._main; sys.exit(bool({'sqlite3', 'pool._worker._registry'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
+
+
+async def test_a_second_withdraw_should_return_only_once_the_record_is_removed(tmp_path):
+    """The worker's exit calls withdraw() while the one its drain started runs: it must wait for it."""
+    import logging
+    import uuid
+
+    from pool._base._tasks import TaskOwner
+    from pool._transport._rpc import WorkerMetadata
+    from pool._worker._registry import RegistryRecord
+
+    path = tmp_path / "registry.db"
+    worker = WorkerMetadata(
+        uid=uuid.uuid4(), address="127.0.0.1:1", pid=1, version="0", tags=frozenset(), capacity=1, tls=False
+    )
+    record = RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0)
+    tasks = TaskOwner("test", logging.getLogger("test"))
+    await record.start(tasks)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the first removal waits for this lock
+        first = tasks.spawn(record.withdraw(), name="withdraw on drain")
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(record.withdraw())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not second.done()  # it waits for the first one...
+        holder.execute("COMMIT")
+        await asyncio.wait_for(second, 30)
+        with sqlite3.connect(path) as db:  # ...which removed the row by the time the second returned
+            assert db.execute("SELECT count(*) FROM leakypool_workers").fetchone()[0] == 0
+        await first
+    finally:
+        holder.close()
+        await tasks.aclose()
