@@ -177,7 +177,7 @@ class Growth:
                     redacted(repr(self.provisioner)), redacted(str(exc)), self.plan.resume_at - time.monotonic(),
                 )
             return
-        _log.debug("provisioner %r is starting worker %s", self.provisioner, request.uid)
+        _log.debug("provisioner %s is starting worker %s", redacted(repr(self.provisioner)), request.uid)
 
     async def aclose(self) -> None:
         """Cancel requests in flight; close the provisioner if it has ``aclose``."""
