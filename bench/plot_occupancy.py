@@ -38,6 +38,16 @@ CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, SAMPLE_S = 4, 6, 2.0, 0.05, 0.1
 PHASES = [(4, 6.0), (12, 10.0), (20, 10.0), (8, 10.0), (0, 6.0)]  # (clients, seconds)
 
 
+async def sample_occupancy(
+    p: pool.WorkerPool, t0: float, samples: list[tuple[float, dict[str, int]]], done: asyncio.Event
+) -> None:
+    """Every `SAMPLE_S` until ``done``: each worker's in-flight count by uid (State RPC), at seconds since ``t0``."""
+    while not done.is_set():
+        states = await p.worker_states(timeout=1.0)
+        samples.append((time.monotonic() - t0, {str(uid): s.in_flight for uid, s in states.items()}))
+        await asyncio.sleep(SAMPLE_S)
+
+
 async def client(stop: asyncio.Event) -> None:
     while not stop.is_set():
         await routines.sleeper(TASK_S)
@@ -53,13 +63,7 @@ async def run(balancer: Any, scale: float) -> dict[str, Any]:
         t0 = time.monotonic()
         done = asyncio.Event()
 
-        async def sample() -> None:
-            while not done.is_set():
-                states = await p.worker_states(timeout=1.0)
-                samples.append((time.monotonic() - t0, {str(uid): s.in_flight for uid, s in states.items()}))
-                await asyncio.sleep(SAMPLE_S)
-
-        sampler = asyncio.ensure_future(sample())
+        sampler = asyncio.ensure_future(sample_occupancy(p, t0, samples, done))
         clients: list[tuple[asyncio.Task[None], asyncio.Event]] = []
         try:
             for count, seconds in PHASES:

@@ -42,8 +42,9 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from bench import routines
+from bench.plot_occupancy import sample_occupancy
 
-CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, SAMPLE_S, CLIENTS = 4, 6, 2.0, 0.05, 0.1, 24
+CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, CLIENTS = 4, 6, 2.0, 0.05, 24
 IDLE_BEFORE_S, BURST_S, DRAIN_LIMIT_S = 2.0, 10.0, 30.0
 
 
@@ -59,12 +60,6 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
         t0 = time.monotonic()
         done = asyncio.Event()
 
-        async def sample() -> None:
-            while not done.is_set():
-                states = await p.worker_states(timeout=1.0)
-                samples.append((time.monotonic() - t0, {str(uid): s.in_flight for uid, s in states.items()}))
-                await asyncio.sleep(SAMPLE_S)
-
         async def client(stop: asyncio.Event) -> None:
             nonlocal calls, failed
             while not stop.is_set():
@@ -74,7 +69,7 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
                 except pool.PoolError:
                     failed += 1
 
-        sampler = asyncio.ensure_future(sample())
+        sampler = asyncio.ensure_future(sample_occupancy(p, t0, samples, done))
         stop = asyncio.Event()
         try:
             await asyncio.sleep(IDLE_BEFORE_S)

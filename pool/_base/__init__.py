@@ -4,4 +4,5 @@
     _process  child processes on the event loop: exit watching, safe forking
     _ids      time-ordered worker uids
     _random   the one random generator (jitter)
+    _redact   passwords out of URLs, commands and messages before they are logged
 """

@@ -11,17 +11,22 @@ deletes it when it drains; readers ignore (and delete) expired rows.
   learn of arrivals and departures at once.
 - SQLite (one host): the expiry is this host's wall clock; readers poll
   ``PRAGMA data_version``, which changes when another connection commits.
+  Each connection has a thread of its own that runs every statement: a
+  file another process holds locked makes a statement wait up to
+  `SQLITE_BUSY_S`, and that wait must not stall the event loop (a busy
+  worker still says no in milliseconds; a pool keeps dispatching).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from .._base._redact import redacted as redacted
 from .._errors import ConfigError, StoreError
 
 CHANNEL: Final[str] = "leakypool_workers"
@@ -79,15 +84,6 @@ class Registry(Protocol):
         ...
 
 
-def redacted(url: str) -> str:
-    """``url`` without its password."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
-
-
 async def connect(url: str) -> Registry:
     """A connection to the registry at ``url`` (the table made if missing).
 
@@ -96,7 +92,7 @@ async def connect(url: str) -> Registry:
         StoreError: the store cannot be reached (one line, no password).
     """
     if url.startswith("sqlite:///"):
-        return _Sqlite.open(url.removeprefix("sqlite://"))
+        return await _Sqlite.open(url.removeprefix("sqlite://"))
     if url.startswith(("postgresql://", "postgres://")):
         return await _Postgres.open(url)
     raise ConfigError(f"registry: expected postgresql://... or sqlite:///PATH, got {redacted(url)!r}")
@@ -171,58 +167,102 @@ class _Postgres:
 
 
 class _Sqlite:
-    def __init__(self, path: str, connection: sqlite3.Connection) -> None:
+    """One connection, used only by its own thread: a locked file (5 s busy wait) never stalls the loop.
+
+    Not the job store's ``SQLiteThread``: discovery may not import ``pool._jobs``
+    (tests/unit/test_layout.py), and these single statements need no group commit.
+    """
+
+    def __init__(
+        self, path: str, thread: concurrent.futures.ThreadPoolExecutor, connection: sqlite3.Connection
+    ) -> None:
         self._path = path
+        self._thread = thread
         self._connection = connection
         self._changed: Callable[[], None] = lambda: None
         self._version = 0
 
     @classmethod
-    def open(cls, path: str) -> _Sqlite:
+    async def open(cls, path: str) -> _Sqlite:
+        thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leakypool-registry")
+        opening = asyncio.get_running_loop().run_in_executor(thread, _sqlite_connect, path)
         try:
-            connection = sqlite3.connect(path, timeout=SQLITE_BUSY_S, isolation_level=None, check_same_thread=False)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(_SQLITE_SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(f"registry sqlite://{path}: {type(exc).__name__}: {exc}") from exc
-        return cls(path, connection)
+            connection = await asyncio.shield(opening)
+        except BaseException:
+            opening.add_done_callback(_close_opened)  # cancelled meanwhile: the connection is closed once made
+            thread.shutdown(wait=False)
+            raise
+        return cls(path, thread, connection)
 
-    def _run(self, query: str, *args: Any) -> list[Any]:
+    async def _run(self, query: str, *args: Any) -> list[Any]:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._execute, query, args)
+
+    def _execute(self, query: str, args: tuple[Any, ...]) -> list[Any]:
         try:
             return self._connection.execute(query, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"registry sqlite://{self._path}: {type(exc).__name__}: {exc}") from exc
 
     async def put(self, uid: str, record: str, ttl: float) -> None:
-        self._run(
+        await self._run(
             "INSERT INTO leakypool_workers (uid, record, expires_at) VALUES (?, ?, ?) "
             "ON CONFLICT (uid) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
             uid, record, time.time() + ttl,
         )
 
     async def remove(self, uid: str) -> None:
-        self._run("DELETE FROM leakypool_workers WHERE uid = ?", uid)
+        await self._run("DELETE FROM leakypool_workers WHERE uid = ?", uid)
 
     async def live(self) -> dict[str, str]:
         now = time.time()
-        self._run("DELETE FROM leakypool_workers WHERE expires_at <= ?", now)
-        return dict(self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > ?", now))
+        await self._run("DELETE FROM leakypool_workers WHERE expires_at <= ?", now)
+        return dict(await self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > ?", now))
 
     async def listen(self, changed: Callable[[], None]) -> None:
         self._changed = changed
-        self._version = self._run("PRAGMA data_version")[0][0]
+        self._version = (await self._run("PRAGMA data_version"))[0][0]
 
     async def watch(self) -> None:
         while True:
             await asyncio.sleep(DATA_VERSION_POLL_S)
-            version = self._run("PRAGMA data_version")[0][0]
+            version = (await self._run("PRAGMA data_version"))[0][0]
             if version != self._version:
                 self._version = version
                 self._changed()
 
     async def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._connection.close()
+        """Close the connection on its thread (after any statement still running), then let the thread go."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._thread, self._connection.close)
+        except sqlite3.Error:
+            pass
+        finally:
+            self._thread.shutdown(wait=False)
+
+
+def _close_opened(opening: asyncio.Future[sqlite3.Connection]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
+
+
+def _sqlite_connect(path: str) -> sqlite3.Connection:
+    """Open ``path`` in WAL mode with the table (on the registry's thread): switching to WAL does not
+    wait on a busy file by itself, so a peer switching it at the same moment is retried for `SQLITE_BUSY_S`."""
+    deadline = time.monotonic() + SQLITE_BUSY_S
+    while True:
+        try:
+            connection = sqlite3.connect(path, timeout=SQLITE_BUSY_S, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"registry sqlite://{path}: {type(exc).__name__}: {exc}") from exc
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(_SQLITE_SCHEMA)
+            return connection
+        except sqlite3.Error as exc:
+            connection.close()
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise StoreError(f"registry sqlite://{path}: {type(exc).__name__}: {exc}") from exc
+            time.sleep(0.01)
 
 
 def _error(url: str, exc: BaseException) -> BaseException:

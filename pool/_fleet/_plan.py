@@ -11,10 +11,11 @@ plan answers how many workers to request now, given:
   counting (the caller logs it), so a lost request cannot block growth;
 - back-off: after a provisioner raises, nothing is requested until the
   back-off ends; it doubles on each failure in a row and resets once a
-  requested worker joins or a request succeeds.
+  requested worker joins (a provisioner that returns without error but
+  whose workers never join keeps its back-off: only a worker proves it works).
 
 Time is passed in (``now``, monotonic seconds), so the plan is a pure
-state machine that hypothesis can drive (tests/unit/pool/test_provision_plan.py).
+state machine that hypothesis can drive (``PlanMachine`` in tests/unit/pool/test_provision.py).
 """
 
 from __future__ import annotations

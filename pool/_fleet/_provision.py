@@ -18,16 +18,19 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import shlex
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from .._base._process import watch_exit
+from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._errors import ConfigError, ProvisionError
 from ._local_worker import child_env
@@ -58,7 +61,8 @@ class WorkerRequest:
         uid: The uid the new worker should take (``LEAKYPOOL_UID``); the pool
             counts the request as outstanding until a worker with this uid joins.
         env: Its settings as ``LEAKYPOOL_*`` variables (registry URL, uid,
-            tags, capacity, idle timeout ...).
+            tags, capacity, idle timeout, and TLS paths when the provisioner
+            has ``worker_tls``, as `CommandProvisioner(..., tls=...)` does).
         args: The same settings as ``leakypool-worker`` flags.
         seq: This pool's request number (0, 1, 2 ...): spreads workers over hosts.
     """
@@ -90,6 +94,9 @@ class SubprocessProvisioner:
 
     The pool keeps these in its own fleet: they join over a private unix
     socket as soon as they report READY, and exit after ``idle_timeout``.
+    The pool asks through `grow` (synchronous: the fleet counts what it
+    spawns, so no `WorkerRequest` is made or tracked); `provision` is the
+    same for callers of the `Provisioner` protocol.
     """
 
     def __init__(self) -> None:
@@ -99,13 +106,17 @@ class SubprocessProvisioner:
         """Start workers into ``fleet`` (the pool does this)."""
         self._fleet = fleet
 
+    def grow(self) -> bool:
+        """Start one more local worker if the fleet has room; True if one is starting."""
+        return self._fleet is not None and self._fleet.grow()
+
     async def provision(self, request: WorkerRequest) -> None:
-        """Start one more local worker (up to the fleet's maximum).
+        """Start one more local worker (up to the fleet's maximum); ``request`` is not needed.
 
         Raises:
             ProvisionError: not attached to an open pool, or the fleet is full.
         """
-        if self._fleet is None or not self._fleet.grow():
+        if not self.grow():
             raise ProvisionError("SubprocessProvisioner: no pool fleet with room to start a worker in")
 
     def __repr__(self) -> str:
@@ -134,14 +145,29 @@ class CommandProvisioner:
         argv: The command and its arguments.
         env: Extra variables for the command.
         settle: Seconds to wait for the command to exit (default `SETTLE_S`).
+        tls: The worker's certificate, key and client CA, as paths *on the
+            worker's host*: every request then carries them
+            (``LEAKYPOOL_TLS_CERT`` / ``_KEY`` / ``_CLIENT_CA`` and ``--tls-*``
+            in ``{worker_args}``), as a worker off loopback needs.
 
     Raises:
-        ConfigError: ``argv`` is empty.
+        ConfigError: ``argv`` is empty, or ``tls`` is not three non-empty paths.
     """
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, settle: float = SETTLE_S) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        settle: float = SETTLE_S,
+        tls: tuple[str, str, str] | None = None,
+    ) -> None:
         if isinstance(argv, str) or not argv:
             raise ConfigError(f"CommandProvisioner: expected a non-empty list of arguments, got {argv!r}")
+        if tls is not None and not _three_paths(tls):
+            raise ConfigError(f"CommandProvisioner tls: expected (cert, key, client CA) paths, got {tls!r}")
+        self.worker_tls = None if tls is None else (tls[0], tls[1], tls[2])
+        """The worker's TLS files on its host (cert, key, client CA), or None: the pool puts them in each request."""
         self.argv = tuple(argv)
         self._env = dict(env or {})
         self._settle = settle
@@ -166,13 +192,7 @@ class CommandProvisioner:
             ProvisionError: it could not start, or exited with a non-zero status within ``settle``.
         """
         argv = self.command(request)
-        try:
-            process = subprocess.Popen(
-                argv, env=child_env(request.env) | self._env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-            )
-        except OSError as exc:
-            raise ProvisionError(f"command {argv[0]!r} could not start: {exc}") from None
+        process = await _start(argv, child_env(request.env) | self._env)
         self._running[process.pid] = process
         tail = await _Tail.attach(process)
         exited = watch_exit(process)
@@ -185,8 +205,8 @@ class CommandProvisioner:
         if code != 0:
             await tail.finish()
             stderr = tail.text() or "(no stderr)"
-            # the template, not the command run: the worker's flags may carry the registry's password
-            raise ProvisionError(f"command {shlex.join(self.argv)[:200]} exited with status {code}: {stderr}")
+            # the template, not the command run: the worker's flags carry the registry URL
+            raise ProvisionError(f"command {self._template(200)} exited with status {code}: {stderr}")
 
     async def _watch(
         self,
@@ -233,8 +253,48 @@ class CommandProvisioner:
         """Pids of the commands still running (foreground workers)."""
         return list(self._running)
 
+    def _template(self, limit: int) -> str:
+        """The command template as one line, passwords masked, cut at ``limit`` characters."""
+        return redacted(shlex.join(self.argv))[:limit]
+
     def __repr__(self) -> str:
-        return f"CommandProvisioner({shlex.join(self.argv)[:80]!r})"
+        return f"CommandProvisioner({self._template(80)!r})"
+
+
+def _three_paths(tls: object) -> bool:
+    """Whether ``tls`` is (cert, key, client CA): three non-empty strings."""
+    return isinstance(tls, tuple | list) and len(tls) == 3 and all(isinstance(p, str) and p for p in tls)
+
+
+async def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the command in a thread (fork and exec stay off the loop); cancelled, it is killed and reaped.
+
+    Raises:
+        ProvisionError: it could not start (no such program, not executable).
+    """
+    popen = functools.partial(
+        subprocess.Popen, argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    starting = asyncio.get_running_loop().run_in_executor(None, popen)
+    try:
+        return await asyncio.shield(starting)
+    except OSError as exc:
+        raise ProvisionError(f"command {argv[0]!r} could not start: {exc}") from None
+    except asyncio.CancelledError:
+        starting.add_done_callback(_abandon)
+        raise
+
+
+def _abandon(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """A command started for a request that was cancelled meanwhile: kill it, reap it in a thread."""
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    process = starting.result()
+    _kill(process)
+    if process.stderr is not None:
+        process.stderr.close()
+    threading.Thread(target=process.wait, name="leakypool-reap", daemon=True).start()  # the loop may be closing
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -276,9 +336,9 @@ class _Tail(asyncio.Protocol):
         self.close()
 
     def text(self) -> str:
-        """The last lines of stderr, on one line."""
+        """The last lines of stderr, on one line, passwords masked (``sh -x`` and ``docker`` echo their arguments)."""
         raw = b"".join(self._chunks)[-STDERR_TAIL_BYTES:].decode(errors="replace")
-        return " | ".join(line.strip() for line in raw.strip().splitlines() if line.strip())
+        return redacted(" | ".join(line.strip() for line in raw.strip().splitlines() if line.strip()))
 
     def close(self) -> None:
         if self._transport is not None:

@@ -16,12 +16,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from backpressure import BackpressureLike
 
 from .._base._ids import new_uid
+from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._config import PoolConfig
 from .._errors import ConfigError
@@ -38,6 +39,10 @@ PROVISION_TIMEOUT_S: Final[float] = 120.0
 FORWARDED: tuple[str, ...] = ("MAX_CONCURRENT_TASKS", "BACKPRESSURE", "SHUTDOWN_GRACE", "HOLD_SLOT_WHILE_WAITING")
 """Settings of the pool's own workers that provisioned workers get too (``LEAKYPOOL_`` + these)."""
 
+TLS_SETTINGS: Final[tuple[str, ...]] = ("TLS_CERT", "TLS_KEY", "TLS_CLIENT_CA")
+"""The worker's certificate, its key and the CA its clients' certificates chain to (``LEAKYPOOL_`` + these),
+in the order of a provisioner's ``worker_tls``."""
+
 
 def worker_request(
     uid: uuid.UUID,
@@ -47,6 +52,7 @@ def worker_request(
     registry: str,
     tags: Collection[str],
     idle_timeout: float,
+    tls: Sequence[str] = (),
 ) -> WorkerRequest:
     """The request for worker ``uid``: the spawned workers' capacity settings, plus where and how to join.
 
@@ -57,8 +63,10 @@ def worker_request(
         registry: The registry URL the worker records itself in ("" for none).
         tags: Tags the pool admits workers by.
         idle_timeout: Seconds the worker idles before it exits.
+        tls: The worker's TLS files on its host (cert, key, client CA; see `TLS_SETTINGS`), or empty.
     """
     env = {f"LEAKYPOOL_{k}": spawned_env[f"LEAKYPOOL_{k}"] for k in FORWARDED if spawned_env.get(f"LEAKYPOOL_{k}")}
+    env |= {f"LEAKYPOOL_{k}": path for k, path in zip(TLS_SETTINGS, tls, strict=False) if path}
     env |= {"LEAKYPOOL_UID": str(uid), "LEAKYPOOL_IDLE_TIMEOUT": repr(idle_timeout)}
     if registry:
         env["LEAKYPOOL_REGISTRY"] = registry
@@ -98,10 +106,11 @@ class Growth:
         request: Callable[[uuid.UUID, int], WorkerRequest],
     ) -> None:
         self._fleet = fleet
-        self._remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
         self.provisioner: Provisioner = provisioner if provisioner is not None else SubprocessProvisioner()
-        if isinstance(self.provisioner, SubprocessProvisioner):
-            self.provisioner.attach(fleet)
+        self._local = self.provisioner if isinstance(self.provisioner, SubprocessProvisioner) else None
+        self._remote = self._local is None
+        if self._local is not None:
+            self._local.attach(fleet)
         self.plan = ProvisionPlan(max_workers, provision_timeout)
         self._members = members
         self._request = request
@@ -122,9 +131,14 @@ class Growth:
         return self._fleet.grown + self.joined
 
     def grow(self) -> bool:
-        """Work found no worker with room: ask for one more if the plan allows; True if asked."""
-        if not self._remote:
-            return self._fleet.grow()
+        """Work found no worker with room: ask for one more if the plan allows; True if asked.
+
+        A `SubprocessProvisioner` is asked at once (`SubprocessProvisioner.grow`:
+        the fleet counts its own spawns, so no request is tracked); another
+        provisioner gets a `WorkerRequest` in a task this object owns.
+        """
+        if self._local is not None:
+            return self._local.grow()
         if self._tasks.closed:
             return False
         now = time.monotonic()
@@ -159,11 +173,11 @@ class Growth:
             self.failures += 1
             if self.plan.failed(request.uid, time.monotonic()):
                 _log.warning(
-                    "provisioner %r failed (%s); work keeps waiting, next request in %.0fs",
-                    self.provisioner, exc, self.plan.resume_at - time.monotonic(),
+                    "provisioner %s failed (%s); work keeps waiting, next request in %.0fs",
+                    redacted(repr(self.provisioner)), redacted(str(exc)), self.plan.resume_at - time.monotonic(),
                 )
             return
-        _log.debug("provisioner %r is starting worker %s", self.provisioner, request.uid)
+        _log.debug("provisioner %s is starting worker %s", redacted(repr(self.provisioner)), request.uid)
 
     async def aclose(self) -> None:
         """Cancel requests in flight; close the provisioner if it has ``aclose``."""
@@ -188,6 +202,10 @@ def pool_capacity(
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
+    A provisioner's optional ``worker_tls`` (cert, key, client CA: paths on
+    the worker's host) reaches every request as ``LEAKYPOOL_TLS_*`` and
+    ``--tls-*`` (`CommandProvisioner(..., tls=...)` sets it).
+
     Args:
         config: The pool's settings.
         backpressure: The hook its workers run.
@@ -199,13 +217,23 @@ def pool_capacity(
         tags: Tags the pool admits workers by.
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
+
+    Raises:
+        ConfigError: a bad ``provision_timeout``, or a provisioner other than
+            `SubprocessProvisioner` with no registry to join through (no `StoreDiscovery`).
     """
     timeout = PROVISION_TIMEOUT_S if provision_timeout is None else provision_timeout
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ConfigError(f"provision_timeout: expected seconds > 0, got {provision_timeout!r}")
+    remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
+    if remote and not registry:
+        raise ConfigError(
+            f"provisioner={redacted(repr(provisioner))}: the workers it starts join through a store registry, "
+            "and this pool reads none; give discovery=pool.StoreDiscovery(URL)"
+        )
+    worker_tls = tuple(getattr(provisioner, "worker_tls", None) or ())
     env = worker_env(backpressure, config)
     ceiling = max(minimum, config.max_workers or 0)
-    remote = provisioner is not None and not isinstance(provisioner, SubprocessProvisioner)
     fleet = LocalFleet(
         env=env,
         minimum=minimum,
@@ -221,7 +249,9 @@ def pool_capacity(
     )
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
-        return worker_request(uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout)
+        return worker_request(
+            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls
+        )
 
     growth = Growth(
         fleet,

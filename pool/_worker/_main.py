@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import ipaddress
 import json
 import logging
 import os
@@ -16,23 +15,29 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
 from .._config import ConfigError, WorkerConfig, default_registry
+from .._parse import is_loopback
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
 from .._transport import _malloc, _wire
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
-from ._registry import start_registry
 from ._service import WorkerService
 from ._threads import new_event_loop
 from ._unix_server import UnixServer
 
+if TYPE_CHECKING:
+    from ._registry import RegistryRecord
+
 _log = logging.getLogger("leakypool.worker")
+
+WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})
+"""Binds to every address: no one address to publish."""
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker until it drains; the process exit status.
@@ -43,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
         hook = load_backpressure(config)
         check_security(config)
+        check_registry(config)
     except ConfigError as exc:
         fail(str(exc))
     _malloc.tune()
@@ -86,6 +92,22 @@ def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
     return None
 
 
+def check_registry(config: WorkerConfig) -> None:
+    """Refuse a ``--registry`` record that would send pools elsewhere to their own loopback.
+
+    A worker bound to every address (``0.0.0.0``, ``::``) has no single
+    address to record; ``--advertise`` says which one pools reach it at.
+
+    Raises:
+        ConfigError: ``--registry`` on a wildcard ``--host`` without ``--advertise``.
+    """
+    if config.registry and not config.advertise and config.host in WILDCARD_HOSTS:
+        raise ConfigError(
+            f"--registry: --host {config.host or '(empty)'} binds every address and records none a pool can dial; "
+            "give --advertise ADDRESS (where pools reach this worker: its pod or host IP)"
+        )
+
+
 def check_security(config: WorkerConfig) -> None:
     """Refuse a non-loopback bind without mutual TLS, unless ``--insecure``.
 
@@ -109,14 +131,13 @@ def check_security(config: WorkerConfig) -> None:
         )
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names only this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+async def _start_registry(config: WorkerConfig, service: WorkerService, info: dict[str, Any]) -> RegistryRecord | None:
+    """The ``--registry`` record, if set (its module, and sqlite3, are imported only then)."""
+    if not config.registry:
+        return None
+    from ._registry import start_registry
+
+    return await start_registry(config, service, info)
 
 
 def count_cap(hook: BackpressureLike | None) -> int:
@@ -175,10 +196,12 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         await service.aclose()
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
     try:
-        registry = await start_registry(config, service, info)
+        registry = await _start_registry(config, service, info)
     except ConfigError:
         await stop_server(None)
         await withdraw()
+        if observation is not None:
+            await observation.aclose()
         await service.aclose()
         raise
     _report_ready(config.ready_fd, info)

@@ -52,6 +52,7 @@ class RegistryRecord:
         self._ttl = ttl
         self._registry: Registry | None = None
         self._withdrawn = False
+        self._removed = asyncio.Event()  # set once withdraw() has finished (removed, or given up)
         self._lock = asyncio.Lock()  # one statement at a time on the connection; no refresh after the removal
 
     async def start(self, tasks: TaskOwner) -> None:
@@ -66,42 +67,70 @@ class RegistryRecord:
         tasks.spawn(self._refresh(), name="refresh the registry record")
 
     async def _refresh(self) -> None:
-        while True:
+        while not self._withdrawn:
             await asyncio.sleep(self._ttl / REFRESHES_PER_TTL)
+            if self._withdrawn:
+                return
+            fresh: Registry | None = None
+            if self._registry is None:
+                try:  # outside the lock: a connection that takes CONNECT_TIMEOUT_S must not hold up withdraw()
+                    fresh = await connect(self._url)
+                except StoreError as exc:
+                    _log.warning("could not refresh this worker's record (%s); retrying", exc)
+                    continue
             async with self._lock:
+                if fresh is not None:
+                    if self._withdrawn or self._registry is not None:
+                        await _close(fresh)
+                    else:
+                        self._registry = fresh
                 if self._withdrawn:
                     return
+                if self._registry is None:
+                    continue
                 try:
-                    if self._registry is None:
-                        self._registry = await connect(self._url)
                     await self._registry.put(self._uid, self._record, self._ttl)
                 except StoreError as exc:
                     _log.warning("could not refresh this worker's record (%s); retrying", exc)
                     await self._drop_connection()
 
     async def withdraw(self) -> None:
-        """Delete the row (idempotent; bounded: if the store does not answer, the row expires)."""
-        async with self._lock:
-            if self._withdrawn:
-                return
-            self._withdrawn = True
+        """Delete the row (idempotent; bounded: if the store does not answer, the row expires).
+
+        No refresh starts once this is called; one in flight is waited for within `REMOVE_TIMEOUT_S`.
+        A second call returns once the first one is done (the worker's exit waits for the removal
+        its drain started).
+        """
+        if self._withdrawn:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REMOVE_TIMEOUT_S * 2):
+                    await self._removed.wait()
+            return
+        self._withdrawn = True
+        try:
+            async with asyncio.timeout(REMOVE_TIMEOUT_S), self._lock:
+                if self._registry is None:
+                    self._registry = await connect(self._url)
+                await self._registry.remove(self._uid)
+        except (StoreError, TimeoutError) as exc:
+            _log.warning(
+                "could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc
+            )
+        finally:
             try:
-                async with asyncio.timeout(REMOVE_TIMEOUT_S):
-                    if self._registry is None:
-                        self._registry = await connect(self._url)
-                    await self._registry.remove(self._uid)
-            except (StoreError, TimeoutError) as exc:
-                _log.warning(
-                    "could not remove this worker's record at %s (%s); it expires by itself", redacted(self._url), exc
-                )
-            finally:
                 await self._drop_connection()
+            finally:
+                self._removed.set()
 
     async def _drop_connection(self) -> None:
         registry, self._registry = self._registry, None
         if registry is not None:
-            with contextlib.suppress(Exception):
-                await registry.close()
+            await _close(registry)
+
+
+async def _close(registry: Registry) -> None:
+    with contextlib.suppress(Exception):
+        await registry.close()
 
 
 async def start_registry(config: WorkerConfig, service: WorkerService, info: dict[str, Any]) -> RegistryRecord | None:
@@ -112,9 +141,10 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
     """
     if not config.registry:
         return None
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    # a wildcard --host without --advertise was refused at start-up (`check_registry`): no one could dial it
+    address = bind_address(config.advertise or config.host, info["port"])
     worker = WorkerMetadata(
-        uid=uuid.UUID(info["uid"]), address=bind_address(config.advertise or host, info["port"]), pid=info["pid"],
+        uid=uuid.UUID(info["uid"]), address=address, pid=info["pid"],
         version=info["version"], tags=frozenset(config.tags), capacity=info["capacity"], tls=config.tls,
     )
     record = RegistryRecord(config.registry, worker, config.registry_ttl)

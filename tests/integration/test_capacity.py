@@ -13,7 +13,6 @@ import logging
 import signal
 import sqlite3
 import sys
-import time
 
 import pytest
 
@@ -128,17 +127,15 @@ async def test_the_registry_should_drop_a_worker_that_exits_and_expire_one_that_
     ):
         async with pool.WorkerPool(discovery=pool.StoreDiscovery(registry_url, poll_interval=0.2)) as p:
             await until_members(p, lambda p: len(p.workers) == 2)
-            t0 = time.monotonic()
             leaving.child.signal(signal.SIGTERM)
-            await until_members(p, lambda p: {str(u) for u in p.workers} == {killed.uid})
-            assert time.monotonic() - t0 < 5  # removed on exit, not expired
+            # removed on exit, not expired: its record would live 60 s, longer than this wait's bound
+            await until_members(p, lambda p: {str(u) for u in p.workers} == {killed.uid}, timeout=45)
             assert await leaving.child.wait(30) == 0
             assert await recorded(registry_url) == {killed.uid}
             killed.child.signal(signal.SIGKILL)
             await killed.child.wait(30)
-            t0 = time.monotonic()
-            await until_members(p, lambda p: not p.workers)
-            assert time.monotonic() - t0 < 1.5 + 1.0  # within its TTL (plus one poll)
+            # expires 1.5 s after its last refresh; the bound is generous for a loaded machine, not a measure
+            await until_members(p, lambda p: not p.workers, timeout=30)
             assert await recorded(registry_url) == set()
 
 
@@ -213,3 +210,20 @@ async def test_a_failed_command_should_say_why_without_the_registry_password():
     assert "exited with status 4" in str(info.value) and "bad flag: --registry" in str(info.value)
     assert "hunter2" not in str(info.value)
     await failing.aclose()
+
+
+async def test_a_command_that_echoes_its_arguments_should_not_leak_a_password(caplog):
+    import uuid
+
+    # like `sh -x` or docker, it echoes its arguments (the registry URL in the worker's flags); the template has one too
+    echoing = pool.CommandProvisioner(
+        ["sh", "-c", 'echo "+ $0 $*" >&2; exit 5', "postgres://ops:t3mplate@db/x?password=p4ram", "{worker_args}"]
+    )
+    request = pool.WorkerRequest(uuid.uuid4(), {}, ("--registry", "postgresql://app:hunter2@db/app"))
+    with pytest.raises(pool.ProvisionError) as info:
+        await echoing.provision(request)
+    text = f"{info.value} {echoing!r}"
+    assert "exited with status 5" in str(info.value)
+    assert "--registry postgresql://app:***@db/app" in str(info.value)  # the tail is still quoted, masked
+    assert "hunter2" not in text and "t3mplate" not in text and "p4ram" not in text
+    await echoing.aclose()

@@ -24,5 +24,9 @@ async def test_a_short_soak_should_lose_no_acknowledged_job_through_kills_and_a_
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["submitted"] > 0 and report["postgres_restarts"] == 1
-    assert report["lost"] == 0, report  # (runs twice are at-least-once: counted and reported, not failed on)
+    # Runs twice are at-least-once: counted and reported, not failed on. Even run_twice_without_chaos
+    # can be > 0 on a loaded machine: a process that renews its lease late has its jobs re-queued
+    # (docs/performance.md, "Chaos soak for jobs across processes"); the soak counts those apart,
+    # in run_twice_after_a_lease_expired_unkilled.
+    assert report["lost"] == 0, report
     assert report["succeeded"] + report["failed"] == report["submitted"]

@@ -51,6 +51,9 @@ def test_help_should_document_every_flag_and_its_variable():
         (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
         (["--host", "0.0.0.0"], {}, "--host 0.0.0.0: a worker off loopback runs code for anyone who reaches it"),
         (["--host", "0.0.0.0", *TLS_NO_CLIENT_CA], {}, "TLS without --tls-client-ca lets any client that can connect run code"),
+        (["--host", "0.0.0.0", "--insecure", "--registry", "sqlite:///unused.db"], {},
+         "--registry: --host 0.0.0.0 binds every address and records none a pool can dial; give --advertise"),
+        (["--host", "::", "--insecure"], {"LEAKYPOOL_REGISTRY": "sqlite:///unused.db"}, "give --advertise ADDRESS"),
     ],
 )
 def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):

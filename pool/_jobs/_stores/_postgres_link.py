@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
+from ..._base._redact import redacted as redacted
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from . import _postgres_sql as sql
 from ._retry import lost_connection
@@ -36,15 +37,6 @@ def asyncpg_module() -> Any:
     except ImportError:
         raise ConfigError("store: a postgresql:// store needs asyncpg: pip install 'leakypool[postgres]'") from None
     return asyncpg
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
 
 
 def one_line(exc: BaseException) -> str:

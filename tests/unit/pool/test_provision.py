@@ -160,3 +160,41 @@ def test_provision_error_should_survive_pickling():
 def test_a_pool_should_refuse_a_bad_provision_timeout(bad):
     with pytest.raises(pool.ConfigError, match="provision_timeout"):
         pool.WorkerPool(provisioner=CommandProvisioner(["true"]), max_workers=1, provision_timeout=bad, use_env=False)
+
+
+def test_a_request_that_returned_but_never_joined_should_not_reset_the_back_off():
+    plan = ProvisionPlan(max_workers=10, provision_timeout=5.0)
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    plan.requested(a, 0.0)
+    plan.failed(a, 0.0)
+    plan.requested(b, backoff_s(1))  # the provisioner returns for b, whose worker never comes
+    assert plan.expired(backoff_s(1) + 5.0) == [b]
+    assert plan.failures == 1  # the next failure backs off longer
+    plan.requested(c, 10.0)
+    assert plan.joined(c) and plan.failures == 0  # a worker that joins is what resets it
+
+
+def test_worker_request_should_carry_the_worker_tls_files_as_variables_and_as_flags(tmp_path):
+    files = []
+    for name in ("worker.pem", "worker-key.pem", "ca.pem"):
+        (tmp_path / name).write_text("-")
+        files.append(str(tmp_path / name))
+    request = worker_request(uuid.uuid4(), 0, {}, registry="sqlite:///r.db", tags=(), idle_timeout=2.0, tls=files)
+    assert [request.env[f"LEAKYPOOL_{k}"] for k in ("TLS_CERT", "TLS_KEY", "TLS_CLIENT_CA")] == files
+    from_args = WorkerConfig.from_argv(list(request.args), environ={})
+    assert from_args == WorkerConfig.from_env(request.env)
+    assert (from_args.tls_cert, from_args.tls_key, from_args.tls_client_ca) == tuple(files)
+
+
+@pytest.mark.parametrize("tls", [("cert.pem", "key.pem"), ("cert.pem", "", "ca.pem"), "cert.pem"])
+def test_command_provisioner_should_refuse_incomplete_tls_files(tls):
+    with pytest.raises(pool.ConfigError, match="CommandProvisioner tls"):
+        CommandProvisioner(["true"], tls=tls)
+
+
+def test_a_pool_should_refuse_a_provisioner_whose_workers_could_never_join():
+    with pytest.raises(pool.ConfigError, match=r"give discovery=pool.StoreDiscovery\(URL\)") as info:
+        secret = CommandProvisioner(["true", "postgresql://u:hunter2@db/x"])
+        pool.WorkerPool(provisioner=secret, max_workers=1, use_env=False)
+    assert len(str(info.value).splitlines()) == 1 and "hunter2" not in str(info.value)
+    pool.WorkerPool(provisioner=pool.SubprocessProvisioner(), max_workers=1, use_env=False)  # joins by itself

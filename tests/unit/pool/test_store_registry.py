@@ -1,0 +1,93 @@
+"""Tests for the SQLite registry table: a locked file never stalls the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sqlite3
+import subprocess
+import sys
+
+from pool._discovery._registry import connect
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+async def test_a_write_to_a_locked_sqlite_registry_should_wait_off_the_event_loop(tmp_path):
+    """Another process holds the write lock; only the event loop can release it here.
+
+    A statement run on the loop would wait there SQLITE_BUSY_S and fail ("database is locked")
+    before the loop could release the lock; run on the registry's thread, it waits and succeeds.
+    """
+    path = tmp_path / "registry.db"
+    registry = await connect(f"sqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        writes = asyncio.gather(registry.put("w1", "{}", 60.0), registry.live())
+        for _ in range(3):
+            await asyncio.sleep(0)  # the writes start: on the loop, they would block it right here
+        holder.execute("COMMIT")
+        _, live = await asyncio.wait_for(writes, 30)
+        assert live == {"w1": "{}"}
+    finally:
+        holder.close()
+        await registry.close()
+
+
+async def test_watch_should_report_a_commit_by_another_connection(tmp_path):
+    path = tmp_path / "registry.db"
+    registry = await connect(f"sqlite:///{path}")
+    changed = asyncio.Event()
+    await registry.listen(changed.set)
+    watcher = asyncio.ensure_future(registry.watch())
+    try:
+        with sqlite3.connect(path) as other:
+            other.execute("INSERT INTO leakypool_workers VALUES ('w2', '{}', 1e12)")
+        await asyncio.wait_for(changed.wait(), 30)
+        assert await registry.live() == {"w2": "{}"}
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await registry.close()
+
+
+def test_a_worker_without_registry_should_not_import_sqlite():
+    """Test that only ``--registry`` loads the registry module and sqlite3 into a worker."""
+    check = "import sys, pool._worker._main; sys.exit(bool({'sqlite3', 'pool._worker._registry'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
+
+
+async def test_a_second_withdraw_should_return_only_once_the_record_is_removed(tmp_path):
+    """The worker's exit calls withdraw() while the one its drain started runs: it must wait for it."""
+    import logging
+    import uuid
+
+    from pool._base._tasks import TaskOwner
+    from pool._transport._rpc import WorkerMetadata
+    from pool._worker._registry import RegistryRecord
+
+    path = tmp_path / "registry.db"
+    worker = WorkerMetadata(
+        uid=uuid.uuid4(), address="127.0.0.1:1", pid=1, version="0", tags=frozenset(), capacity=1, tls=False
+    )
+    record = RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0)
+    tasks = TaskOwner("test", logging.getLogger("test"))
+    await record.start(tasks)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the first removal waits for this lock
+        first = tasks.spawn(record.withdraw(), name="withdraw on drain")
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(record.withdraw())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not second.done()  # it waits for the first one...
+        holder.execute("COMMIT")
+        await asyncio.wait_for(second, 30)
+        with sqlite3.connect(path) as db:  # ...which removed the row by the time the second returned
+            assert db.execute("SELECT count(*) FROM leakypool_workers").fetchone()[0] == 0
+        await first
+    finally:
+        holder.close()
+        await tasks.aclose()
