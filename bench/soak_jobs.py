@@ -1,6 +1,7 @@
 """Chaos soak for durable jobs across processes: nothing acknowledged is lost.
 
     python -m bench.soak_jobs [--duration 600] [--dispatchers 3] [--rate 10] [--postgres auto|URL] [--seed N]
+                              [--pg-restart-every 90]
 
 Three dispatching processes (each ``WorkerPool(spawn=2, store=PG)``) share
 one PostgreSQL store and submit jobs continuously (``retries=20``; each
@@ -8,9 +9,12 @@ job sleeps 20-300 ms and logs its start and end in a shared file). Meanwhile,
 at random: a dispatching process is SIGKILLed (its workers go with it, its
 jobs are re-queued by the others once its lease expires) and restarted a
 moment later, or one of their workers is SIGKILLed (its attempt fails and
-is retried); once, half-way, PostgreSQL itself is stopped (``immediate``:
-as a crash) and started again. When the time is up, submitting stops and
-the backlog drains. It prints JSON:
+is retried); and every ``--pg-restart-every`` seconds (default 90; 0: once,
+half-way) PostgreSQL itself is stopped, alternately ``fast`` (a clean
+shutdown that ends every session) and ``immediate`` (as a crash), and started
+again ``PG_DOWN_S`` later: submits ride over it (``store_retry``, 10 s by
+default). When the time is up, submitting stops and the backlog drains. It
+prints JSON:
 
 - ``submitted``: jobs whose ``submit`` returned (acknowledged: committed);
   ``submit_errors``: submits that raised (the store down): not acknowledged;
@@ -168,7 +172,16 @@ class Dispatcher:
                 await self.process.stdin.drain()
 
 
-async def soak(url: str, server: Any, duration: float, count: int, rate: float, seed: int) -> dict[str, Any]:
+def restart_times(duration: float, every: float) -> list[float]:
+    """When (seconds into the soak) PostgreSQL is restarted: every ``every`` seconds, or once half-way (0)."""
+    if every <= 0:
+        return [duration / 2]
+    return [every * i for i in range(1, int(duration // every) + 1) if every * i < duration]
+
+
+async def soak(
+    url: str, server: Any, duration: float, count: int, rate: float, seed: int, restart_every: float = 90.0
+) -> dict[str, Any]:
     rng = random.Random(seed)
     acked: set[str] = set()
     nacked: list[str] = []
@@ -182,21 +195,22 @@ async def soak(url: str, server: Any, duration: float, count: int, rate: float, 
             for d in dispatchers:
                 await d.start(acked, nacked, requeued)
             t0 = time.monotonic()
-            restarted_pg = server is None
+            restarts = [] if server is None else restart_times(duration, restart_every)
             while (elapsed := time.monotonic() - t0) < duration:
                 pause = rng.uniform(*CHAOS_EVERY_S)
-                if not restarted_pg:
-                    pause = min(pause, max(0.0, duration / 2 - elapsed))  # the restart comes half-way, on time
+                if restarts:
+                    pause = min(pause, max(0.0, restarts[0] - elapsed))  # a restart comes on time
                 await asyncio.sleep(min(pause, max(0.1, duration - elapsed)))
                 if time.monotonic() - t0 >= duration:
                     break
-                if not restarted_pg and time.monotonic() - t0 >= duration / 2:
+                if restarts and time.monotonic() - t0 >= restarts[0]:
+                    restarts.pop(0)
+                    mode = ("fast", "immediate")[chaos["postgres_restarts"] % 2]
                     down = time.time()
-                    await asyncio.to_thread(server.stop, "immediate")
+                    await asyncio.to_thread(server.stop, mode)
                     await asyncio.sleep(PG_DOWN_S)
                     await asyncio.to_thread(server.start)
                     events.append((down, time.time()))
-                    restarted_pg = True
                     chaos["postgres_restarts"] += 1
                     continue
                 victim = rng.choice(dispatchers)
@@ -316,6 +330,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="submits per second per dispatching process")
     parser.add_argument("--postgres", default="auto", help="auto (a throwaway server) or a URL (then no restart)")
     parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--pg-restart-every", type=float, default=90.0,
+                        help="seconds between PostgreSQL restarts, alternately fast and immediate (0: once, half-way)")
     parser.add_argument("--child", nargs=4, metavar=("URL", "NAME", "LOG", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -323,13 +339,15 @@ def main() -> None:
         uvloop.run(dispatcher(url, name, log, float(rate)))
         return
     if args.postgres != "auto":
-        result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed))
+        result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0))
     else:
         from tests import pg
 
         with pg.server() as server:
             server.psql(f"CREATE DATABASE soak OWNER {pg.USER}")
-            result = uvloop.run(soak(server.url("soak"), server, args.duration, args.dispatchers, args.rate, args.seed))
+            result = uvloop.run(soak(
+                server.url("soak"), server, args.duration, args.dispatchers, args.rate, args.seed, args.pg_restart_every
+            ))
     print(json.dumps(result, indent=2))
 
 

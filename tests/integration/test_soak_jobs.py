@@ -1,4 +1,4 @@
-"""The jobs chaos soak (bench/soak_jobs.py), in a short run: kills, a PostgreSQL restart, nothing lost."""
+"""The jobs chaos soak (bench/soak_jobs.py), in a short run: kills, PostgreSQL restarts, nothing lost."""
 
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from tests import pg
 pytestmark = pytest.mark.integration
 
 
-async def test_a_short_soak_should_lose_no_acknowledged_job_through_kills_and_a_postgres_restart():
+async def test_a_short_soak_should_lose_no_acknowledged_job_through_kills_and_postgres_restarts():
     if pg.find_bindir() is None:
         pytest.skip("PostgreSQL is not installed here; tools/install_system_packages.sh installs it")
     result = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "bench.soak_jobs", "--duration", "12", "--seed", "3"],
+        subprocess.run, [sys.executable, "-m", "bench.soak_jobs", "--duration", "12", "--seed", "3", "--pg-restart-every", "4"],
         capture_output=True, text=True, timeout=110,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert report["submitted"] > 0 and report["postgres_restarts"] == 1
+    assert report["submitted"] > 0 and report["postgres_restarts"] >= 1  # at 4 s (fast), 8 s (immediate) if in time
+    assert report["submit_errors"] == 0, report  # submits ride over a restart (store_retry, issue 25)
     # Runs twice are at-least-once: counted and reported, not failed on. Even run_twice_without_chaos
     # can be > 0 on a loaded machine: a process that renews its lease late has its jobs re-queued
     # (docs/performance.md, "Chaos soak for jobs across processes"); the soak counts those apart,
