@@ -1,0 +1,112 @@
+"""Opening a job store: files and URLs that are not a store, newer schemas, unreachable servers.
+
+The contract of a store once open is in test_store_contract.py; these are the ways `open` refuses,
+and the ways it must not (several processes creating one file at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
+import pool
+from pool._jobs._store import NewJob
+from pool._jobs._stores._postgres import PostgresStore
+from pool._jobs._stores._sqlite import SCHEMA_VERSION, SQLiteStore
+from tests.unit.pool.jobs.test_store_contract import NOW, job, opened
+
+
+class TestSQLiteFiles:
+    async def test_open_should_refuse_what_is_not_a_leakypool_store_in_one_line(self, tmp_path):
+        """Test each unusable file fails at open with a ConfigError naming the path."""
+        (tmp_path / "text").write_text("not a database\n" * 200)
+        foreign = sqlite3.connect(tmp_path / "foreign.db")
+        foreign.execute("CREATE TABLE users (id INTEGER)")
+        foreign.close()
+        for name, message in [
+            ("text", "not a SQLite database"),
+            ("foreign.db", "not a leakypool job store"),
+            ("missing-dir/jobs.db", "unable to open"),
+            ("", "is a directory"),
+        ]:
+            store = SQLiteStore(str(tmp_path / name))
+            with pytest.raises(pool.ConfigError, match=message) as info:
+                await store.open()
+            assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+        assert threading.active_count() >= 1  # (and no store thread left behind: the autouse check)
+
+    async def test_open_should_refuse_a_newer_schema_and_leave_it_untouched(self, tmp_path):
+        """Test that a database from a newer release is refused, not damaged."""
+        path = tmp_path / "jobs.db"
+        async with opened("sqlite", tmp_path):
+            pass
+        db = sqlite3.connect(path)
+        db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
+        db.commit()
+        db.close()
+        before = path.read_bytes()
+        with pytest.raises(pool.ConfigError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
+            await SQLiteStore(str(path)).open()
+        assert path.read_bytes() == before
+
+    async def test_full_disk_should_fail_submit_with_store_error_and_write_nothing(self, tmp_path):
+        """Test a full database (SQLite's max_page_count): StoreError, no half-written job, recovery after."""
+        async with opened("sqlite", tmp_path) as store:
+            await store.submit(job("small"))
+            pages = (await store._run(lambda db: db.execute("PRAGMA page_count").fetchone(), write=False))[0]
+            await store._run(lambda db: db.execute(f"PRAGMA max_page_count = {pages}"), write=False)
+            big = NewJob("big", "mod.fn", b"x" * 200_000, NOW, NOW + 60)
+            with pytest.raises(pool.StoreError, match="full"):
+                await store.submit(big)
+            assert await store.get("big") is None
+            await store._run(lambda db: db.execute("PRAGMA max_page_count = 1073741823"), write=False)
+            assert (await store.submit(big))[1]
+
+    def test_from_url_should_read_an_absolute_path(self):
+        """Test the URL forms DESIGN.md uses."""
+        assert SQLiteStore.from_url("sqlite:///var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
+        assert SQLiteStore.from_url("sqlite:////var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
+        for bad in ("sqlite:///", "sqlite://host/x.db", "postgres://x"):
+            with pytest.raises(pool.ConfigError, match="expected sqlite:///"):
+                SQLiteStore.from_url(bad)
+
+
+class TestPostgresStore:
+    async def test_open_should_fail_in_one_line_when_unreachable_or_refused(self, postgres_server, postgres_url):
+        """Test an unreachable server and wrong credentials: one ConfigError line, the password redacted."""
+        from tests import pg
+
+        closed_port = f"postgresql://{pg.USER}:{pg.PASSWORD}@127.0.0.1:1/nope"
+        wrong_password = postgres_server.url(postgres_url.rsplit("/", 1)[1], password="wrong-password")
+        for url, message in [(closed_port, "cannot connect"), (wrong_password, "password authentication failed")]:
+            with pytest.raises(pool.ConfigError, match=message) as info:
+                await PostgresStore(url).open()
+            text = str(info.value)
+            assert "\n" not in text and pg.PASSWORD not in text and "wrong-password" not in text
+
+    async def test_open_should_refuse_a_newer_schema_and_leave_it_untouched(self, postgres_server, postgres_url):
+        """Test that a database from a newer release is refused, not damaged."""
+        store = PostgresStore(postgres_url)
+        await store.open()
+        await store.submit(job("kept"))
+        await store.close()
+        database = postgres_url.rsplit("/", 1)[1]
+        postgres_server.psql("UPDATE leakypool_schema SET version = version + 1", database)
+        with pytest.raises(pool.ConfigError, match="is newer than this release"):
+            await PostgresStore(postgres_url).open()
+        assert postgres_server.psql("SELECT id FROM leakypool_jobs", database).split() == ["kept"]
+
+
+class TestSQLiteOpen:
+    async def test_open_should_wait_for_peers_opening_a_new_file_at_the_same_moment(self, tmp_path):
+        """Test several processes' stores (here: connections) creating one fresh file at once: no 'locked'."""
+        for i in range(20):
+            path = str(tmp_path / f"fresh{i}.db")
+            stores = [SQLiteStore(path) for _ in range(4)]
+            try:
+                await asyncio.gather(*(store.open() for store in stores))
+            finally:
+                await asyncio.gather(*(store.close() for store in stores))
