@@ -8,7 +8,7 @@ import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
-from tests.integration import routines
+from tests.integration import hooks, routines
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -42,14 +42,14 @@ async def test_threshold_should_cap_concurrent_tasks_per_worker():
 
 
 async def test_custom_hook_should_be_shipped_to_spawned_workers():
-    async with pool.WorkerPool(spawn=2, backpressure=routines.RejectNamed("add")):
+    async with pool.WorkerPool(spawn=2, backpressure=hooks.RejectNamed("add")):
         with pytest.raises(pool.NoWorkersAvailable):
             await routines.add(1, 2)
         assert await routines.echo("accepted") == "accepted"
 
 
 async def test_async_hook_should_be_awaited():
-    async with Signals() as signals, pool.WorkerPool(spawn=1, backpressure=routines.AsyncCap(1)):
+    async with Signals() as signals, pool.WorkerPool(spawn=1, backpressure=hooks.AsyncCap(1)):
         first = asyncio.ensure_future(routines.sleep(60, signals.address, "held"))
         await signals.wait("started held")
         with pytest.raises(pool.NoWorkersAvailable):
@@ -60,7 +60,7 @@ async def test_async_hook_should_be_awaited():
 
 
 async def test_raising_hook_should_reject_transiently_log_and_keep_serving(capfd):
-    async with pool.WorkerPool(spawn=1, backpressure=routines.Exploding()) as p:
+    async with pool.WorkerPool(spawn=1, backpressure=hooks.Exploding()) as p:
         before = p.pids
         with pytest.raises(pool.NoWorkersAvailable) as info:
             await routines.fail("x")
@@ -84,6 +84,6 @@ async def test_rejection_should_rotate_to_a_worker_with_room(one_slot_pool):
 
 
 async def test_async_hook_should_count_calls_it_is_still_deciding_on():
-    async with pool.WorkerPool(spawn=1, backpressure=routines.AsyncCap(1)):
+    async with pool.WorkerPool(spawn=1, backpressure=hooks.AsyncCap(1)):
         results = await asyncio.gather(routines.sleep(0.3), routines.sleep(0.3), return_exceptions=True)
     assert sorted(type(r).__name__ for r in results) == ["NoWorkersAvailable", "float"]

@@ -25,7 +25,7 @@ import time
 import pytest
 
 import pool
-from tests.integration import faults, routines
+from tests.integration import faults, hooks, routines
 from tests.integration.helpers import until_members
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_re
     first). Either way the Call had left, so the worker may have run it: the pool must not offer
     it to the other worker.
     """
-    stall = routines.StallAfterAccepting("die_at_once", STALL_S)
+    stall = hooks.StallAfterAccepting("die_at_once", STALL_S)
     async with pool.WorkerPool(spawn=2, local_transport=transport, backpressure=stall) as p:
         await asyncio.gather(*(routines.add(1, 2) for _ in range(4)))  # both workers import routines.py now
         with pytest.raises(pool.WorkerBroken, match=LOST):

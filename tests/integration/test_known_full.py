@@ -16,7 +16,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
 from pool._transport._session import Session
-from tests.integration import routines
+from tests.integration import hooks, routines
 from tests.integration.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ async def test_a_worker_refusing_for_another_reason_should_be_passed_over_then_o
 
 async def test_a_hook_that_refuses_one_routine_should_not_hide_the_worker_from_others():
     """A task-dependent hook (it refuses `add` only) below its count: the worker still takes `echo`."""
-    async with pool.WorkerPool(spawn=1, backpressure=routines.RejectNamed("add")) as p:
+    async with pool.WorkerPool(spawn=1, backpressure=hooks.RejectNamed("add")) as p:
         with pytest.raises(pool.NoWorkersAvailable):
             await routines.add(1, 2)
         assert not p._roster.known_full
