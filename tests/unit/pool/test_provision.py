@@ -26,6 +26,7 @@ class PlanMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.members: set[uuid.UUID] = set()
         self.others = 0  # members nobody asked for (another pool's, spawned ones)
+        self.asked = 0  # uids are numbered, not random: hypothesis replays a failing run step for step
 
     def count(self) -> int:
         return len(self.members) + self.others
@@ -39,7 +40,8 @@ class PlanMachine(RuleBasedStateMachine):
             assert wanted == 0  # no request during a back-off
         if wanted:
             assert self.count() + len(before) < self.plan.max_workers
-            self.plan.requested(uuid.uuid4(), self.now)
+            self.asked += 1
+            self.plan.requested(uuid.UUID(int=self.asked), self.now)
         assert len(self.plan.outstanding) >= len(before)
 
     @precondition(lambda self: self.plan.outstanding)
