@@ -59,12 +59,20 @@ class TestDumpsLoads:
         monkeypatch.setattr(_wire, "_BY_VALUE", {"some.module"})
         assert _wire._plain((1, 2)) is None
 
-    def test_dumps_should_not_search_a_large_value_for_main(self, monkeypatch):
-        """Test that a value past PLAIN_MAX_BYTES goes to cloudpickle unsearched (the search costs ~0.4 ms a MiB)."""
+    def test_dumps_should_not_search_values_that_can_name_no_object(self, monkeypatch):
+        """Test that bytes and the like go as plain pickle unsearched (the search costs ~0.4 ms a MiB).
+
+        A bytes value that merely contains the text ``__main__`` still goes plain; inside a list,
+        where an object could hide, the same bytes send the value through the search (then cloudpickle).
+        """
+        import pickle
+
         monkeypatch.setattr(_wire, "_BY_VALUE", set())  # as if no module went by value (other tests register some)
-        large = b"x" * (_wire.PLAIN_MAX_BYTES + 1)
-        assert _wire._plain((large,)) is None and _wire._plain((b"x" * 100,)) is not None
-        assert _wire.loads(_wire.dumps((large,), what="v"), what="v") == (large,)
+        text = b"x __main__ y" * 10_000
+        assert _wire.dumps(text, what="v") == pickle.dumps(text, protocol=pickle.HIGHEST_PROTOCOL)
+        assert _wire.pack_args("f", (text,), {"k": 3}) == pickle.dumps(((text,), {"k": 3}), protocol=5)
+        assert _wire._plain([text]) is None
+        assert _wire.loads(_wire.pack_args("f", ([text],), {}), what="v") == (([text],), {})
 
     def test_dumps_should_raise_serialization_error_naming_the_value_when_unpicklable(self):
         """Test that the error says what could not be pickled, and is a TypeError."""
