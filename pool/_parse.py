@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from ._base._redact import redacted
 from ._errors import ConfigError
 
 PREFIX: Final[str] = "LEAKYPOOL_"
@@ -47,7 +48,7 @@ class Setting:
         try:
             return self.parse(raw.strip())
         except (ValueError, TypeError):
-            raise ConfigError(f"{source}: expected {self.expect}, got {raw!r}") from None
+            raise ConfigError(f"{source}: expected {self.expect}, got {redacted(raw)!r}") from None
 
 
 def resolve(

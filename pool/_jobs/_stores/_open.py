@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..._base._redact import redacted
 from ..._errors import ConfigError
 from .._store import JobStore
 
@@ -23,7 +24,7 @@ def open_store(store: object) -> JobStore | None:
             from ._postgres import PostgresStore
 
             return PostgresStore.from_url(store)
-        raise ConfigError(f"store: expected sqlite:///PATH or postgresql://..., got {store!r}")
+        raise ConfigError(f"store: expected sqlite:///PATH or postgresql://..., got {redacted(store)!r}")
     if isinstance(store, JobStore):
         return store
     raise ConfigError(f"store: expected a store URL or a pool.JobStore, got {store!r}")

@@ -156,3 +156,16 @@ def test_pool_settings_should_each_be_a_worker_pool_argument():
 
     arguments = set(inspect.signature(pool.WorkerPool).parameters)
     assert {setting.name for setting in POOL_SETTINGS} - arguments == set()
+
+
+def test_a_refused_url_should_never_echo_its_password():
+    """Test that a mistyped store URL (argument or variable) is named in the error without its password."""
+    import pool
+
+    for make in (
+        lambda: pool.WorkerPool(store="postgresq://app:s3cret@db/app", use_env=False),
+        lambda: PoolConfig.from_env({"LEAKYPOOL_STORE": "postgresq://app:s3cret@db/app"}),
+    ):
+        with pytest.raises(pool.ConfigError, match=r"postgresq://app:\*\*\*@db/app") as info:
+            make()
+        assert "s3cret" not in str(info.value)
