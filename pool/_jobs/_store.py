@@ -357,7 +357,12 @@ class PausableStore(Protocol):
         ...
 
     async def resume(self, queue: str) -> None:
-        """Resume ``queue`` (idempotent)."""
+        """Resume ``queue`` (idempotent).
+
+        Time spent paused SHOULD NOT count against a due job's dispatch
+        deadline: the built-in stores push it on by that time, atomically
+        with ending the pause.
+        """
         ...
 
     async def paused(self) -> list[str]:

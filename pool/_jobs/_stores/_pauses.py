@@ -6,6 +6,12 @@ those are always leased through the limit check); submissions are still
 accepted and running jobs finish. The table is created on open if missing,
 so a store made by an older release gains it without a migration; the jobs
 table is untouched.
+
+Time spent paused does not count against a job's dispatch deadline: the
+resume that deletes a queue's row pushes the deadline of its pending jobs
+that were due by then on by the time they spent paused (from the pause, or
+from when they fell due if later), in the same statement, so a resume
+retried after a lost answer finds no row and shifts nothing twice.
 """
 
 from __future__ import annotations
@@ -20,6 +26,19 @@ PAUSED_TABLE: Final[str] = (
     "CREATE TABLE IF NOT EXISTS leakypool_paused (queue TEXT PRIMARY KEY, paused_at DOUBLE PRECISION NOT NULL)"
 )
 """The paused queues (the same text for SQLite and PostgreSQL)."""
+
+_POSTGRES_RESUME: Final[str] = (
+    "WITH gone AS (DELETE FROM leakypool_paused WHERE queue = $1 RETURNING paused_at) "
+    "UPDATE leakypool_jobs SET deadline = deadline + ($2 - greatest(gone.paused_at, next_at)) "
+    "FROM gone WHERE queue = $1 AND state = 'pending' AND next_at < $2"
+)
+"""Resume a queue: delete its row and push its pending jobs' deadlines on by the time each spent paused."""
+
+_SQLITE_SHIFT: Final[str] = (
+    "UPDATE jobs SET deadline = deadline + (:now - max(:paused_at, next_at)) "
+    "WHERE queue = :queue AND state = 'pending' AND next_at < :now"
+)
+"""The same push on SQLite, after its own DELETE ... RETURNING (one transaction)."""
 
 
 async def create_paused_table(db: Any) -> None:
@@ -48,7 +67,7 @@ class PostgresPauses:
     async def resume(self, queue: str) -> None:
         """Lease ``queue``'s pending jobs again (the other processes lease them at once)."""
         store: Any = self
-        await store._call("execute", "DELETE FROM leakypool_paused WHERE queue = $1", queue)
+        await store._call("execute", _POSTGRES_RESUME, queue, time.time())
         await store._notify("pause")
         await store._notify("due")
 
@@ -74,12 +93,19 @@ class SQLitePauses:
     async def resume(self, queue: str) -> None:
         """Lease ``queue``'s pending jobs again."""
         store: Any = self
-        await store._run(lambda db: db.execute("DELETE FROM leakypool_paused WHERE queue = ?", (queue,)), write=True)
+        now = time.time()
+        await store._run(lambda db: _sqlite_resume(db, queue, now), write=True)
 
     async def paused(self) -> list[str]:
         """The paused queues' names, sorted."""
         store: Any = self
         return await store._run(_paused_names, write=False)
+
+
+def _sqlite_resume(db: sqlite3.Connection, queue: str, now: float) -> None:
+    row = db.execute("DELETE FROM leakypool_paused WHERE queue = ? RETURNING paused_at", (queue,)).fetchone()
+    if row is not None:
+        db.execute(_SQLITE_SHIFT, {"now": now, "paused_at": row[0], "queue": queue})
 
 
 def _paused_names(db: sqlite3.Connection) -> list[str]:

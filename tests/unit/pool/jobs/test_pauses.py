@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 
+import asyncpg
 import pytest
 
 from pool._jobs._store import NewJob
@@ -20,6 +23,19 @@ def store_url(request, tmp_path) -> str:
 def _job(job_id: str, queue: str) -> NewJob:
     now = time.time()
     return NewJob(id=job_id, routine="r", payload=b"p", created_at=now, deadline=now + 60, queue=queue, concurrency=5)
+
+
+async def _pause_since(store_url: str, queue: str, paused_at: float) -> None:
+    """Backdate ``queue``'s pause (what a long pause looks like, without waiting for it)."""
+    if store_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(store_url.removeprefix("sqlite:///"))) as db, db:
+            db.execute("UPDATE leakypool_paused SET paused_at = ? WHERE queue = ?", (paused_at, queue))
+        return
+    db = await asyncpg.connect(store_url)
+    try:
+        await db.execute("UPDATE leakypool_paused SET paused_at = $1 WHERE queue = $2", paused_at, queue)
+    finally:
+        await db.close()
 
 
 class TestPauses:
@@ -52,3 +68,37 @@ class TestPauses:
             assert await second.paused() == ["mail"]
         finally:
             await second.close()
+
+    async def test_resume_should_not_count_the_time_a_job_spent_paused_against_its_dispatch_deadline(self, store_url):
+        """Test that resuming pushes each due job's deadline on by the time it spent paused, and no other's."""
+        store = open_store(store_url)
+        await store.open()
+        try:
+            now = time.time()
+            await store.pause("mail")
+            await _pause_since(store_url, "mail", now - 100)
+
+            def job(job_id: str, due: float, queue: str = "mail") -> NewJob:  # 60 s to start once due
+                return NewJob(id=job_id, routine="r", payload=b"p", created_at=min(due, now), deadline=due + 60,
+                              queue=queue, concurrency=5, next_at=due)
+
+            for new in (
+                job("waiting", now - 150),  # 10 s left when paused, 100 s paused
+                job("submitted_while_paused", now - 50),  # paused for all of its 50 s
+                job("expired_before_the_pause", now - 300),
+                job("delayed", now + 30),  # not due yet: not waiting
+                job("other_queue", now - 150, queue="other"),
+            ):
+                await store.submit(new)
+            await store.resume("mail")
+            await store.resume("mail")  # a retried resume: the pause is gone, nothing moves twice
+            deadlines = {r.id: r.deadline - now for r in await store.list(limit=10)}
+            assert deadlines == pytest.approx({
+                "waiting": 10.0,
+                "submitted_while_paused": 60.0,
+                "expired_before_the_pause": -140.0,
+                "delayed": 90.0,
+                "other_queue": -90.0,
+            }, abs=2.0)
+        finally:
+            await store.close()
