@@ -193,8 +193,12 @@ class CommandProvisioner:
         """
         argv = self.command(request)
         process = await _start(argv, child_env(request.env) | self._env)
+        try:
+            tail = await _Tail.attach(process)
+        except BaseException:  # cancelled (the pool closing) before anything watches it
+            _abandon_process(process)
+            raise
         self._running[process.pid] = process
-        tail = await _Tail.attach(process)
         exited = watch_exit(process)
         settled_at = time.monotonic() + self._settle
         self._tasks.spawn(self._watch(process, exited, tail, request.uid, settled_at), name=f"command {process.pid}")
@@ -290,11 +294,15 @@ def _abandon(starting: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     """A command started for a request that was cancelled meanwhile: kill it, reap it in a thread."""
     if starting.cancelled() or starting.exception() is not None:
         return
-    process = starting.result()
+    _abandon_process(starting.result())
+
+
+def _abandon_process(process: subprocess.Popen[bytes]) -> None:
+    """Kill a command nothing will watch, and reap it in a thread (the loop may be closing)."""
     _kill(process)
     if process.stderr is not None:
         process.stderr.close()
-    threading.Thread(target=process.wait, name="leakypool-reap", daemon=True).start()  # the loop may be closing
+    threading.Thread(target=process.wait, name="leakypool-reap", daemon=True).start()
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import pickle
+import subprocess
 import uuid
 
 import hypothesis.strategies as st
@@ -13,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import pool
 from pool._config import WorkerConfig
 from pool._fleet._plan import BACKOFF_MAX_S, ProvisionPlan, backoff_s
+from pool._fleet import _provision
 from pool._fleet._provision import CommandProvisioner, WorkerRequest
 from pool._fleet._provisioning import worker_request
 
@@ -200,3 +204,25 @@ def test_a_pool_should_refuse_a_provisioner_whose_workers_could_never_join():
         pool.WorkerPool(provisioner=secret, max_workers=1, use_env=False)
     assert len(str(info.value).splitlines()) == 1 and "hunter2" not in str(info.value)
     pool.WorkerPool(provisioner=pool.SubprocessProvisioner(), max_workers=1, use_env=False)  # joins by itself
+
+
+async def test_a_provision_cancelled_before_its_command_is_watched_should_kill_and_reap_the_command(monkeypatch):
+    """Test that a command whose request is cancelled while its stderr is being attached is not left running."""
+    started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def attach_that_hangs(process: subprocess.Popen[bytes]) -> None:
+        started.set_result(process.pid)
+        await asyncio.Event().wait()  # cancelled here
+
+    monkeypatch.setattr(_provision._Tail, "attach", staticmethod(attach_that_hangs))
+    provisioner = CommandProvisioner(["sleep", "60"])
+    request = asyncio.ensure_future(provisioner.provision(WorkerRequest(uuid.uuid4(), {}, (), seq=1)))
+    pid = await asyncio.wait_for(started, 10)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    async with asyncio.timeout(10):  # killed, then reaped by a thread: the pid disappears (no event carries it)
+        while os.path.exists(f"/proc/{pid}"):
+            await asyncio.sleep(0.01)
+    assert provisioner.pids == []
+    await provisioner.aclose()
