@@ -45,9 +45,13 @@ async def create_paused_table(db: Any) -> None:
     """Create the paused-queues table on a PostgreSQL connection if missing, under the schema lock.
 
     (Two processes creating it at once would otherwise race: ``IF NOT EXISTS`` is not atomic there.)
+    Where it exists nothing is run but a lookup, so a role without the CREATE privilege, on a
+    database its owner set up, opens the store.
     """
     from ._postgres_sql import LOCK_SCHEMA
 
+    if await db.fetchval("SELECT to_regclass('leakypool_paused')") is not None:
+        return
     async with db.transaction():
         await db.execute("SELECT pg_advisory_xact_lock($1)", LOCK_SCHEMA)
         await db.execute(PAUSED_TABLE)

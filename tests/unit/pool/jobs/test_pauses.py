@@ -102,3 +102,28 @@ class TestPauses:
             }, abs=2.0)
         finally:
             await store.close()
+
+
+async def test_a_role_without_the_create_privilege_should_open_a_store_its_owner_set_up(postgres_server, postgres_url):
+    """Test that opening an up-to-date PostgreSQL store creates nothing (the paused table included)."""
+    owner = open_store(postgres_url)
+    await owner.open()  # the owner creates the schema, paused table and all
+    await owner.close()
+    database = postgres_url.rsplit("/", 1)[1]
+    role = f"app_{database[-20:]}"
+    postgres_server.psql(f"CREATE ROLE {role} LOGIN PASSWORD 'app'")
+    try:
+        postgres_server.psql(
+            f"REVOKE CREATE ON SCHEMA public FROM PUBLIC; GRANT USAGE ON SCHEMA public TO {role}; "
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+            database=database,
+        )
+        app = open_store(postgres_url.replace("leaky:s3cret@", f"{role}:app@"))
+        await app.open()
+        try:
+            await app.pause("mail")
+            assert await app.paused() == ["mail"]
+        finally:
+            await app.close()
+    finally:
+        postgres_server.psql(f"DROP OWNED BY {role}; DROP ROLE {role}", database=database)
