@@ -20,8 +20,9 @@ class BackpressureContext:
         memory_fraction: The host's memory in use, as a fraction of its
             total (None where the pool does not measure it, e.g. in wool).
         memory_bytes: The worker process's resident memory (or None).
-        loop_lag_s: How late the worker's I/O loop ran a timer lately, in
-            seconds (or None).
+        loop_lag_s: How late the worker's loop ran a timer lately, or how
+            long user code has held it so far (a pool's own workers run
+            routines on that loop), in seconds (or None).
         recent_latencies_s: Durations of the worker's latest tasks, oldest
             first (empty where not measured).
 

@@ -105,7 +105,7 @@ class LatencyBackpressure(_ByValue):
 
 
 class LoopLagBackpressure(_ByValue):
-    """Reject while the worker's I/O loop runs timers ``max_lag_s`` late or more (it is starved).
+    """Reject while the worker's loop runs timers ``max_lag_s`` late or more, or a routine has held it that long (it is starved).
 
     Raises:
         ValueError: ``max_lag_s`` is not > 0.

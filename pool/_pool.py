@@ -40,9 +40,9 @@ from ._pool_jobs import PoolJobs, job_scheduler
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
 from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
+from ._transport._outgoing import OutgoingCall
 from ._transport._proto import leakypool_pb2 as pb
 from ._transport._rpc import WorkerMetadata
-from ._transport._session import OutgoingCall
 from ._transport._task import Task
 from ._transport._tls import TlsCredentials
 

@@ -26,7 +26,7 @@ from balancer import LoadBalancerLike
 
 from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
 from .._transport._connection import WorkerConnection
-from .._transport._session import OutgoingCall
+from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._membership import Membership
 from ._roster import Roster

@@ -23,8 +23,8 @@ from typing import Final
 
 from .._errors import StoreError, WorkerBroken
 from .._transport._calls import CANCEL_CONFIRM_S
+from .._transport._outgoing import OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._session import OutgoingCall
 from ._attempt import Attempt, decide, describe, persist, raised
 from ._store import JobRecord, JobStore
 

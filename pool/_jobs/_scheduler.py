@@ -29,12 +29,11 @@ from typing import Final
 
 from .._base._tasks import TaskOwner
 from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, StoreError
-from .._transport._session import OutgoingCall
+from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, persist
+from ._attempt import Outage, expired, persist
 from ._attempt import due_order as _due_order
-from ._attempt import expired
 from ._codec import decode
 from ._due import NextDue
 from ._job import Jobs

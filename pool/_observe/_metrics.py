@@ -20,7 +20,7 @@ from .._errors import ConfigError
 from .._transport._proto import leakypool_pb2 as pb
 
 if TYPE_CHECKING:
-    from .._transport._session import OutgoingCall
+    from .._transport._outgoing import OutgoingCall
     from ._stats import PoolStats
 
 OUTCOMES = ("ok", "error", "cancelled", "lost")

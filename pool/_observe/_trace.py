@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._version import __version__
 
 if TYPE_CHECKING:
-    from .._transport._session import OutgoingCall
+    from .._transport._outgoing import OutgoingCall
     from .._transport._task import Task
 
 TRACER_NAME: Final[str] = "leakypool"

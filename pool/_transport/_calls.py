@@ -30,9 +30,10 @@ from typing import Any, Final
 from .._errors import WorkerBroken, WorkerRejected
 from . import _wire
 from ._dispatcher import Dispatcher
+from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
 from ._rpc import TRANSIENT_CODES, status_name
-from ._session import OutgoingCall, Session
+from ._session import Session
 from ._task import Task
 
 

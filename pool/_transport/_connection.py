@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 from .._base._tasks import TaskOwner
 from .._errors import WorkerBroken
 from ._calls import open_call
+from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
 from ._rpc import WorkerMetadata
-from ._session import CallHost, OutgoingCall, Session
+from ._session import CallHost, Session
 from ._task import Task
 from ._tls import TlsCredentials
 from ._unix_channel import UnixChannel

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import struct
 from collections.abc import Callable
 from typing import Final
@@ -52,6 +53,12 @@ READ_AHEAD_MESSAGES: Final[int] = 256
 SMALL_MESSAGE_BYTES: Final[int] = 64 << 10
 """Below this size a message and its length leave as one copied buffer (one write, no gather)."""
 
+PULL_READS: Final[int] = 16
+"""Reads one `MessageStream.pull` makes at most (what arrives meanwhile waits for the next)."""
+
+PULL_BYTES: Final[int] = 256 << 10
+"""Bytes one read of `MessageStream.pull` takes at most."""
+
 _LENGTH: Final[struct.Struct] = struct.Struct(">I")
 
 
@@ -73,10 +80,13 @@ class MessageStream(asyncio.Protocol):
     Args:
         first_limit: The largest first message accepted (`HELLO_MAX_BYTES`
             on the worker's side); later ones may be up to `MESSAGE_MAX_BYTES`.
+        received: Bytes already read off the connection (by a worker's watch
+            thread), taken as if they had just arrived.
     """
 
-    def __init__(self, first_limit: int = MESSAGE_MAX_BYTES) -> None:
+    def __init__(self, first_limit: int = MESSAGE_MAX_BYTES, received: bytes = b"") -> None:
         self.limit = first_limit  # largest message accepted next
+        self._received = received  # what was read off the connection before this stream took it
         self.transport: asyncio.Transport | None = None
         self._pending: list[bytes] = []  # the start of a message still arriving
         self._pending_bytes = 0
@@ -89,12 +99,16 @@ class MessageStream(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._sink: Callable[[bytes | memoryview], None] | None = None
+        self._fd = -1  # the socket's, once `pull` or `write_through` needed it
 
     # -- asyncio.Protocol -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        if self._received:
+            received, self._received = self._received, b""
+            self.data_received(received)  # before anything the transport reads
 
     def data_received(self, data: bytes) -> None:
         if self._pending:
@@ -222,6 +236,53 @@ class MessageStream(asyncio.Protocol):
         else:
             transport.writelines((_LENGTH.pack(len(message)), message))
         return True
+
+    def pull(self) -> None:
+        """Read what waits on the socket now and hand it on, as the loop would (`_overrun`'s watch thread).
+
+        Only for a caller that holds the worker's guard while the loop's
+        thread runs user code, so nothing else reads this socket meanwhile.
+        An end or an error is left for the loop to find.
+        """
+        fd = self._fileno()
+        for _ in range(PULL_READS):
+            if self._ended is not None or fd < 0:
+                return
+            try:
+                data = os.read(fd, PULL_BYTES)
+            except OSError:  # nothing waiting (EAGAIN), or the connection failed: the loop sees it
+                return
+            if not data:
+                return
+            self.data_received(data)
+
+    def write_through(self, frames: pb.Frames) -> bool:
+        """Send one `pb.Frames` at once, straight to the socket when nothing is buffered (see `pull`).
+
+        A write queued on the transport would wait for the loop's turn to
+        end, which is what the watch thread is there to not wait for.
+        """
+        transport, fd = self.transport, self._fileno()
+        if self._ended is not None or transport is None or transport.is_closing() or fd < 0:
+            return False
+        message = frames.SerializeToString()
+        data = _LENGTH.pack(len(message)) + message
+        if transport.get_write_buffer_size() == 0:
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                pass
+            except OSError:
+                return True  # the connection failed: the loop finds out and fails the stream
+        if data:
+            transport.write(data)  # behind nothing else: the order holds
+        return True
+
+    def _fileno(self) -> int:
+        if self._fd < 0 and self.transport is not None:
+            sock = self.transport.get_extra_info("socket")
+            self._fd = -1 if sock is None else sock.fileno()
+        return self._fd
 
     def write_frames_now(self, frames: pb.Frames) -> bool:
         """`write_now` for one `pb.Frames` (a `Session`'s writer, when it can write without waiting)."""

@@ -100,6 +100,21 @@ class Outbox:
             self._taken += 1
             self.written = self._taken  # in order: any batch the writer task holds was handed over before it waits
 
+    def flush_through(self, write_now: WriteNow) -> None:
+        """Send the batch now (held frames too) through ``write_now``, from outside the loop's turn.
+
+        For a worker's watch thread (`pool._worker._overrun`), whose frames
+        cannot wait for the end of a turn the main loop is stuck in. A batch
+        the writer task already has (a full socket) is left to it.
+        """
+        batch = self._batch
+        if not batch.frames or self._ready.is_set() or self._write_now is None:
+            return
+        if write_now(batch):
+            self._batch = pb.Frames()
+            self._taken += 1
+            self.written = self._taken
+
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
         self._closing = True

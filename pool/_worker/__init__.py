@@ -6,9 +6,10 @@
     _grpc_server the service over gRPC on TCP (the only worker module importing grpc)
     _admission   worker-side admission: the backpressure verdict and "room" notices (no I/O)
     _lifecycle   idle timeout, max lifetime, drains
-    _runner      the routine loop: unpickle, run, pickle the outcome
+    _runner      where routines run: unpickle, run, pickle the outcome
+    _overrun     routines on the main loop, and the watch thread that answers for it (unix socket)
     _upstream    nested dispatch: a routine here calls a routine, back up its stream
-    _threads     the two event loops and the hops between them
+    _threads     the routine loop thread and the hops to it (a worker serving gRPC)
 
 Nothing outside this package imports it (a test enforces it); it imports
 only what both sides share (`_rpc`, `_session`, `_calls`, `_wire`,

@@ -21,9 +21,9 @@ from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
 from .._config import ConfigError, WorkerConfig, default_registry
-from .._parse import is_loopback
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
+from .._parse import is_loopback
 from .._transport import _malloc, _wire
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
@@ -155,6 +155,17 @@ def count_cap(hook: BackpressureLike | None) -> int:
     return 0
 
 
+def runs_inline(config: WorkerConfig) -> bool:
+    """Whether routines run on the main loop (`_overrun`): a worker serving only its pool's unix socket.
+
+    Everything such a worker serves is a stream the watch thread can answer
+    while a routine overruns. gRPC, the metrics port and the registry's
+    refresh live on the main loop and could not be answered for: a worker
+    with any of them runs routines on a thread of their own.
+    """
+    return bool(config.unix_socket) and config.metrics_port < 0 and not config.registry
+
+
 async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
     """Serve until drained; returns why the worker stopped."""
     uid = config.uid or str(new_uid())
@@ -166,6 +177,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         idle_timeout=config.idle_timeout,
         max_lifetime=config.max_lifetime,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
+        inline=runs_inline(config),
     )
     stop_server, port = await _start_server(config, service)
     service.start()

@@ -1,10 +1,13 @@
-"""The worker's routine loop: where shipped routines run, on a thread of their own.
+"""Where shipped routines run: on the main loop (`_overrun`), or on a loop thread of their own.
 
-The I/O loop admits a call and hands it here (through a `Hop`); the
-routine loop unpickles the routine and its arguments, runs it (driving an
-async generator one Step at a time), pickles the outcome and hands that
-back. A routine that calls another routine sends that call back up its own
-stream (`_upstream.Upstream`), and while it waits it is *parked*: it stops counting
+The service admits a call and hands it here: at once on the main loop
+(a pool's own worker), or through a `Hop` to the routine loop (a worker
+reached over gRPC). The runner unpickles the routine and its arguments, runs
+it (driving an async generator one Step at a time), pickles the outcome and
+hands that back. Everything user-defined runs inside ``user`` (on the main
+loop: with the guard released, so the watch thread can answer for the loop).
+A routine that calls another routine sends that call back up its own stream
+(`_upstream.Upstream`), and while it waits it is *parked*: it stops counting
 against the worker's backpressure.
 """
 
@@ -13,33 +16,50 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from .._transport import _wire
 from .._transport._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport._proto import leakypool_pb2 as pb
 from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
-from ._threads import Hop
-from ._upstream import Upstream
+from ._upstream import Carry, Upstream
 
 _log = logging.getLogger("leakypool.worker")
 
+
+class Post(Protocol):
+    """Runs a callback on a loop (a `_threads.Hop`, or `_overrun.Here`)."""
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+
 class RoutineRunner:
-    """Runs hosted calls on the routine loop; reports back through ``to_io``.
+    """Runs hosted calls; reports back through ``to_io``.
 
     Args:
-        host: The I/O side.
-        io_loop: The I/O loop (nested calls are made there).
-        to_io: Hop onto the I/O loop.
-        to_routines: Hop onto the routine loop.
+        host: The service.
+        to_io: Onto the loop the streams live on.
+        to_routines: Onto the loop routines run on (the same one, `_overrun.Here`, on the main loop).
+        carry: How a nested call reaches the stream (`_upstream.bridge` or `_upstream.in_task`).
+        user: Wraps each awaitable that runs user code (`_overrun.unlocked` where the
+            routines share the main loop); None awaits it as it is.
     """
 
-    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, to_io: Hop, to_routines: Hop) -> None:
+    def __init__(
+        self,
+        host: Host,
+        to_io: Post,
+        to_routines: Post,
+        carry: Carry,
+        user: Callable[[Coroutine[Any, Any, Any]], Awaitable[Any]] | None = None,
+    ) -> None:
         self._host = host
-        self._io_loop = io_loop
         self._to_io = to_io
         self._to_routines = to_routines
+        self._carry = carry
+        self._user = user or _as_is
 
     def start(self, hosted: Hosted) -> None:
         """Run ``hosted`` (call from the I/O loop)."""
@@ -75,52 +95,91 @@ class RoutineRunner:
             self._to_io.post(self._host.finish, hosted, CANCELLED)
 
     async def _run(self, hosted: Hosted) -> None:
-        token = set_dispatcher(Upstream(self._host, self._io_loop, hosted))
-        name = hosted.task.name
+        token = set_dispatcher(Upstream(self._host, hosted, self._carry))
         span = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
         try:
-            fn = hosted.code.resolve()
-            args, kwargs = _wire.unpack_args(hosted.task.args, name)
             if hosted.task.generator:
-                outcome = await self._drive(fn(*args, **kwargs), hosted)
+                outcome = await self._drive(hosted)
             else:
-                value = await fn(*args, **kwargs)
-                outcome = (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
-        except asyncio.CancelledError:
-            outcome = CANCELLED
-        except BaseException as exc:
-            outcome = (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+                outcome = await self._user(_call(hosted))
         finally:
             reset_dispatcher(token)
         if span is not None:
             _trace.end(span, outcome[0], outcome[2])
         self._to_io.post(self._host.finish, hosted, outcome)
 
-    async def _drive(self, agen: Any, hosted: Hosted) -> Outcome:
+    async def _drive(self, hosted: Hosted) -> Outcome:
         """Advance an async generator one step per Step frame, until it ends."""
         name = hosted.task.name
+        agen, failed = await self._user(_open(hosted))
+        if failed is not None:
+            return failed
         try:
             while True:
                 step = await hosted.steps.get()  # type: ignore[union-attr]  # a generator's call has its queue
-                try:
-                    if step.kind == pb.Step.NEXT:
-                        value = await agen.__anext__()
-                    elif step.kind == pb.Step.SEND:
-                        value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
-                    elif step.kind == pb.Step.THROW:
-                        value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
-                    else:
-                        await agen.aclose()
-                        return STOP
-                except StopAsyncIteration:
-                    return STOP
-                outcome = (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
+                outcome = await self._user(_advance(agen, step, name))
+                if outcome[0] != pb.Outcome.YIELD:
+                    return outcome
                 self._to_io.post(self._host.send, hosted, outcome)
         finally:
-            try:
-                await agen.aclose()
-            except (Exception, asyncio.CancelledError):
-                _log.debug("closing %s() raised", name, exc_info=True)
+            await self._user(_close(agen, name))
+
+
+async def _call(hosted: Hosted) -> Outcome:
+    """A coroutine routine's whole run, user code only: unpickle, run, pickle; its outcome."""
+    name = hosted.task.name
+    try:
+        fn = hosted.code.resolve()
+        args, kwargs = _wire.unpack_args(hosted.task.args, name)
+        value = await fn(*args, **kwargs)
+        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
+    except asyncio.CancelledError:
+        return CANCELLED
+    except BaseException as exc:
+        return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+
+
+async def _open(hosted: Hosted) -> tuple[Any, Outcome | None]:
+    """A generator routine's generator, or (None, the outcome of failing to make it)."""
+    name = hosted.task.name
+    try:
+        fn = hosted.code.resolve()
+        args, kwargs = _wire.unpack_args(hosted.task.args, name)
+        return fn(*args, **kwargs), None
+    except BaseException as exc:
+        return None, (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+
+
+async def _advance(agen: AsyncGenerator[Any, Any], step: pb.Step, name: str) -> Outcome:
+    """One Step of a generator routine, user code only: YIELD with its value, or how it ended."""
+    try:
+        if step.kind == pb.Step.NEXT:
+            value = await agen.__anext__()
+        elif step.kind == pb.Step.SEND:
+            value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
+        elif step.kind == pb.Step.THROW:
+            value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
+        else:
+            await agen.aclose()
+            return STOP
+        return (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
+    except StopAsyncIteration:
+        return STOP
+    except asyncio.CancelledError:
+        return CANCELLED
+    except BaseException as exc:
+        return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+
+
+async def _close(agen: AsyncGenerator[Any, Any], name: str) -> None:
+    try:
+        await agen.aclose()
+    except (Exception, asyncio.CancelledError):
+        _log.debug("closing %s() raised", name, exc_info=True)
+
+
+def _as_is(awaitable: Coroutine[Any, Any, Any]) -> Awaitable[Any]:
+    return awaitable
 
 
 def _cancel_runner(hosted: Hosted) -> None:

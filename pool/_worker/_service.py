@@ -3,11 +3,11 @@
     dispatcher ══ Dispatch stream ══> Session ── on_call ──> WorkerAdmission.decide
                                          │                 ├─ BUSY/DRAINING: Reject(code)
                                          │                 └─ ACCEPT: Accept (held), count it in flight
-                                         │                              │ Hop
+                                         │                              │ at once (unix socket), or a Hop (gRPC)
                                          │                              v
-                                         │                    RoutineRunner (own thread):
+                                         │                    RoutineRunner (main loop, or own thread):
                                          │                    unpickle, run, pickle outcome
-                                         │                              │ Hop
+                                         │                              │
                                          └─ Accept + Outcome <──────────┘  release() -> Room frames
 
 A call that ends at once costs one write: its Accept waits for its outcome
@@ -17,11 +17,13 @@ call whose stream fails after the Call left as lost after accepting
 (`WorkerBroken`), so a worker that dies in user code still never gets a
 call run twice.
 
-Admission (the hook, the count, Accept/Reject) happens on the I/O loop and
-touches no user code but the hook, so a worker whose routines hog the CPU
-still answers within milliseconds. Everything user-defined (unpickling the
-routine and its arguments, running it, pickling its result) happens on the
-routine loop. When the worker stops is `Lifecycle`'s business. The
+Admission (the hook, the count, Accept/Reject) touches no user code but the
+hook, so a worker whose routines hog the CPU still answers within
+milliseconds: on a pool's own worker the watch thread answers the streams
+while a routine overruns the main loop (`_overrun`); over gRPC everything
+user-defined (unpickling the routine and its arguments, running it,
+pickling its result) runs on a routine loop of its own thread. When the
+worker stops is `Lifecycle`'s business. The
 transports (`_unix_server` for a pool's own workers, `_grpc_server` over
 TCP) only hand it streams and State/Stop requests.
 """
@@ -30,16 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from backpressure import BackpressureLike
 
 from .._base._tasks import TaskOwner
 from .._errors import WorkerBroken
+from .._transport._outbox import WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Read, Session, Write
@@ -49,9 +53,11 @@ from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
+from ._overrun import Guard, Here, Watch, task_factory, unlocked
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
+from ._upstream import bridge, in_task
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -69,6 +75,7 @@ class _Peer:
     received: dict[bytes, Code] = dataclasses.field(default_factory=dict)  # routines it sent, by digest
     hosted: dict[int, Hosted] = dataclasses.field(default_factory=dict)  # its calls running here, by id
     stream: asyncio.Task[Any] | None = None
+    through: tuple[Callable[[], None], WriteNow] | None = None  # its transport's `pull` and `write_through`
 
 
 class WorkerService:
@@ -82,6 +89,10 @@ class WorkerService:
         max_lifetime: Drain and exit at this age; 0 = never.
         hold_slot_while_waiting: Count a task that awaits a nested call
             against backpressure (see `WorkerAdmission`).
+        inline: Run routines on the main loop, with a watch thread that
+            answers the streams while one overruns (`_overrun`): for a
+            worker whose streams can all be read from a thread (its pool's
+            unix socket). Otherwise routines get a loop thread of their own.
     """
 
     def __init__(
@@ -93,6 +104,7 @@ class WorkerService:
         idle_timeout: float = 0.0,
         max_lifetime: float = 0.0,
         hold_slot_while_waiting: bool = False,
+        inline: bool = False,
     ) -> None:
         self.uid = uid
         self.capacity = capacity
@@ -109,7 +121,11 @@ class WorkerService:
             end_streams=self._end_streams,
         )
         self._peers: dict[Session, _Peer] = {}
-        self._routines = LoopThread("leakypool-routines")
+        self.inline = inline
+        self._also_on_overrun: list[Callable[[], None]] = []
+        self._routines: LoopThread | None = None
+        self._watch: Watch | None = None
+        self._guard: Guard | None = None
         self._runner: RoutineRunner | None = None
 
     @property
@@ -123,10 +139,21 @@ class WorkerService:
         return self.lifecycle.exit_reason
 
     def start(self) -> None:
-        """Start the routine loop and the lifetime timers (call on the I/O loop)."""
+        """Start the routine loop (or the watch) and the lifetime timers (call on the I/O loop)."""
         loop = asyncio.get_running_loop()
-        self._runner = RoutineRunner(self, loop, Hop(loop), self._routines.hop)
-        self._routines.start()
+        if self.inline and loop.get_debug():
+            self.inline = False  # asyncio's debug mode refuses a loop's calls from another thread: no watch
+        if self.inline:
+            self._guard = guard = Guard()
+            here = Here(loop, guard)
+            self._runner = RoutineRunner(self, here, here, in_task, functools.partial(unlocked, guard))
+            loop.set_task_factory(task_factory(guard))
+            self._watch = Watch(guard, loop, self._overrun)
+            self._watch.start()
+        else:
+            self._routines = LoopThread("leakypool-routines")
+            self._runner = RoutineRunner(self, Hop(loop), self._routines.hop, bridge(loop))
+            self._routines.start()
         self.lifecycle.start()
         self.tasks.spawn(self.signals.run(self._sampled), name="resource signals")
 
@@ -134,11 +161,35 @@ class WorkerService:
         """Stop the timers, the background tasks and the routine loop (after the drain)."""
         self.lifecycle.stop()
         await self.tasks.aclose()
-        self._routines.stop()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._routines is not None:
+            self._routines.stop()
 
     def drain(self, reason: str, grace: float | None) -> Awaitable[None]:
         """See `Lifecycle.drain`."""
         return self.lifecycle.drain(reason, grace)
+
+    def watch_also(self, answer: Callable[[], None]) -> None:
+        """Have the watch thread call ``answer`` too while a routine overruns (an inline worker's transport)."""
+        self._also_on_overrun.append(answer)
+
+    def _overrun(self) -> None:
+        """A routine holds the main loop: read and answer each stream from the watch thread (see `_overrun`).
+
+        The loop's lag is the time it has been held so far, so a hook that
+        reads it (`LoopLagBackpressure`) sees a routine hogging the loop now.
+        """
+        since = self._guard.since if self._guard is not None else 0.0
+        if since:
+            self.signals.lagged(time.monotonic() - since)
+        for session, peer in list(self._peers.items()):
+            if peer.through is not None:
+                pull, write_through = peer.through
+                pull()
+                session.flush_through(write_through)
+        for answer in self._also_on_overrun:
+            answer()
 
     def _cancel_all(self) -> None:
         for peer in self._peers.values():
@@ -160,6 +211,7 @@ class WorkerService:
         write: Write,
         label: str,
         benign: tuple[type[BaseException], ...] = (),
+        through: tuple[Callable[[], None], WriteNow] | None = None,
         **direct: Any,
     ) -> BaseException:
         """Serve one dispatcher's Dispatch stream until it ends; returns what ended it.
@@ -167,9 +219,10 @@ class WorkerService:
         A stream that ended on bytes that are not our protocol (see
         `undecodable`) is logged; the transport then ends it with an error.
         ``direct``: `Session.run`'s ``attach`` and ``write_now``, from a transport that has them.
+        ``through``: the transport's ``pull`` and ``write_through``, for the watch thread (`_overrun`).
         """
         session = Session(odd=False, host=self, label=label)
-        self._peers[session] = _Peer(stream=asyncio.current_task())
+        self._peers[session] = _Peer(stream=asyncio.current_task(), through=through)
         try:
             reason = await session.run(read, write, _lost_dispatcher, **direct)
         finally:

@@ -1,7 +1,8 @@
-"""A worker's two event loops and the hops between them.
+"""A worker's two event loops and the hops between them (a worker that serves gRPC).
 
-A worker serves gRPC on its main thread's loop and runs routines on a
-second loop in its own thread. A routine that hogs the CPU then only
+A worker reached over gRPC serves it on its main thread's loop and runs
+routines on a second loop in its own thread (a pool's own workers run them
+on the main loop instead: `_overrun`). A routine that hogs the CPU then only
 holds the GIL, which Python hands over every switch interval (5 ms), so
 the gRPC loop can still read, accept or reject, and answer in
 milliseconds (DESIGN: "a busy worker can still say no").

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from typing import Final
 
 from .._base._tasks import TaskOwner
@@ -17,6 +18,39 @@ _log = logging.getLogger("leakypool.worker")
 
 REQUEST_TIMEOUT_S: Final[float] = 10.0
 """How long a new connection may take to say what it wants (its hello, then a State/Stop request) before it is closed."""
+
+WATCH_READ_S: Final[float] = 0.05
+"""How long the watch thread waits for a connection's hello and State request (both are sent at once)."""
+
+ACCEPTS_PER_PASS: Final[int] = 8
+"""Connections the watch thread takes in one pass at most."""
+
+STATE_REQUEST_MAX_BYTES: Final[int] = 1 << 10
+"""Largest State request the watch thread reads (the request is empty)."""
+
+
+def _read_message(conn: socket.socket, received: bytearray, limit: int) -> bytes:
+    """Read one length-prefixed message from a blocking ``conn``; ``received`` keeps every byte read.
+
+    Raises:
+        ProtocolError: its length is over ``limit``.
+        OSError: the connection ended, failed or timed out first.
+    """
+    size = int.from_bytes(_read_exactly(conn, received, 4), "big")
+    if size > limit:
+        raise ProtocolError(f"a {size}-byte message is over this connection's limit of {limit}")
+    return _read_exactly(conn, received, size)
+
+
+def _read_exactly(conn: socket.socket, received: bytearray, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = conn.recv(n - len(out))
+        if not chunk:
+            raise ConnectionResetError("the peer closed the connection")
+        out += chunk
+        received += chunk
+    return bytes(out)
 
 
 class UnixServer:
@@ -33,6 +67,8 @@ class UnixServer:
         self._server: asyncio.AbstractServer | None = None
         self._connections = TaskOwner(f"unix socket {path}", _log)
         self._streams: set[MessageStream] = set()
+        self._listener: socket.socket | None = None  # a copy of the listening socket, for the watch thread
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         """Listen on the socket.
@@ -40,7 +76,61 @@ class UnixServer:
         Raises:
             OSError: it cannot be created.
         """
-        self._server = await asyncio.get_running_loop().create_unix_server(self._accept, self.path)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._accept, self.path)
+        if self._service.inline:  # the watch thread answers State here while a routine overruns
+            self._listener = socket.socket(fileno=os.dup(self._server.sockets[0].fileno()))
+            self._listener.setblocking(False)
+            self._loop = loop
+            self._service.watch_also(self._answer_waiting)
+
+    def _answer_waiting(self) -> None:
+        """Answer the State calls waiting to be accepted; hand other connections to the loop (watch thread).
+
+        Runs while a routine holds the main loop (see `_overrun`): a State
+        call is a hello and a request, both sent at once, so it is read with
+        a short timeout and answered here; a Dispatch or Stop connection is
+        handed to the loop with what was read of it, and served once the
+        routine lets go.
+        """
+        for _ in range(ACCEPTS_PER_PASS):
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # none waiting (or the socket is closing)
+            try:
+                self._answer_or_hand_over(conn)
+            except (OSError, ProtocolError) as exc:  # a broken or silent peer: its connection ends
+                _log.debug("closing a unix-socket connection accepted during an overrun: %s", exc)
+                conn.close()
+
+    def _answer_or_hand_over(self, conn: socket.socket) -> None:
+        conn.settimeout(WATCH_READ_S)
+        received = bytearray()
+        method = method_of(_read_message(conn, received, HELLO_MAX_BYTES))
+        if method == "State":
+            _read_message(conn, received, STATE_REQUEST_MAX_BYTES)
+            reply = self._service.state().SerializeToString()
+            conn.sendall(len(reply).to_bytes(4, "big") + reply)
+            conn.close()
+            return
+        self._loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
+
+    def _adopt(self, conn: socket.socket, received: bytes) -> None:
+        """Serve a connection the watch thread accepted, from the bytes it read on (on the loop)."""
+        stream = MessageStream(first_limit=HELLO_MAX_BYTES, received=received)
+        self._streams.add(stream)
+
+        async def serve() -> None:
+            try:
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: stream, conn)
+            except OSError:
+                self._streams.discard(stream)
+                conn.close()
+                return
+            await self._serve(stream)
+
+        self._connections.spawn(serve(), name="unix connection")
 
     def _accept(self) -> MessageStream:
         stream = MessageStream(first_limit=HELLO_MAX_BYTES)
@@ -64,6 +154,7 @@ class UnixServer:
                     "a dispatcher on the unix socket",
                     attach=stream.attach,
                     write_now=stream.write_frames_now,
+                    through=(stream.pull, stream.write_through),
                 )
                 return
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
@@ -85,6 +176,8 @@ class UnixServer:
         """Stop listening, end every connection, and remove the socket."""
         if self._server is not None:
             self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         await self._connections.aclose()
         for stream in list(self._streams):
             stream.close()

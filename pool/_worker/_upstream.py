@@ -2,9 +2,11 @@
 
 The call travels back up the stream that brought the running task (an
 even-numbered call), the dispatcher runs it through its pool, and the
-outcome comes back down. The stream lives on the gRPC loop and the calling
-routine on the routine loop, so every step is carried across (`bridge`);
-while it waits, the calling task is parked (it stops counting against the
+outcome comes back down. Where the stream lives on the gRPC loop and the
+calling routine on the routine loop, every step is carried across
+(`bridge`); where both share the main loop, each step runs as a task of its
+own (`in_task`), outside the routine's user code (`_overrun.unlocked`).
+While it waits, the calling task is parked (it stops counting against the
 worker's backpressure).
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .._transport._calls import RemoteGenerator, call_routine, open_call
-from .._transport._session import OutgoingCall
+from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._hosted import Host, Hosted
 from ._trace import outgoing
@@ -24,14 +26,15 @@ from ._trace import outgoing
 class Upstream:
     """Where a routine running here sends the routines it calls: its own dispatcher.
 
-    The call travels back up the stream that brought the running task (an
-    even-numbered call), the dispatcher runs it through its pool, and the
-    outcome comes back down. The stream lives on the gRPC loop, the caller
-    on the routine loop; `bridge` carries each step across.
+    Args:
+        host: The worker service.
+        hosted: The calling routine's call.
+        carry: Runs a step where the stream lives (`bridge` to the I/O
+            loop, or `in_task` on the same loop).
     """
 
-    def __init__(self, host: Host, io_loop: asyncio.AbstractEventLoop, hosted: Hosted) -> None:
-        self._loop = io_loop
+    def __init__(self, host: Host, hosted: Hosted, carry: Carry) -> None:
+        self._carry = carry
         self._host = host
         self._hosted = hosted
         self._session = hosted.session
@@ -40,12 +43,12 @@ class Upstream:
     def call(self, task: Task) -> Any:
         task.parent = self._parent
         task.traceparent = outgoing(self._hosted.task.traceparent)
-        return bridge(self._loop, self._parked(call_routine(self, task)))
+        return self._carry(self._parked(call_routine(self, task)))
 
     def generator(self, task: Task) -> BridgedGenerator:
         task.parent = self._parent
         task.traceparent = outgoing(self._hosted.task.traceparent)
-        return BridgedGenerator(self._loop, RemoteGenerator(self, task), around=self._parked)
+        return BridgedGenerator(self._carry, RemoteGenerator(self, task), around=self._parked)
 
     async def _parked(self, waiting: Any) -> Any:
         """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
@@ -60,16 +63,30 @@ class Upstream:
         return await open_call(self._session, task)
 
 
-async def bridge(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on ``loop`` (another thread's) and await it here.
+Carry = Callable[[Coroutine[Any, Any, Any]], Awaitable[Any]]
+"""Runs a coroutine where the stream lives and awaits it from the calling routine."""
 
-    Cancelling the awaiting task cancels ``coro`` too.
+
+def bridge(loop: asyncio.AbstractEventLoop) -> Carry:
+    """A `Carry` onto ``loop``, another thread's (cancelling the awaiting task cancels the coroutine too)."""
+
+    async def carry(coro: Coroutine[Any, Any, Any]) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+    return carry
+
+
+async def in_task(coro: Coroutine[Any, Any, Any]) -> Any:
+    """A `Carry` on this loop: ``coro`` runs as a task of its own, never inside the caller's user code.
+
+    (The task is made directly, not through the loop's task factory, which
+    would count it as the routine's own.) Cancelling the caller cancels it.
     """
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+    return await asyncio.Task(coro)
 
 
 class BridgedGenerator:
-    """A `RemoteGenerator` living on another thread's loop, driven from this one.
+    """A `RemoteGenerator` living where the stream does, driven from the calling routine.
 
     ``around`` wraps each step's awaitable (on the other loop), e.g. to
     mark the calling task as waiting while the step runs.
@@ -77,11 +94,11 @@ class BridgedGenerator:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        carry: Carry,
         inner: RemoteGenerator,
         around: Callable[[Awaitable[Any]], Coroutine[Any, Any, Any]] | None = None,
     ) -> None:
-        self._loop = loop
+        self._carry = carry
         self._inner = inner
         self._around = around
 
@@ -89,7 +106,7 @@ class BridgedGenerator:
         return self
 
     async def _run(self, step: Coroutine[Any, Any, Any]) -> Any:
-        return await bridge(self._loop, self._around(step) if self._around else step)
+        return await self._carry(self._around(step) if self._around else step)
 
     async def __anext__(self) -> Any:
         return await self._run(self._inner.__anext__())

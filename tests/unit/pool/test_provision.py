@@ -15,8 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import pool
 from pool._config import WorkerConfig
-from pool._fleet._plan import BACKOFF_MAX_S, ProvisionPlan, backoff_s
 from pool._fleet import _provision
+from pool._fleet._plan import BACKOFF_MAX_S, ProvisionPlan, backoff_s
 from pool._fleet._provision import CommandProvisioner, WorkerRequest
 from pool._fleet._provisioning import worker_request
 

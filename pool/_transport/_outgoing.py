@@ -1,0 +1,156 @@
+"""A call this end opened on a `_session.Session`: its replies, in order, and how it ends.
+
+Split from the session so each module keeps one job: the session routes
+frames by call id; an `OutgoingCall` is what the caller awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from ._proto import leakypool_pb2 as pb
+
+FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
+    {pb.Outcome.RETURN, pb.Outcome.RAISE, pb.Outcome.STOP, pb.Outcome.CANCELLED}
+)
+"""Outcome kinds after which a call is over (YIELD is the only other)."""
+
+
+class CallStream(Protocol):
+    """What an `OutgoingCall` needs of its session."""
+
+    label: str
+
+    @property
+    def written(self) -> int:
+        """Outgoing batches handed to the transport so far."""
+        ...
+
+    def step(self, call_id: int, kind: int, value: bytes = b"") -> None:
+        """Send a Step for a call this end opened."""
+        ...
+
+    def forget(self, call_id: int) -> None:
+        """Stop routing replies for ``call_id``."""
+        ...
+
+
+class OutgoingCall:
+    """A call this end opened: its replies arrive here, in order.
+
+    ``receive`` returns the next reply frame (Accept, Reject, Outcome) or
+    raises the error that ended the stream. Only one task awaits a call at
+    a time; the protocol is lock-step.
+    """
+
+    __slots__ = (
+        "id", "session", "name", "finished", "final", "cancelled_here", "answered", "batch", "_inbox", "_waiter",
+        "_on_finish",
+    )
+
+    def __init__(self, session: CallStream, call_id: int, name: str) -> None:
+        self.id = call_id
+        self.session = session
+        self.name = name
+        self.finished = False
+        self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
+        self.cancelled_here = False  # this end asked the callee to cancel it
+        self.answered = False  # the callee's first frame (Accept, Reject or an outcome) arrived
+        self.batch = 0  # the number of the outgoing batch its Call frame is in
+        self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
+        self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
+        self._on_finish: list[Callable[[OutgoingCall], None]] = []
+
+    def on_finish(self, callback: Callable[[OutgoingCall], None]) -> None:
+        """Run ``callback(self)`` once, when the call ends for any reason."""
+        if self.finished:
+            callback(self)
+        else:
+            self._on_finish.append(callback)
+
+    @property
+    def sent(self) -> bool:
+        """Whether its Call frame was handed to the transport (the callee may have started it)."""
+        return self.session.written >= self.batch
+
+    def deliver(self, item: pb.Frame | BaseException) -> None:
+        """Hand a reply (or the stream's failure) to whoever awaits the call."""
+        self.answered = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            self._waiter = None
+            waiter.set_result(item)
+        else:
+            self._inbox.append(item)
+        if isinstance(item, BaseException) or is_final(item):
+            if not self.finished:
+                self.final = item
+            self._finish()
+
+    async def receive(self) -> pb.Frame:
+        """The next reply frame. Raises what ended the stream, if it ended."""
+        if self._inbox:
+            item = self._inbox.popleft()
+        else:
+            self._waiter = asyncio.get_running_loop().create_future()
+            item = await self._waiter
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def put_back(self, item: pb.Frame | BaseException) -> None:
+        """Make ``item``, just received, the next one `receive` returns again."""
+        self._inbox.appendleft(item)
+
+    def step(self, kind: int, value: bytes = b"") -> None:
+        """Drive a generator call: NEXT, SEND(value), THROW(value), CLOSE."""
+        self.session.step(self.id, kind, value)
+
+    def cancel(self) -> None:
+        """Ask the callee to cancel the call; forget it here at once."""
+        if not self.finished:
+            self.cancelled_here = True
+            self.session.step(self.id, pb.Step.CANCEL)
+            self.session.forget(self.id)
+            self._finish()
+
+    async def abort(self, timeout: float) -> None:
+        """Cancel the call and wait (at most ``timeout`` s) until the callee confirms it ended.
+
+        Waiting means that once a cancelled caller has finished unwinding,
+        the remote task has stopped too (and no longer counts against the
+        worker's backpressure), as with a local task. A callee that does not
+        confirm in time (its routine ignores cancellation, or hogs the CPU)
+        is forgotten; a second cancellation of the waiter stops the wait.
+        """
+        if self.finished:
+            return
+        self.cancelled_here = True
+        self.session.step(self.id, pb.Step.CANCEL)
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.finished:
+                    await self.receive()
+        except (Exception, asyncio.CancelledError):
+            pass
+        finally:
+            if not self.finished:
+                self.session.forget(self.id)
+                self._finish()
+
+    def _finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        callbacks, self._on_finish = self._on_finish, []
+        for callback in callbacks:
+            callback(self)
+
+
+def is_final(frame: pb.Frame) -> bool:
+    """Whether ``frame`` ends its call (a Reject, or a final Outcome)."""
+    body = frame.WhichOneof("body")
+    return body == "reject" or (body == "outcome" and frame.outcome.kind in FINAL_OUTCOMES)
