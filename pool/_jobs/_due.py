@@ -36,12 +36,17 @@ class NextDue:
             return True
         return False
 
-    async def seconds(self, store: JobStore, now: float) -> float:
-        """Seconds from ``now`` to the next due time, read from ``store`` if unknown or passed (leased just now).
+    async def seconds(self, store: JobStore, now: float, seen: float | None = None) -> float:
+        """Seconds from ``now`` to the next due time no lease has seen, read from ``store`` if unknown or passed.
+
+        ``seen``: when the last lease looked (default ``now``). A job that
+        came due between then and ``now`` makes this 0 or less: it is due and
+        nobody leased it (a timer that fired a little early leased just before
+        it), so lease now. Without it the job would wait for the tick.
 
         Raises:
             StoreError: the store could not be read.
         """
         if not self.known or self.at <= now:
-            self.at, self.known = await next_due(store, now), True
+            self.at, self.known = await next_due(store, now if seen is None else min(seen, now)), True
         return self.at - now

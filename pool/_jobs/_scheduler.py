@@ -97,6 +97,7 @@ class Scheduler(LeaseUpkeep):
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
+        self._leased_at = 0.0  # when the last lease looked (Unix seconds): jobs due later, it has not seen
         self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
         self._closing = False
         self._started = False
@@ -244,12 +245,20 @@ class Scheduler(LeaseUpkeep):
                 self._next_due.forget()
 
     async def _next_wait(self) -> float:
-        """Seconds until something is due without any event: a deadline, a retry, the backstop tick."""
+        """Seconds until something is due without any event: a deadline, a retry, the tick (0: lease now).
+
+        A full batch waits for room (its event leases) rather than for a due time."""
         now = time.time()
         wait = self._ttl / 3
         if self._waiting:
             wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
-        return max(0.0, min(wait, await self._next_due.seconds(self.store, now)))
+        if len(self._waiting) < LEASE_BATCH:
+            due_in = await self._next_due.seconds(self.store, now, self._leased_at)
+            if due_in <= 0:
+                self._backlog = True  # due since the last lease looked (its timer fired a little early)
+                return 0.0
+            wait = min(wait, due_in)
+        return max(0.0, wait)
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
@@ -260,11 +269,13 @@ class Scheduler(LeaseUpkeep):
             # Only when the store may hold something: a job this process submitted
             # and kept starts without a lease's round trip in front of it.
             self._backlog = False  # from here on, anything new in the store comes with a wake
+            now = time.time()
             try:
-                leased = await self.store.lease(self.owner, room, time.time())
+                leased = await self.store.lease(self.owner, room, now)
             except BaseException:
                 self._backlog = True  # the store is away: lease again once it is back
                 raise
+            self._leased_at = now  # what came due by then, this lease has seen
             self._next_due.forget()  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
                 self._adopt(job)

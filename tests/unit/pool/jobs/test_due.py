@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
+
+import pytest
 
 from pool._jobs._due import NextDue
+from pool._jobs._store import NewJob
+from pool._jobs._stores._open import open_store
 
 
 class _Store:
@@ -28,3 +33,20 @@ async def test_the_next_due_time_should_be_read_once_until_forgotten_or_passed()
     due.forget()
     store.due = None
     assert await due.seconds(store, 75.0) == math.inf and store.reads == 3
+
+
+async def test_a_job_that_came_due_since_the_last_lease_looked_should_make_the_wait_zero(tmp_path):
+    """Test the early timer: a lease just before a job's due time missed it, so the next wait must not skip it."""
+    store = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    await store.open()
+    try:
+        t = time.time()
+        await store.submit(NewJob(id="j", routine="r", payload=b"p", created_at=t - 1, deadline=t + 60, next_at=t))
+        due = NextDue()
+        assert await due.seconds(store, t + 0.001, seen=t - 0.0005) <= 0  # due since the lease looked: lease now
+        due.forget()
+        assert await due.seconds(store, t + 0.001, seen=t + 0.0005) == math.inf  # the lease saw it (and left it)
+        due.forget()
+        assert await due.seconds(store, t - 10) == pytest.approx(10)  # not due yet: sleep until it
+    finally:
+        await store.close()
