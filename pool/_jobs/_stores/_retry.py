@@ -239,6 +239,9 @@ class RetryingStore:
             except StoreError as exc:
                 self.lease_in_doubt = self.lease_in_doubt or lost_connection(exc)  # its commit may have landed
                 raise
+            except asyncio.CancelledError:
+                self.lease_in_doubt = True  # cut off (the store_retry bound, a close): its commit may land later
+                raise
 
         return await self._retry("leasing jobs", once)
 

@@ -222,6 +222,21 @@ class TestRetryingBound:
         with pytest.raises(pool.StoreError, match=r"^store x: no answer within 0.5s while testing$"):
             await asyncio.wait_for(_retry.retrying("testing", 0.3, call, "store x"), 60)
 
+    async def test_a_lease_cut_off_by_the_bound_should_be_in_doubt(self, monkeypatch):
+        """Test a lease that never answers (a frozen server, whose commit may still land): the store says it is in doubt."""
+        monkeypatch.setattr(_retry, "LAST_TRY_S", 0.2)
+
+        class Frozen:
+            url = "frozen://"
+
+            async def lease(self, owner, limit, now):
+                await asyncio.Event().wait()
+
+        store = RetryingStore(Frozen(), 0.3)  # type: ignore[arg-type]
+        with pytest.raises(pool.StoreError, match="no answer"):
+            await asyncio.wait_for(store.lease("me", 10, 0.0), 60)
+        assert store.lease_in_doubt  # so the scheduler gives back what the lease may have taken
+
     async def test_store_retry_zero_should_make_one_try_without_a_bound(self):
         """Test store_retry=0: the first error is the call's, and nothing times it out."""
         calls = []
