@@ -107,13 +107,15 @@ class UnixServer:
     def _answer_or_hand_over(self, conn: socket.socket) -> None:
         conn.settimeout(WATCH_READ_S)
         received = bytearray()
-        method = method_of(_read_message(conn, received, HELLO_MAX_BYTES))
-        if method == "State":
-            _read_message(conn, received, STATE_REQUEST_MAX_BYTES)
-            reply = self._service.state().SerializeToString()
-            conn.sendall(len(reply).to_bytes(4, "big") + reply)
-            conn.close()
-            return
+        try:
+            if method_of(_read_message(conn, received, HELLO_MAX_BYTES)) == "State":
+                _read_message(conn, received, STATE_REQUEST_MAX_BYTES)
+                reply = self._service.state().SerializeToString()
+                conn.sendall(len(reply).to_bytes(4, "big") + reply)
+                conn.close()
+                return
+        except TimeoutError:
+            pass  # slow to say what it wants: the loop waits for it as for any new connection
         self._loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
 
     def _adopt(self, conn: socket.socket, received: bytes) -> None:
