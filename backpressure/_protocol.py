@@ -45,9 +45,11 @@ class BackpressureLike(Protocol):
 
     Called with a `BackpressureContext`; returns ``True`` to REJECT the
     task, ``False`` to accept it, either directly or as an awaitable. It
-    MUST be cheap and MUST NOT block: it runs on the worker's I/O loop,
-    before the task is acknowledged. It MUST survive pickling if a pool is
-    to ship it to the workers it spawns.
+    MUST be cheap and MUST NOT block: it runs on the worker's loop, before
+    the task is acknowledged, or (in leakypool, while a routine holds that
+    loop) on a watch thread answering for it, so it MUST NOT wait for
+    anything only the loop or a routine would do. It MUST survive pickling
+    if a pool is to ship it to the workers it spawns.
     """
 
     def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:

@@ -242,15 +242,22 @@ class MessageStream(asyncio.Protocol):
 
         Only for a caller that holds the worker's guard while the loop's
         thread runs user code, so nothing else reads this socket meanwhile.
-        An end or an error is left for the loop to find.
+        A transport that is closing may have closed the fd already: left
+        alone. A clean end is left for the loop to find; an error read here
+        ends the stream now.
         """
-        fd = self._fileno()
+        transport, fd = self.transport, self._fileno()
+        if transport is None or transport.is_closing():
+            return
         for _ in range(PULL_READS):
             if self._ended is not None or fd < 0:
                 return
             try:
                 data = os.read(fd, PULL_BYTES)
-            except OSError:  # nothing waiting (EAGAIN), or the connection failed: the loop sees it
+            except (BlockingIOError, InterruptedError):
+                return  # nothing waiting
+            except OSError as exc:  # the connection failed (the loop would read a clean end now)
+                self._fail(exc)
                 return
             if not data:
                 return

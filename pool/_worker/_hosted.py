@@ -12,7 +12,7 @@ from .._transport._session import Session
 from .._transport._task import Task
 
 Outcome = tuple[int, bytes, str]
-"""(Outcome kind, pickled value, traceback text): what the routine loop hands the I/O loop."""
+"""(Outcome kind, pickled value, traceback text): what the runner hands the service."""
 
 CANCELLED: Outcome = (pb.Outcome.CANCELLED, b"", "")
 STOP: Outcome = (pb.Outcome.STOP, b"", "")
@@ -28,7 +28,7 @@ class Hosted:
         self.id = call_id
         self.task = task
         self.code = code
-        # A generator's Steps, used on the routine loop only (a coroutine call has none).
+        # A generator's Steps, used where routines run only (a coroutine call has none).
         self.steps: asyncio.Queue[pb.Step] | None = asyncio.Queue() if task.generator else None
         self.runner: asyncio.Task[None] | None = None
         self.cancelled = False
@@ -37,7 +37,7 @@ class Hosted:
 
 
 class Code:
-    """A routine as received: its blob, unpickled on first use (on the routine loop)."""
+    """A routine as received: its blob, unpickled on first use (where routines run)."""
 
     __slots__ = ("blob", "name", "fn")
 
@@ -57,21 +57,21 @@ class Host(Protocol):
     """What the runner needs of the gRPC side (the `WorkerService`)."""
 
     def finish(self, hosted: Hosted, outcome: Outcome) -> None:
-        """The call ended with ``outcome`` (runs on the I/O loop)."""
+        """The call ended with ``outcome`` (runs where the streams live)."""
         ...
 
     def started(self, hosted: Hosted) -> None:
-        """``hosted``'s routine awaited something in its first step (runs on the I/O loop)."""
+        """``hosted``'s routine awaited something in its first step (runs where the streams live)."""
         ...
 
     def send(self, hosted: Hosted, outcome: Outcome) -> None:
-        """A generator yielded ``outcome`` (runs on the I/O loop)."""
+        """A generator yielded ``outcome`` (runs where the streams live)."""
         ...
 
     def park(self, hosted: Hosted) -> None:
-        """``hosted`` awaits a nested call (runs on the I/O loop)."""
+        """``hosted`` awaits a nested call (runs where the streams live)."""
         ...
 
     def unpark(self, hosted: Hosted) -> None:
-        """``hosted``'s nested call returned (runs on the I/O loop)."""
+        """``hosted``'s nested call returned (runs where the streams live)."""
         ...

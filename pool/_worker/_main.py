@@ -177,7 +177,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         idle_timeout=config.idle_timeout,
         max_lifetime=config.max_lifetime,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
-        inline=runs_inline(config),
+        # (asyncio's debug mode refuses calls into a loop from another thread: no watch there)
+        inline=runs_inline(config) and not asyncio.get_running_loop().get_debug(),
     )
     stop_server, port = await _start_server(config, service)
     service.start()

@@ -72,7 +72,7 @@ class _Load:
             ("leakypool_worker_capacity", "Tasks it takes at once (0: no task-count cap).", s.capacity),
             ("leakypool_worker_memory_bytes", "This process's resident memory.", s.memory_bytes),
             ("leakypool_worker_host_memory_fraction", "The host's memory in use, of its total.", s.memory_fraction),
-            ("leakypool_worker_loop_lag_seconds", "How late the I/O loop ran a timer lately.", s.loop_lag_seconds),
+            ("leakypool_worker_loop_lag_seconds", "How late the loop ran a timer lately, or how long a routine has held it.", s.loop_lag_seconds),
             ("leakypool_worker_task_duration_p99_seconds", "p99 of recent task durations.", s.latency_p99_seconds),
         ):
             gauge = GaugeMetricFamily(name, text)

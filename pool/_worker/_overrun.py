@@ -14,16 +14,29 @@ busy worker still says "no" in milliseconds, so:
                  main loop is back
 
 The guard is what makes the watch's work safe: whoever holds it owns the
-streams, the admission books and the loop's queues, and the main thread
-never gives it up inside the loop's own machinery, only inside user code.
-A routine that blocks in C with the GIL released (a long NumPy call) is
-answered for the same way; one that holds the GIL is answered at Python's
-switch interval (5 ms), as with a second loop thread.
+streams and the admission books, and the main thread never gives it up
+inside the loop's own machinery (uvloop releases the GIL only around its
+poll, which runs with the guard held), only inside user code. What the
+watch schedules onto the loop (call_soon, timers, writes) and what user
+code schedules meanwhile are serialised by the GIL: uvloop's calls do not
+release it. A routine that blocks in C with the GIL released (a long NumPy
+call) is answered for the same way; one that holds the GIL is answered at
+Python's switch interval (5 ms), as with a second loop thread.
+
+Not watched (the guard is held while they run): plain callbacks
+(``loop.call_soon``), tasks not started from a routine (from another
+thread, say), async generator finalizers, and a routine's ``finally``
+blocks when its coroutine is closed rather than cancelled.
+
+The watch runs with the main loop set as its running loop (a private
+asyncio function), so `asyncio.get_running_loop` there is the main loop's,
+and `asyncio.current_task` the routine it answers for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -43,13 +56,13 @@ PARK_AFTER_S: Final[float] = 1.0
 class Guard:
     """Who may touch the worker's streams and books now: the main thread, or the watch while user code runs."""
 
-    __slots__ = ("lock", "since", "rescuing", "parked", "wake")
+    __slots__ = ("lock", "since", "watch", "parked", "wake")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()  # the main thread's, from the start
         self.since = 0.0  # when the user code running now started (monotonic); 0: none runs
-        self.rescuing = False  # the watch holds the guard and serves
+        self.watch = 0  # the watch thread's ident (what runs there never counts as user code)
         self.parked = False  # the watch sleeps until woken
         self.wake = threading.Event()
 
@@ -90,8 +103,9 @@ def task_factory(guard: Guard) -> Callable[..., asyncio.Task[Any]]:
     """A loop task factory: a task that user code starts runs its steps `unlocked` too."""
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> asyncio.Task[Any]:
-        if guard.since and not guard.rescuing:
+        if guard.since and threading.get_ident() != guard.watch:
             coro = _user_task(guard, coro)
+            kwargs.pop("eager_start", None)  # an eager first step would run inside the caller's unlocked one
         return asyncio.Task(coro, loop=loop, **kwargs)
 
     return factory
@@ -109,16 +123,17 @@ class Here:
     cancels, runs there anyway).
     """
 
-    __slots__ = ("_loop", "_guard")
+    __slots__ = ("_loop", "_guard", "_context")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, guard: Guard) -> None:
         self._loop = loop
         self._guard = guard
+        self._context = contextvars.copy_context()  # the main loop's, for what the watch queues
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the main loop: now, or once it is back from user code."""
-        if self._guard.rescuing:
-            self._loop.call_soon_threadsafe(fn, *args)
+        if threading.get_ident() == self._guard.watch:
+            self._loop.call_soon_threadsafe(fn, *args, context=self._context)
         else:
             fn(*args)
 
@@ -152,6 +167,7 @@ class Watch:
 
     def _run(self) -> None:
         guard = self._guard
+        guard.watch = threading.get_ident()
         seen = time.monotonic()
         while not self._stopping:
             time.sleep(OVERRUN_S)
@@ -174,8 +190,6 @@ class Watch:
         guard.parked = False
 
     def _rescue(self) -> None:
-        guard = self._guard
-        guard.rescuing = True
         asyncio.events._set_running_loop(self._loop)  # what it runs schedules onto the main loop
         try:
             self._serve()
@@ -183,5 +197,4 @@ class Watch:
             _log.exception("answering the streams while a routine overran failed")
         finally:
             asyncio.events._set_running_loop(None)
-            guard.rescuing = False
-            guard.lock.release()
+            self._guard.lock.release()

@@ -62,16 +62,16 @@ class RoutineRunner:
         self._user = user or _as_is
 
     def start(self, hosted: Hosted) -> None:
-        """Run ``hosted`` (call from the I/O loop)."""
+        """Run ``hosted`` (call where the streams live, or from the watch thread)."""
         self._to_routines.post(self._start_routine, hosted)
 
     def step(self, hosted: Hosted, step: pb.Step) -> None:
-        """Pass a Step on to ``hosted``'s generator (call from the I/O loop)."""
+        """Pass a Step on to ``hosted``'s generator (call where the streams live, or from the watch thread)."""
         if hosted.steps is not None:
             self._to_routines.post(hosted.steps.put_nowait, step)
 
     def cancel(self, hosted: Hosted) -> None:
-        """Cancel ``hosted`` wherever it is (call from the I/O loop)."""
+        """Cancel ``hosted`` wherever it is (call where the streams live, or from the watch thread)."""
         hosted.cancelled = True
         self._to_routines.post(_cancel_runner, hosted)
 
@@ -102,6 +102,8 @@ class RoutineRunner:
                 outcome = await self._drive(hosted)
             else:
                 outcome = await self._user(_call(hosted))
+        except asyncio.CancelledError:  # a generator cancelled between its steps
+            outcome = CANCELLED
         finally:
             reset_dispatcher(token)
         if span is not None:

@@ -141,8 +141,6 @@ class WorkerService:
     def start(self) -> None:
         """Start the routine loop (or the watch) and the lifetime timers (call on the I/O loop)."""
         loop = asyncio.get_running_loop()
-        if self.inline and loop.get_debug():
-            self.inline = False  # asyncio's debug mode refuses a loop's calls from another thread: no watch
         if self.inline:
             self._guard = guard = Guard()
             here = Here(loop, guard)
@@ -337,7 +335,7 @@ class WorkerService:
             for hosted in list(peer.hosted.values()):
                 self._runner.cancel(hosted)
 
-    # -- Host: what the runner reports (on the I/O loop) ---------------------------
+    # -- Host: what the runner reports (where the streams live) -----------------------
 
     def started(self, hosted: Hosted) -> None:
         """``hosted``'s routine awaits something: it will not end at once, so its Accept leaves now."""

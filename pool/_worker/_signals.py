@@ -1,8 +1,9 @@
 """A worker's resource signals: memory, event-loop lag, recent task durations. Sampled, so hooks read them for free.
 
 A task arriving must be answered in microseconds, so the backpressure hook
-never measures anything itself: a sampler on the worker's I/O loop reads
-memory and the loop's lag a few times a second, and each finished task
+never measures anything itself: a sampler on the worker's loop reads
+memory and the loop's lag a few times a second (and, while a routine holds
+the loop, the watch counts the time held as lag), and each finished task
 adds its duration to a bounded window. Memory comes from ``/proc`` (Linux);
 elsewhere the signals the platform cannot give stay None and the hooks that
 read them accept.

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Final
 
 from .._base._tasks import TaskOwner
@@ -19,8 +20,8 @@ _log = logging.getLogger("leakypool.worker")
 REQUEST_TIMEOUT_S: Final[float] = 10.0
 """How long a new connection may take to say what it wants (its hello, then a State/Stop request) before it is closed."""
 
-WATCH_READ_S: Final[float] = 0.05
-"""How long the watch thread waits for a connection's hello and State request (both are sent at once)."""
+WATCH_READ_S: Final[float] = 0.005
+"""How long the watch thread waits, in all, for a connection's hello and State request (both are sent at once)."""
 
 ACCEPTS_PER_PASS: Final[int] = 8
 """Connections the watch thread takes in one pass at most."""
@@ -29,22 +30,27 @@ STATE_REQUEST_MAX_BYTES: Final[int] = 1 << 10
 """Largest State request the watch thread reads (the request is empty)."""
 
 
-def _read_message(conn: socket.socket, received: bytearray, limit: int) -> bytes:
-    """Read one length-prefixed message from a blocking ``conn``; ``received`` keeps every byte read.
+def _read_message(conn: socket.socket, received: bytearray, limit: int, deadline: float) -> bytes:
+    """Read one length-prefixed message from ``conn`` by ``deadline`` (monotonic); ``received`` keeps every byte read.
 
     Raises:
         ProtocolError: its length is over ``limit``.
-        OSError: the connection ended, failed or timed out first.
+        TimeoutError: the deadline came first.
+        OSError: the connection ended or failed first.
     """
-    size = int.from_bytes(_read_exactly(conn, received, 4), "big")
+    size = int.from_bytes(_read_exactly(conn, received, 4, deadline), "big")
     if size > limit:
         raise ProtocolError(f"a {size}-byte message is over this connection's limit of {limit}")
-    return _read_exactly(conn, received, size)
+    return _read_exactly(conn, received, size, deadline)
 
 
-def _read_exactly(conn: socket.socket, received: bytearray, n: int) -> bytes:
+def _read_exactly(conn: socket.socket, received: bytearray, n: int, deadline: float) -> bytes:
     out = bytearray()
     while len(out) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("slow to send its request")
+        conn.settimeout(left)
         chunk = conn.recv(n - len(out))
         if not chunk:
             raise ConnectionResetError("the peer closed the connection")
@@ -105,18 +111,21 @@ class UnixServer:
                 conn.close()
 
     def _answer_or_hand_over(self, conn: socket.socket) -> None:
-        conn.settimeout(WATCH_READ_S)
+        deadline = time.monotonic() + WATCH_READ_S
         received = bytearray()
         try:
-            if method_of(_read_message(conn, received, HELLO_MAX_BYTES)) == "State":
-                _read_message(conn, received, STATE_REQUEST_MAX_BYTES)
-                reply = self._service.state().SerializeToString()
-                conn.sendall(len(reply).to_bytes(4, "big") + reply)
-                conn.close()
-                return
+            state = method_of(_read_message(conn, received, HELLO_MAX_BYTES, deadline)) == "State"
+            if state:
+                _read_message(conn, received, STATE_REQUEST_MAX_BYTES, deadline)
         except TimeoutError:
-            pass  # slow to say what it wants: the loop waits for it as for any new connection
-        self._loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
+            state = False  # slow to say what it wants: the loop waits for it as for any new connection
+        if not state:
+            self._loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
+            return
+        reply = self._service.state().SerializeToString()
+        conn.settimeout(WATCH_READ_S)
+        conn.sendall(len(reply).to_bytes(4, "big") + reply)  # a few hundred bytes into an empty socket
+        conn.close()
 
     def _adopt(self, conn: socket.socket, received: bytes) -> None:
         """Serve a connection the watch thread accepted, from the bytes it read on (on the loop)."""
@@ -132,7 +141,11 @@ class UnixServer:
                 return
             await self._serve(stream)
 
-        self._connections.spawn(serve(), name="unix connection")
+        try:
+            self._connections.spawn(serve(), name="unix connection")
+        except RuntimeError:  # closed meanwhile (the worker is exiting)
+            self._streams.discard(stream)
+            conn.close()
 
     def _accept(self) -> MessageStream:
         stream = MessageStream(first_limit=HELLO_MAX_BYTES)

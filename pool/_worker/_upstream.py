@@ -51,7 +51,7 @@ class Upstream:
         return BridgedGenerator(self._carry, RemoteGenerator(self, task), around=self._parked)
 
     async def _parked(self, waiting: Any) -> Any:
-        """Await ``waiting`` (on the gRPC loop) with the calling task parked."""
+        """Await ``waiting`` (where the stream lives) with the calling task parked."""
         self._host.park(self._hosted)
         try:
             return await waiting
@@ -59,7 +59,7 @@ class Upstream:
             self._host.unpark(self._hosted)
 
     async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
-        """Open the call on the stream back to the dispatcher (gRPC loop)."""
+        """Open the call on the stream back to the dispatcher (where the stream lives)."""
         return await open_call(self._session, task)
 
 
@@ -80,15 +80,22 @@ async def in_task(coro: Coroutine[Any, Any, Any]) -> Any:
     """A `Carry` on this loop: ``coro`` runs as a task of its own, never inside the caller's user code.
 
     (The task is made directly, not through the loop's task factory, which
-    would count it as the routine's own.) Cancelling the caller cancels it.
+    would count it as the routine's own.) Cancelling the caller cancels it
+    and raises at once, as `bridge` does: the nested call's own clean-up
+    (telling its worker) goes on without holding the caller up.
     """
-    return await asyncio.Task(coro)
+    task = asyncio.Task(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 class BridgedGenerator:
     """A `RemoteGenerator` living where the stream does, driven from the calling routine.
 
-    ``around`` wraps each step's awaitable (on the other loop), e.g. to
+    ``around`` wraps each step's awaitable (where the stream lives), e.g. to
     mark the calling task as waiting while the step runs.
     """
 

@@ -88,10 +88,10 @@ async def test_here_should_run_at_once_on_the_loop_and_queue_from_the_watch():
     ran: list[str] = []
     here.post(ran.append, "now")
     assert ran == ["now"]
-    guard.rescuing = True
+    guard.watch = threading.get_ident()  # as if this were the watch thread
     here.post(ran.append, "later")
     assert ran == ["now"]
-    guard.rescuing = False
+    guard.watch = 0
     await asyncio.sleep(0)
     assert ran == ["now", "later"]
 
@@ -103,7 +103,7 @@ async def test_the_watch_should_serve_while_user_code_overruns_and_park_when_idl
     calls: list[bool] = []
 
     def serve() -> None:
-        calls.append(guard.rescuing and asyncio.get_running_loop() is loop)
+        calls.append(threading.get_ident() == guard.watch and asyncio.get_running_loop() is loop)
         served.set()
 
     loop = asyncio.get_running_loop()
@@ -117,7 +117,7 @@ async def test_the_watch_should_serve_while_user_code_overruns_and_park_when_idl
         await unlocked(guard, hog())
         assert calls and all(calls)
         assert time.monotonic() - started >= OVERRUN_S
-        assert _held(guard) and not guard.rescuing
+        assert _held(guard) and guard.since == 0.0
         count = len(calls)
         await asyncio.sleep(OVERRUN_S * 5)  # nothing overruns now: no more serving (bounded, nothing to wait on)
         assert len(calls) == count
