@@ -20,10 +20,11 @@ _log = logging.getLogger("leakypool.worker")
 REQUEST_TIMEOUT_S: Final[float] = 10.0
 """How long a new connection may take to say what it wants (its hello, then a State/Stop request) before it is closed."""
 
-WATCH_READ_S: Final[float] = 0.005
-"""How long the watch thread waits, in all, for a connection's hello and State request (both are sent at once)."""
+WATCH_READ_S: Final[float] = 0.05
+"""How long the watch thread waits, in all, for a connection's hello and State request (both are sent
+at once, but the dialler may not have run yet when the watch takes its connection)."""
 
-ACCEPTS_PER_PASS: Final[int] = 8
+ACCEPTS_PER_PASS: Final[int] = 4
 """Connections the watch thread takes in one pass at most."""
 
 STATE_REQUEST_MAX_BYTES: Final[int] = 1 << 10
