@@ -232,7 +232,7 @@ class MessageStream(asyncio.Protocol):
         if self._writing_paused or self._ended is not None or transport is None or transport.is_closing():
             return False
         if len(message) < SMALL_MESSAGE_BYTES:
-            transport.write(_LENGTH.pack(len(message)) + message)
+            transport.write(framed(message))
         else:
             transport.writelines((_LENGTH.pack(len(message)), message))
         return True
@@ -272,8 +272,7 @@ class MessageStream(asyncio.Protocol):
         transport, fd = self.transport, self._fileno()
         if self._ended is not None or transport is None or transport.is_closing() or fd < 0:
             return False
-        message = frames.SerializeToString()
-        data = _LENGTH.pack(len(message)) + message
+        data = framed(frames.SerializeToString())
         if transport.get_write_buffer_size() == 0:
             try:
                 data = data[os.write(fd, data):]
@@ -340,6 +339,11 @@ class MessageStream(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def framed(message: bytes) -> bytes:
+    """``message`` with its length in front, as one buffer (a small message: one write)."""
+    return _LENGTH.pack(len(message)) + message
 
 
 def hello(method: str) -> bytes:

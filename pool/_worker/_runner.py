@@ -131,9 +131,7 @@ async def _call(hosted: Hosted) -> Outcome:
     """A coroutine routine's whole run, user code only: unpickle, run, pickle; its outcome."""
     name = hosted.task.name
     try:
-        fn = hosted.code.resolve()
-        args, kwargs = _wire.unpack_args(hosted.task.args, name)
-        value = await fn(*args, **kwargs)
+        value = await _invoke(hosted)
         return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
     except asyncio.CancelledError:
         return CANCELLED
@@ -143,13 +141,17 @@ async def _call(hosted: Hosted) -> Outcome:
 
 async def _open(hosted: Hosted) -> tuple[Any, Outcome | None]:
     """A generator routine's generator, or (None, the outcome of failing to make it)."""
-    name = hosted.task.name
     try:
-        fn = hosted.code.resolve()
-        args, kwargs = _wire.unpack_args(hosted.task.args, name)
-        return fn(*args, **kwargs), None
+        return _invoke(hosted), None
     except BaseException as exc:
-        return None, (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+        return None, (pb.Outcome.RAISE, *_wire.pack_exception(exc, hosted.task.name))
+
+
+def _invoke(hosted: Hosted) -> Any:
+    """Call the routine with its arguments (both unpickled here): its coroutine or async generator."""
+    fn = hosted.code.resolve()
+    args, kwargs = _wire.unpack_args(hosted.task.args, hosted.task.name)
+    return fn(*args, **kwargs)
 
 
 async def _advance(agen: AsyncGenerator[Any, Any], step: pb.Step, name: str) -> Outcome:

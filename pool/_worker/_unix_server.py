@@ -11,7 +11,7 @@ import time
 from typing import Final
 
 from .._base._tasks import TaskOwner
-from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, method_of
+from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, framed, method_of
 from .._transport._proto import leakypool_pb2 as pb
 from ._service import WorkerService
 
@@ -125,7 +125,7 @@ class UnixServer:
             return
         reply = self._service.state().SerializeToString()
         conn.settimeout(WATCH_READ_S)
-        conn.sendall(len(reply).to_bytes(4, "big") + reply)  # a few hundred bytes into an empty socket
+        conn.sendall(framed(reply))  # a few hundred bytes into an empty socket
         conn.close()
 
     def _adopt(self, conn: socket.socket, received: bytes) -> None:
