@@ -122,21 +122,29 @@ def check_schedule_options(options: CallOptions) -> None:
 
 
 class Routine(Generic[P, R]):
-    """A coroutine or async-generator function that runs on a pool's workers.
+    """A function that runs on a pool's workers: coroutine, async generator or plain ``def``.
 
     Use `routine` to make one. Calling it returns an awaitable (or an async
-    iterator) exactly as the function would, but the body runs on a worker
-    of the innermost active pool. Works on methods too (``self`` is pickled
-    and shipped with the call).
+    iterator) exactly as an async function would, but the body runs on a worker
+    of the innermost active pool. A plain ``def`` function's call is awaitable
+    too; the worker runs it on a thread of its own, one plain call at a time
+    (see docs/concepts.md). Works on methods too (``self`` is pickled and
+    shipped with the call).
     """
 
     def __init__(self, fn: Callable[P, R], options: CallOptions, base: Routine[P, R] | None = None) -> None:
-        if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
-            raise TypeError(f"@routine needs an async def function (coroutine or async generator), got {fn!r}")
+        if not callable(fn) or isinstance(fn, type):
+            raise TypeError(f"@routine needs a function (async def, async generator or plain def), got {fn!r}")
+        if inspect.isgeneratorfunction(fn):
+            raise TypeError(
+                f"@routine cannot run a plain generator function ({fn!r}): its generator cannot leave the worker; "
+                "make it an async generator (async def ... yield) or return a list"
+            )
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._call_options = options
         self._generator = inspect.isasyncgenfunction(fn)
+        self._plain = not (self._generator or inspect.iscoroutinefunction(fn))
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
         self._fields: tuple[Any, ...] | None = None  # a Task's fields but its arguments, computed once
@@ -146,6 +154,11 @@ class Routine(Generic[P, R]):
     def generator(self) -> bool:
         """Whether the routine is an async generator (it streams values)."""
         return self._generator
+
+    @property
+    def plain(self) -> bool:
+        """Whether the routine is a plain ``def`` function (it runs on a worker's thread, one call at a time)."""
+        return self._plain
 
     @property
     def call_options(self) -> CallOptions:
@@ -223,7 +236,9 @@ class Routine(Generic[P, R]):
                 ),
             )
         head, tail = fields
-        return Task(*head, _wire.pack_args(self.__qualname__, args, kwargs), *tail)
+        task = Task(*head, _wire.pack_args(self.__qualname__, args, kwargs), *tail)
+        task.plain = self._plain
+        return task
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once."""
@@ -324,7 +339,11 @@ def routine(
     run_at: datetime.datetime | None = None,
 ) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
-    """Make an async function a routine: its calls run on the pool's workers.
+    """Make a function a routine: its calls run on the pool's workers.
+
+    ``async def`` functions, async generators and plain ``def`` functions all
+    work; calling the routine returns an awaitable (an async iterator for a
+    generator) wherever the function was defined.
 
     Use bare (``@pool.routine``) or with options
     (``@pool.routine(timeout=5.0)``). Any option can be overridden per call
@@ -332,6 +351,8 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
 
     - ``timeout``: seconds for the whole call, waiting included; after it
       the remote task is cancelled and the caller gets ``TimeoutError``.
+      On a plain function it is a hard limit: a running plain call cannot be
+      cancelled, so the worker running it exits at the deadline and is replaced.
     - ``queue``: a `pool.Queue`; at most its ``concurrency`` calls run at once.
     - ``key``: a concurrency key (tenant, user...): each value gets its own
       ``concurrency`` within the queue.
@@ -357,7 +378,7 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     and among calls waiting for a worker; FIFO within a priority.
 
     Raises:
-        TypeError: ``fn`` is not an ``async def`` function, or a bad option.
+        TypeError: ``fn`` is not a function (or is a plain generator function), or a bad option.
     """
     call_options = CallOptions(**options)
     if fn is None:

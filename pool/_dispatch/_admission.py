@@ -27,7 +27,9 @@ that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
 place. With queue_depth 0 there is no queue: a call the balancer cannot
-place fails with NoWorkersAvailable at once.
+place fails with NoWorkersAvailable at once, except a plain ``def`` call,
+which waits without a bound on the queue (a worker turns one away while it
+runs another plain call: that is the design, not overload).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import asyncio
 import bisect
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Final
@@ -186,12 +189,13 @@ class Admission:
             AdmissionRejected: the queue stayed full for ``admission_timeout``.
             DeadlinePassed: it waited past ``deadline``.
         """
-        if not self._queue and not self._lobby:
+        plain = ticket.task.plain
+        if not (self._queue or self._lobby) or not (self.queue_depth or plain):
             try:
                 return await self._place(ticket.task)
             except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
-                if not self.queue_depth:
+                if not (self.queue_depth or plain):
                     raise
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, loop)
@@ -212,7 +216,7 @@ class Admission:
             raise
 
     async def _take_place(self, waiter: _Waiter) -> None:
-        if len(self._queue) < self.queue_depth and not self._lobby:
+        if len(self._queue) < self._depth_for(waiter.ticket.task) and not self._lobby:
             self._enqueue(waiter)
             return
         name = waiter.ticket.task.name
@@ -237,6 +241,15 @@ class Admission:
         except BaseException:
             self._leave(waiter)
             raise
+
+    def _depth_for(self, task: Task) -> float:
+        """How many calls may wait when ``task`` arrives: ``queue_depth``; without one, no limit for a plain call.
+
+        A worker turns a plain call away while it runs another (one at a
+        time, by design, not overload), so plain calls wait for a worker the
+        way a process pool's tasks do, bounded by ``dispatch_deadline``.
+        """
+        return self.queue_depth or (math.inf if task.plain else 0)
 
     def _enqueue(self, waiter: _Waiter) -> None:
         _insert(self._queue, waiter)

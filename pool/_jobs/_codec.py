@@ -46,6 +46,7 @@ def encode(task: Task, policy: RetryPolicy) -> bytes:
         "key": task.key,
         "workflow": task.workflow,
         "halt_on_error": task.halt_on_error,
+        "plain": task.plain,
         "retry_backoff": policy.retry_backoff,
         "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
@@ -79,5 +80,6 @@ def decode(payload: bytes) -> tuple[Task, RetryPolicy]:
         key=fields["key"],
         workflow=fields["workflow"],
         halt_on_error=fields["halt_on_error"],
+        plain=fields.get("plain", False),  # absent from payloads written before plain routines
     )
     return task, RetryPolicy(fields["retry_backoff"], retry_on)

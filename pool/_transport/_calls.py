@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import sys
+import time
 from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
@@ -159,6 +160,8 @@ async def call_routine(dispatcher: Dispatcher, task: Task) -> Any:
     the remote task is cancelled and `TimeoutError` raised. Cancelling the
     caller cancels the remote task.
     """
+    if task.timeout is not None:
+        task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
     async with asyncio.timeout(task.timeout) if task.timeout is not None else _UNBOUNDED:
         call = await dispatcher.dispatch(task)
         try:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import time
+from typing import Any, Final
 
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
+
+MIN_REMAINING_S: Final[float] = 0.001
+"""The least time left a call is sent with (its deadline may pass while the Call frame is written)."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -38,6 +42,14 @@ class Task:
     trace: Any = None  # while it is dispatched with tracing on: its span (`_observe._trace.Attempt`)
     priority: int = 0  # higher first in the admission queue (not sent to workers)
     rate: tuple[int, float] | None = None  # the queue's RateLimit (n, per) (not sent to workers)
+    plain: bool = False  # a plain ``def`` function: one at a time per worker, on a thread of its own
+    deadline: float | None = None  # when its timeout runs out (monotonic), once it is dispatched
+
+    def remaining(self) -> float | None:
+        """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""
+        if self.deadline is None:
+            return self.timeout or None
+        return max(self.deadline - time.monotonic(), MIN_REMAINING_S)
 
     def fill(self, call: pb.Call, session: Session) -> None:
         """Write this task into ``call``, bound for ``session``; the routine's blob crosses once per stream."""
@@ -45,6 +57,7 @@ class Task:
         routine.digest = self.digest
         routine.name = self.name
         routine.generator = self.generator
+        routine.plain = self.plain
         if self.digest not in session.sent_digests:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
@@ -52,7 +65,7 @@ class Task:
             call.args = self.args
         call.parent = self.parent
         if self.timeout:
-            call.timeout = self.timeout
+            call.timeout = self.remaining() or 0.0  # the deadline travels: the worker enforces a plain call's
         if self.trace is not None:
             call.traceparent = self.trace.header()
         elif self.traceparent:
@@ -72,4 +85,5 @@ class Task:
             task.queue, task.concurrency, task.total = limits.queue, limits.concurrency, limits.total
             task.key, task.workflow, task.halt_on_error = limits.key, limits.workflow, limits.halt_on_error
         task.traceparent = call.traceparent
+        task.plain = routine.plain
         return task

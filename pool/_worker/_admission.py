@@ -1,7 +1,8 @@
 """A worker's admission: who may start now, and whom to tell when room frees. No I/O.
 
     Call ──> decide(task) ──> ACCEPT          count it in flight (`admit`)
-                          ├─> BUSY            the hook said no: Reject(RESOURCE_EXHAUSTED),
+                          ├─> BUSY            the hook said no, or a plain call while one is on the
+                          │                   plain thread: Reject(RESOURCE_EXHAUSTED),
                           │                   remember the session to tell "room" later
                           ├─> DRAINING        Reject(UNAVAILABLE)
                           ├─> HOOK_FAILED     the hook raised: Reject(UNAVAILABLE), logged
@@ -78,6 +79,7 @@ class WorkerAdmission:
         self.vetting = 0  # calls an async hook is still deciding on
         self.hook_error: BaseException | None = None  # what the hook raised last, for the log
         self._turned_away: set[Any] = set()
+        self.plain: Any = None  # the plain call on the plain thread, if one is there (it may outlive its call)
 
     def active(self) -> int:
         """Tasks that count against backpressure: in flight, less those parked on nested calls."""
@@ -91,6 +93,8 @@ class WorkerAdmission:
         """
         if not self.accepting:
             return Verdict.DRAINING
+        if self.plain is not None and getattr(task, "plain", False):
+            return Verdict.BUSY  # one plain call at a time: the next waits at the dispatcher, not behind it here
         if self.hook is None:
             return Verdict.ACCEPT
         try:
@@ -136,6 +140,17 @@ class WorkerAdmission:
         self.in_flight -= 1
         return self._room()
 
+    def plain_started(self, call: Any) -> None:
+        """``call``, a plain call, was accepted: further plain calls are turned away until `plain_done`."""
+        self.plain = call
+
+    def plain_done(self, call: Any) -> set[Any]:
+        """``call`` left the plain thread; returns whom to tell "room" (none if it was not the one there)."""
+        if self.plain is not call:
+            return set()
+        self.plain = None
+        return self._room()
+
     def park(self) -> set[Any]:
         """A task starts waiting on a nested call; returns whom to tell "room" (unless slots are held)."""
         self.parked += 1
@@ -158,5 +173,6 @@ class WorkerAdmission:
     def __repr__(self) -> str:
         return (
             f"<WorkerAdmission {'accepting' if self.accepting else 'draining'} "
-            f"[{self.in_flight} in flight, {self.parked} parked, {self.vetting} vetting]>"
+            f"[{self.in_flight} in flight, {self.parked} parked, {self.vetting} vetting"
+            f"{', plain busy' if self.plain is not None else ''}]>"
         )

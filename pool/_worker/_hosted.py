@@ -75,3 +75,7 @@ class Host(Protocol):
     def unpark(self, hosted: Hosted) -> None:
         """``hosted``'s nested call returned (runs where the streams live)."""
         ...
+
+    def plain_done(self, hosted: Hosted) -> None:
+        """``hosted``, a plain call, left the plain thread (or never reached it): another may start."""
+        ...

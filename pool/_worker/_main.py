@@ -57,14 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s leakypool-worker[%(process)d] %(message)s",
     )
     loop = new_event_loop()
+    status: list[int] = []
     try:
-        reason = loop.run_until_complete(serve(config, hook))
+        reason = loop.run_until_complete(serve(config, hook, status))
     except ConfigError as exc:
         fail(str(exc))
     finally:
         loop.close()
     _log.info("exited: %s", reason)
-    return 0
+    return status[0] if status else 0
 
 
 def fail(message: str) -> NoReturn:
@@ -166,8 +167,8 @@ def runs_inline(config: WorkerConfig) -> bool:
     return bool(config.unix_socket) and config.metrics_port < 0 and not config.registry
 
 
-async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
-    """Serve until drained; returns why the worker stopped."""
+async def serve(config: WorkerConfig, hook: BackpressureLike | None, status: list[int] | None = None) -> str:
+    """Serve until drained; returns why the worker stopped (its exit status appended to ``status``)."""
     uid = config.uid or str(new_uid())
     capacity = count_cap(hook)
     service = WorkerService(
@@ -233,6 +234,8 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None) -> str:
         if observation is not None:
             await observation.aclose()
         await service.aclose()
+    if status is not None:
+        status.append(service.retire_status)
     return service.exit_reason
 
 

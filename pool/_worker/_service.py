@@ -49,11 +49,13 @@ from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Read, Session, Write
 from .._transport._task import Task
 from .._version import __version__
+from .._base._exits import EXIT_RETIRED
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
+from ._plain import PlainSlot, timed_out
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
@@ -127,6 +129,8 @@ class WorkerService:
         self._watch: Watch | None = None
         self._guard: Guard | None = None
         self._runner: RoutineRunner | None = None
+        self._plain = PlainSlot(self.admission, self._overdue)
+        self.retire_status = 0  # the exit status once drained: EXIT_RETIRED when it left on purpose
 
     @property
     def done(self) -> asyncio.Event:
@@ -159,6 +163,8 @@ class WorkerService:
         """Stop the timers, the background tasks and the routine loop (after the drain)."""
         self.lifecycle.stop()
         await self.tasks.aclose()
+        if self._runner is not None:
+            self._runner.close()
         if self._watch is not None:
             self._watch.stop()
         if self._routines is not None:
@@ -286,9 +292,14 @@ class WorkerService:
 
     def _answer(self, peer: _Peer, hosted: Hosted, verdict: Verdict) -> None:
         session = hosted.session
+        plain = hosted.task.plain
+        if verdict is Verdict.ACCEPT and plain and self.admission.plain is not None:
+            verdict = Verdict.BUSY  # another plain call was accepted while an async hook vetted this one
         if verdict is Verdict.ACCEPT:
             hosted.started = time.monotonic()
             peer.hosted[hosted.id] = hosted
+            if plain:
+                self._plain.take(hosted)
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
@@ -318,6 +329,22 @@ class WorkerService:
             session.reject(hosted.id, verdict.code, message, counted, self.capacity)
         else:
             session.reject(hosted.id, verdict.code, message)
+
+    def _overdue(self, hosted: Hosted, timeout: float) -> None:
+        """A plain call ran past its hard timeout (see `PlainSlot`): answer for it, then exit on purpose."""
+        _log.warning("%s() ran past its timeout of %gs; this worker exits (a plain call cannot be interrupted)",
+                     hosted.task.name, timeout)
+        if self.metrics is not None:
+            self.metrics.recycled("timeout")
+        if hosted.session.failure is None and not hosted.cancelled:
+            self.finish(hosted, timed_out(hosted, timeout))
+        hosted.cancelled = True
+        self.retire_status = EXIT_RETIRED
+        self.drain(f"a plain call to {hosted.task.name}() ran past its timeout of {timeout:g}s", 0.0)
+
+    def plain_done(self, hosted: Hosted) -> None:
+        """``hosted`` left the plain thread: the next plain call may come (turned-away dispatchers are told)."""
+        self._tell_room(self._plain.release(hosted))
 
     def on_step(self, session: Session, frame: pb.Frame) -> None:
         peer = self._peers.get(session)

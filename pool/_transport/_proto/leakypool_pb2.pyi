@@ -32,16 +32,18 @@ class Frame(_message.Message):
     def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., room: _Optional[_Union[Room, _Mapping]] = ...) -> None: ...
 
 class Routine(_message.Message):
-    __slots__ = ("digest", "blob", "name", "generator")
+    __slots__ = ("digest", "blob", "name", "generator", "plain")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     BLOB_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     GENERATOR_FIELD_NUMBER: _ClassVar[int]
+    PLAIN_FIELD_NUMBER: _ClassVar[int]
     digest: bytes
     blob: bytes
     name: str
     generator: bool
-    def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ...) -> None: ...
+    plain: bool
+    def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ..., plain: bool = ...) -> None: ...
 
 class Call(_message.Message):
     __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent")

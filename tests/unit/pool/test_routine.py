@@ -35,10 +35,27 @@ class Recorder:
 
 
 class TestRoutine:
-    def test_routine_should_refuse_a_plain_function(self):
-        """Test that only async functions can be routines."""
-        with pytest.raises(TypeError, match="async def"):
-            pool.routine(lambda: 1)
+    def test_routine_should_take_a_plain_function_as_plain(self):
+        """Test that a plain def (a lambda too) is a routine that says it is plain; async ones are not."""
+        assert pool.routine(lambda: 1).plain
+        assert not routines.add.plain and not routines.count.plain
+
+    def test_task_should_carry_plain_when_the_routine_is_plain(self):
+        """Test that the task of a plain routine's call is marked plain (the worker runs it on its thread)."""
+        plain = pool.routine(lambda x: x)
+        assert plain.task((1,), {}).plain
+        assert not routines.add.task((1, 2), {}).plain
+
+    def test_routine_should_refuse_a_plain_generator_function_or_a_class(self):
+        """Test that what cannot run as a routine is refused with a reason."""
+
+        def gen():
+            yield 1
+
+        with pytest.raises(TypeError, match="async generator"):
+            pool.routine(gen)
+        with pytest.raises(TypeError, match="needs a function"):
+            pool.routine(int)
 
     def test_routine_should_keep_the_function_metadata(self):
         """Test that name, qualname and docstring are the function's."""
