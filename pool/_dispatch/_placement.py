@@ -12,7 +12,9 @@
 The balancer selects; this module dispatches, reports back and evicts (the
 balancer only ever sees the roster, read-only). Workers known full are in
 the roster's ``known_full``, which balancers skip: once the first workers
-are full, a call goes to the first with room without a round trip to each. Anything that is not a
+are full, a call goes to the first with room without a round trip to each.
+A plain call's balancer also skips the workers running this pool's plain
+calls (`PlainRoster`): each runs one at a time. Anything that is not a
 `WorkerRejected` or `WorkerBroken` (a bug, a cancellation) propagates and
 changes no membership.
 """
@@ -29,7 +31,7 @@ from .._transport._connection import WorkerConnection
 from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._membership import Membership
-from ._roster import Roster
+from ._roster import PlainRoster, Roster
 
 
 class Placement:
@@ -54,6 +56,7 @@ class Placement:
         self._membership = membership
         self._close = close
         self._room = roster.room
+        self._plain = PlainRoster(roster)
         self.dispatched = 0
 
     async def place(self, task: Task) -> OutgoingCall:
@@ -62,7 +65,8 @@ class Placement:
         Raises:
             NoWorkersAvailable: none accepted it (the last refusal is its cause).
         """
-        delegation = self.balancer.delegate(task, context=self._roster)
+        plain = task.plain
+        delegation = self.balancer.delegate(task, context=self._plain if plain else self._roster)
         last: BaseException | None = None
         try:
             uid = await anext(delegation)
@@ -81,6 +85,9 @@ class Placement:
                     continue
                 self._membership.reachable(uid)
                 self.dispatched += 1
+                if plain:
+                    self._plain.taken(uid)
+                    call.on_finish(lambda _, uid=uid: self._plain.freed(uid))
                 try:
                     await delegation.asend(uid)
                 except StopAsyncIteration:

@@ -84,3 +84,54 @@ class Roster:
 
     def _reorder(self) -> None:
         self.ascending_uids = tuple(sorted(self._workers, key=_UID_INT))
+
+
+class PlainRoster:
+    """The roster as a plain call's balancer sees it: workers running this pool's plain calls count as full.
+
+    A worker runs one plain call at a time and turns the next away (see
+    `pool._worker._plain`). This pool knows which of its plain calls run
+    where, so it skips those workers without a round trip and offers the
+    worker again the moment its plain call ends (no Room frame needed).
+    Other pools' plain calls still cost one rejection, as any stale hint does.
+    """
+
+    def __init__(self, roster: Roster) -> None:
+        self._roster = roster
+        self._busy: dict[uuid.UUID, int] = {}
+        self._full: tuple[AbstractSet[uuid.UUID], AbstractSet[uuid.UUID]] | None = None  # (roster's, union)
+
+    @property
+    def workers(self) -> Mapping[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]]:
+        """As `Roster.workers`."""
+        return self._roster.workers
+
+    @property
+    def ascending_uids(self) -> tuple[uuid.UUID, ...]:
+        """As `Roster.ascending_uids`."""
+        return self._roster.ascending_uids
+
+    @property
+    def known_full(self) -> AbstractSet[uuid.UUID]:
+        """The roster's known-full workers and those running a plain call of this pool (a snapshot)."""
+        full = self._roster.known_full
+        cached = self._full
+        if cached is not None and cached[0] is full:
+            return cached[1]
+        union = full | self._busy.keys() if self._busy else full
+        self._full = (full, union)
+        return union
+
+    def taken(self, uid: uuid.UUID) -> None:
+        """A plain call of this pool started on worker ``uid``."""
+        self._busy[uid] = self._busy.get(uid, 0) + 1
+        self._full = None
+
+    def freed(self, uid: uuid.UUID) -> None:
+        """That plain call ended (or was given up)."""
+        left = self._busy.get(uid, 0) - 1
+        if left > 0:
+            self._busy[uid] = left
+        else:
+            self._busy.pop(uid, None)
+        self._full = None

@@ -14,7 +14,8 @@ import grpc
 from .._config import ConfigError, WorkerConfig
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
-from ._service import WorkerService, undecodable
+from ._peers import undecodable
+from ._service import WorkerService
 
 
 def handler(service: WorkerService) -> grpc.GenericRpcHandler:

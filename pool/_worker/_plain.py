@@ -98,7 +98,7 @@ class PlainThread:
                 continue
             try:
                 future.set_result(fn())
-            except BaseException as exc:  # call_plain catches what user code raises; this is a last resort
+            except BaseException as exc:  # noqa: BLE001 - handed to the future's awaiter, who re-raises it
                 future.set_exception(exc)
 
 
@@ -110,7 +110,7 @@ def call_plain(hosted: Hosted) -> Outcome:
         args, kwargs = _wire.unpack_args(hosted.task.args, name)
         value = fn(*args, **kwargs)
         return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: they are the routine's outcome
+    except BaseException as exc:  # noqa: BLE001 - user code: any exception is the routine's outcome
         return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
 
 

@@ -31,7 +31,6 @@ TCP) only hand it streams and State/Stop requests.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -41,20 +40,20 @@ from typing import Any, Final
 
 from backpressure import BackpressureLike
 
+from .._base._exits import EXIT_RETIRED
 from .._base._tasks import TaskOwner
-from .._errors import WorkerBroken
 from .._transport._outbox import WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Read, Session, Write
 from .._transport._task import Task
 from .._version import __version__
-from .._base._exits import EXIT_RETIRED
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
+from ._peers import STREAM_END_WAIT_S, Peer, lost_dispatcher, undecodable
 from ._plain import PlainSlot, timed_out
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
@@ -66,18 +65,6 @@ _log = logging.getLogger("leakypool.worker")
 QUICK_ACCEPT_S: Final[float] = 0.002
 """How long an Accept waits to leave with its call's outcome, at most (a routine busy computing its first step)."""
 
-STREAM_END_WAIT_S: Final[float] = 5.0
-"""On exit, how long the last outcomes get to leave before the streams are cut."""
-
-
-@dataclasses.dataclass(eq=False)
-class _Peer:
-    """One dispatcher's stream, as this worker serves it."""
-
-    received: dict[bytes, Code] = dataclasses.field(default_factory=dict)  # routines it sent, by digest
-    hosted: dict[int, Hosted] = dataclasses.field(default_factory=dict)  # its calls running here, by id
-    stream: asyncio.Task[Any] | None = None
-    through: tuple[Callable[[], None], WriteNow] | None = None  # its transport's `pull` and `write_through`
 
 
 class WorkerService:
@@ -122,7 +109,7 @@ class WorkerService:
             cancel_all=self._cancel_all,
             end_streams=self._end_streams,
         )
-        self._peers: dict[Session, _Peer] = {}
+        self._peers: dict[Session, Peer] = {}
         self.inline = inline
         self._also_on_overrun: list[Callable[[], None]] = []
         self._routines: LoopThread | None = None
@@ -226,9 +213,9 @@ class WorkerService:
         ``through``: the transport's ``pull`` and ``write_through``, for the watch thread (`_overrun`).
         """
         session = Session(odd=False, host=self, label=label)
-        self._peers[session] = _Peer(stream=asyncio.current_task(), through=through)
+        self._peers[session] = Peer(stream=asyncio.current_task(), through=through)
         try:
-            reason = await session.run(read, write, _lost_dispatcher, **direct)
+            reason = await session.run(read, write, lost_dispatcher, **direct)
         finally:
             del self._peers[session]
         if undecodable(reason, benign):
@@ -279,7 +266,7 @@ class WorkerService:
         peer.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
         self.tasks.spawn(self._vet(peer, hosted, verdict), name=f"vet {hosted.task.name}")
 
-    async def _vet(self, peer: _Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
+    async def _vet(self, peer: Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
         try:
             rejected, error = await pending, None
         except Exception as exc:
@@ -290,7 +277,7 @@ class WorkerService:
             return
         self._answer(peer, hosted, verdict)
 
-    def _answer(self, peer: _Peer, hosted: Hosted, verdict: Verdict) -> None:
+    def _answer(self, peer: Peer, hosted: Hosted, verdict: Verdict) -> None:
         session = hosted.session
         plain = hosted.task.plain
         if verdict is Verdict.ACCEPT and plain and self.admission.plain is not None:
@@ -411,15 +398,3 @@ class WorkerService:
 
     def __repr__(self) -> str:
         return f"<WorkerService {self.uid} {self.admission!r} streams={len(self._peers)}>"
-
-
-def undecodable(reason: BaseException, benign: tuple[type[BaseException], ...] = ()) -> bool:
-    """Whether a stream ended on bytes that are not our protocol, rather than a peer that left or a shutdown.
-
-    ``benign``: the transport's own "the stream ended" errors (gRPC's `RpcError`).
-    """
-    return not isinstance(reason, (ConnectionError, asyncio.CancelledError, *benign))
-
-
-def _lost_dispatcher(reason: BaseException) -> BaseException:
-    return WorkerBroken(f"the dispatcher's stream ended: {reason}")

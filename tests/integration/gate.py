@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Self
 
 WAIT_S = 30.0
 """How long a test waits for a routine to reach the gate (bounds a broken test, not a slow machine)."""
@@ -17,7 +18,7 @@ class Gate:
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] = ("127.0.0.1", 0)
 
-    async def __aenter__(self) -> Gate:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
         self.address = self._server.sockets[0].getsockname()[:2]
         return self
