@@ -1,0 +1,186 @@
+"""The joblib backend ``"leakypool"``: joblib and scikit-learn's ``n_jobs`` on leakypool workers.
+
+    import joblib, pool.joblib
+    pool.joblib.register()
+    with joblib.parallel_config(backend="leakypool", n_jobs=4):    # 4 local workers, reused
+        GridSearchCV(SVC(), grid, n_jobs=-1).fit(X, y)
+    with joblib.parallel_config(backend="leakypool", executor=ex): # an existing pool.Executor (LAN workers...)
+        Parallel()(delayed(f)(x) for x in xs)
+
+A joblib task (a batch of ``delayed`` calls) is a plain function: it runs
+through a `pool.Executor`, so the leaky bucket, healing, recycling and LAN
+workers come with it. Without ``executor=``, the backend keeps one executor
+of ``n_jobs`` local workers, started on first use and reused by later
+``Parallel`` calls of the same size (joblib tells a backend nothing when a
+``parallel_config`` block ends, so, like loky's reusable executor, it lives
+until `shutdown` or the interpreter exits). Work queues without limit, as
+with joblib's own backends; joblib batches tiny tasks itself (auto-batching).
+
+Nested parallelism: joblib code inside a task gets joblib's threading
+backend (then sequential below it), in that worker: never a new process pool
+per task, never a wait on the pool's own workers (no deadlock).
+
+This module imports joblib (the extra ``leakypool[joblib]``); ``import pool``
+never does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from joblib import ParallelBackendBase, register_parallel_backend
+from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
+
+from ._executor import Executor
+
+__all__ = ["BACKEND_NAME", "LeakypoolBackend", "register", "shutdown"]
+
+BACKEND_NAME: Final[str] = "leakypool"
+"""The name `register` gives the backend (``parallel_config(backend="leakypool")``)."""
+
+_lock = threading.Lock()
+_shared: Executor | None = None  # the reusable executor of local workers (n_jobs of them)
+_shared_size = 0
+
+
+def register(name: str = BACKEND_NAME) -> None:
+    """Register the backend with joblib under ``name`` (default ``"leakypool"``); safe to call again."""
+    register_parallel_backend(name, LeakypoolBackend)
+
+
+def shutdown(wait: bool = True) -> None:
+    """Close the reusable executor the backend started (its workers exit); the next use starts a new one."""
+    global _shared, _shared_size
+    with _lock:
+        executor, _shared, _shared_size = _shared, None, 0
+    if executor is not None:
+        executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _reusable(n_jobs: int) -> Executor:
+    """The shared executor of ``n_jobs`` local workers: the one already running if it has that size."""
+    global _shared, _shared_size
+    with _lock:
+        if _shared is not None and _shared_size == n_jobs:
+            return _shared
+        old, _shared, _shared_size = _shared, Executor(max_workers=n_jobs), n_jobs
+        current = _shared
+    if old is not None:
+        old.shutdown(wait=False, cancel_futures=True)
+    return current
+
+
+atexit.register(shutdown)
+
+
+class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc]  # joblib ships no types
+    """joblib's ``ParallelBackendBase`` over a `pool.Executor`.
+
+    Args:
+        executor: Run on this `pool.Executor` (its workers, LAN or local)
+            instead of the backend's reusable one; ``n_jobs`` then only sizes
+            joblib's batches (the executor's workers do the work).
+        nesting_level, inner_max_num_threads: As joblib passes them.
+    """
+
+    supports_retrieve_callback = True
+    supports_return_generator = True
+    supports_timeout = True
+    supports_inner_max_num_threads = False
+    uses_threads = False
+    supports_sharedmem = False
+    default_n_jobs = 1
+
+    def __init__(
+        self,
+        nesting_level: int | None = None,
+        inner_max_num_threads: int | None = None,
+        executor: Executor | None = None,
+        **backend_kwargs: Any,
+    ) -> None:
+        super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads, **backend_kwargs)
+        if executor is not None and not isinstance(executor, concurrent.futures.Executor):
+            raise TypeError(f"executor: expected a pool.Executor, got {executor!r}")
+        self._given = executor
+        self._executor: concurrent.futures.Executor | None = None
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._pending_lock = threading.Lock()
+
+    def effective_n_jobs(self, n_jobs: int | None) -> int:
+        """How many tasks run at once: ``n_jobs`` (``-1``: one per CPU, ``-2``: all but one...)."""
+        if n_jobs == 0:
+            raise ValueError("n_jobs == 0 in Parallel has no meaning")
+        if self._given is not None:
+            workers = getattr(self._given, "_max_workers", None)
+            return max(1, workers if isinstance(workers, int) else (n_jobs if n_jobs and n_jobs > 0 else 1))
+        if n_jobs is None:
+            return 1
+        if n_jobs < 0:
+            return max((os.cpu_count() or 1) + 1 + n_jobs, 1)
+        return n_jobs
+
+    def configure(
+        self,
+        n_jobs: int | None = 1,
+        parallel: Any = None,
+        prefer: str | None = None,
+        require: str | None = None,
+        **backend_kwargs: Any,
+    ) -> int:
+        """Pick the executor for this ``Parallel`` call; the number of tasks it runs at once."""
+        n = self.effective_n_jobs(n_jobs)
+        if n == 1 and self._given is None:
+            raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
+        self.parallel = parallel
+        self._executor = self._given if self._given is not None else _reusable(n)
+        return n
+
+    def submit(self, func: Callable[[], Any], callback: Callable[[Any], None] | None = None) -> Any:
+        """Run one joblib task (a batch of calls) on a worker; its ``concurrent.futures.Future``."""
+        if self._executor is None:
+            raise RuntimeError("the leakypool backend was not configured (joblib calls configure first)")
+        future = self._executor.submit(func)
+        with self._pending_lock:
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
+
+    def apply_async(self, func: Callable[[], Any], callback: Callable[[Any], None] | None = None) -> Any:
+        """The name joblib < 1.5 calls `submit` by; its future answers ``get`` too."""
+        future = self.submit(func, callback)
+        future.get = future.result  # joblib < 1.5 retrieves with .get(timeout)
+        return future
+
+    def retrieve_result_callback(self, future: concurrent.futures.Future[Any]) -> Any:
+        """The task's result (or its exception, raised: same type, the worker's traceback as its cause)."""
+        return future.result()
+
+    def abort_everything(self, ensure_ready: bool = True) -> None:
+        """A task raised: cancel the tasks of this backend not started yet (running ones finish, unseen)."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, set()
+        for future in pending:
+            future.cancel()
+        if not ensure_ready:
+            self._executor = None
+
+    def terminate(self) -> None:
+        """The ``Parallel`` call ended: forget its batch statistics (the reusable executor stays up)."""
+        self._executor = None
+        self.reset_batch_stats()
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._pending_lock:
+            self._pending.discard(future)
+
+    def __reduce__(self) -> Any:
+        # Nested joblib code runs in the worker on the backend `get_nested_backend` names (threads,
+        # then sequential), never on this one: a worker does not own the pool's executor.
+        return (SequentialBackend, ())
