@@ -27,7 +27,11 @@ that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
 place. With queue_depth 0 there is no queue: a call the balancer cannot
-place fails with NoWorkersAvailable at once.
+place fails with NoWorkersAvailable at once, unless a worker is on its way
+(``coming``: one retiring on purpose, or its replacement starting): then
+it waits for it, so a recycle never fails a call. Calls waiting for a worker
+end at once in what ``stranded`` says (a `WorkerInitError`) when no worker
+is left and none can start.
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ class Admission:
         queue_depth: Calls that may wait for a worker; 0: none (fail fast).
         admission_timeout: Seconds a call waits for a place in a full queue.
         max_pending: Calls admitted at once (running + waiting); None: no ceiling.
+        coming: Whether a worker is on its way (wait for it even without a queue).
+        stranded: Why no worker can come (every waiting call ends with it), or None.
     """
 
     def __init__(
@@ -108,8 +114,12 @@ class Admission:
         queue_depth: int,
         admission_timeout: float,
         max_pending: int | None,
+        coming: Callable[[], bool] = lambda: False,
+        stranded: Callable[[], BaseException | None] = lambda: None,
     ) -> None:
         self.placement = placement
+        self._coming = coming
+        self._stranded = stranded
         self._tasks = tasks
         self._starved = starved
         self._closed: PoolClosed | None = None
@@ -189,9 +199,11 @@ class Admission:
         if not self._queue and not self._lobby:
             try:
                 return await self._place(ticket.task)
-            except NoWorkersAvailable:
+            except NoWorkersAvailable as exc:
                 self._starved()  # grow the pool if it may, queue or not
-                if not self.queue_depth:
+                if (error := self._stranded()) is not None:
+                    raise error from exc
+                if not self.queue_depth and not self._coming():
                     raise
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, loop)
@@ -212,7 +224,7 @@ class Admission:
             raise
 
     async def _take_place(self, waiter: _Waiter) -> None:
-        if len(self._queue) < self.queue_depth and not self._lobby:
+        if (len(self._queue) < self.queue_depth or not self.queue_depth) and not self._lobby:  # no queue: one coming
             self._enqueue(waiter)
             return
         name = waiter.ticket.task.name
@@ -264,6 +276,8 @@ class Admission:
                 self._capacity.clear()
                 if not await self._serve():
                     self._starved()
+                    if self._give_up():
+                        break
                     try:
                         async with asyncio.timeout(BACKSTOP_S):
                             await self._capacity.wait()
@@ -271,6 +285,23 @@ class Admission:
                         self.placement.doubt()  # nothing heard for a while: ask every worker again
         finally:
             self._pump = None
+
+    def _give_up(self) -> bool:
+        """End every waiting call if no worker can come for it (stranded, or no queue and none on its way)."""
+        error: BaseException | None = self._stranded()
+        if error is None and not self.queue_depth and not self._coming():
+            error = NoWorkersAvailable("no worker to run the call: the worker it waited for did not come")
+        if error is None:
+            return False
+        for waiter in self._queue:
+            if not waiter.served.done():
+                waiter.served.set_exception(error)
+        for waiter in self._lobby:
+            if not waiter.placed.done():
+                waiter.placed.set_exception(error)
+        self._queue.clear()
+        self._lobby.clear()
+        return True
 
     async def _place(self, task: Task) -> OutgoingCall:
         if self._closed is not None:

@@ -26,6 +26,7 @@ from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._config import PoolConfig
 from .._errors import ConfigError
+from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
 from ._local_fleet import LocalFleet, worker_env
 from ._plan import ProvisionPlan
@@ -199,6 +200,7 @@ def pool_capacity(
     tags: Collection[str],
     on_ready: Callable[[WorkerMetadata], None],
     on_exit: Callable[[uuid.UUID, str], None],
+    initializer: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
@@ -217,8 +219,10 @@ def pool_capacity(
         tags: Tags the pool admits workers by.
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
+        initializer: ``(initializer, initargs)`` each spawned worker calls before its first call.
 
     Raises:
+        SerializationError: the initializer or its arguments cannot be pickled.
         ConfigError: a bad ``provision_timeout``, or a provisioner other than
             `SubprocessProvisioner` with no registry to join through (no `StoreDiscovery`).
     """
@@ -246,6 +250,7 @@ def pool_capacity(
         transport=config.local_transport,
         template=config.worker_template,
         template_fork=config.template_fork,
+        initializer=b"" if initializer is None else _wire.dumps(initializer, what=f"initializer {initializer[0]!r}"),
     )
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:

@@ -292,6 +292,7 @@ class WorkerService:
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
+            self.lifecycle.accepted()  # the last call of its task limit: stop accepting now
             # The Accept of a call that runs alone (its routine starts at once) waits for its
             # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
             # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
@@ -358,6 +359,7 @@ class WorkerService:
         self._tell_room(self.admission.release())
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
+        self.lifecycle.ended()  # past its memory limit: recycle
 
     def park(self, hosted: Hosted) -> None:
         """``hosted`` awaits a nested call: it stops counting against backpressure."""
