@@ -219,7 +219,7 @@ class WorkerPool(PoolJobs):
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
             coming=lambda: self._fleet.coming(placement.draining),
-            stranded=lambda: None if len(self._roster) else self._fleet.init_error,
+            stranded=lambda: None if len(self._roster) else self._fleet.stranded(),
         )
         self._path = CallPath(
             self._admission,
@@ -359,6 +359,7 @@ class WorkerPool(PoolJobs):
             provision_failures=self._growth.failures,
             limits=limits,
             shrunk=self._fleet.shrunk,
+            recycled=dict(self._fleet.recycled),
             worker_signals={
                 c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
                 for c in self._roster.connections()

@@ -199,10 +199,10 @@ class Admission:
         if not self._queue and not self._lobby:
             try:
                 return await self._place(ticket.task)
-            except NoWorkersAvailable as exc:
+            except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
                 if (error := self._stranded()) is not None:
-                    raise error from exc
+                    raise error  # its own cause (the initializer's exception) stays
                 if not self.queue_depth and not self._coming():
                     raise
         loop = asyncio.get_running_loop()

@@ -156,19 +156,33 @@ class LocalFleet:
         draining.intersection_update(self._workers)
         return self.arriving > 0 or (bool(draining) and self._open and self.init_error is None)
 
+    def stranded(self) -> WorkerInitError | None:
+        """Why no worker can come now: the last start's `WorkerInitError` (a fresh copy), if no worker is left."""
+        error = self.init_error
+        if error is None or self._workers:
+            return None
+        copy = WorkerInitError(error.args[0], error.traceback)
+        copy.__cause__ = error.__cause__
+        return copy
+
     def retire(self, uid: uuid.UUID, reason: str = "timeout") -> bool:
         """Kill worker ``uid`` on purpose (SIGKILL) and replace it at once, with no crash back-off.
 
         For a worker that cannot stop by itself in time, such as one whose
-        plain call passed its hard timeout: its calls in flight end as for
-        any lost worker (`WorkerBroken`), and the recycle is counted under
-        ``reason``. Returns False if ``uid`` is not one of this fleet's workers.
+        plain call passed its hard timeout: it leaves the pool at once (no
+        call is sent to it any more), its calls in flight end as for any
+        lost worker (`WorkerBroken`), its replacement starts now, and calls
+        that find no worker meanwhile wait for it. Counted under ``reason``
+        in ``leakypool_worker_recycled_total``. Returns False if ``uid`` is
+        not one of this fleet's workers (or it was already replaced).
         """
         worker = self._workers.get(uid)
-        if worker is None:
+        if worker is None or worker.replaced:
             return False
         _log.info("retiring worker %s (pid %s): %s", uid, worker.pid, reason)
         worker.retire(reason)
+        worker.retired = worker.retired or reason
+        self._retiring(worker)  # out of the pool now (no call is sent to it), its replacement starting
         return True
 
     def __contains__(self, uid: object) -> bool:

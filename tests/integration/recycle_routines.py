@@ -50,3 +50,16 @@ async def hoard(mib: int) -> int:
     block[::4096] = b"\x01" * len(block[::4096])
     HOARD.append(block)
     return os.getpid()
+
+
+def refuse() -> None:
+    """An initializer that always raises (for ``--initializer``)."""
+    raise ModelMissing("refusing to start")
+
+
+def load_from(path: str) -> None:
+    """An initializer that raises while ``path`` says ``fail`` (to fail a later worker only)."""
+    with open(path) as f:
+        if f.read().strip() == "fail":
+            raise ModelMissing(f"{path} says fail")
+    CONFIG.update(loaded=path, pid=os.getpid())
