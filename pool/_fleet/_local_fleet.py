@@ -22,7 +22,6 @@ traceback and retried after the crash back-off, and while no worker is left
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import shutil
@@ -34,14 +33,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from backpressure import BackpressureLike, TaskCountBackpressure
-
 from .._base._exit import EXIT_RETIRED
 from .._base._ids import new_uid
 from .._base._tasks import TaskOwner
-from .._config import PoolConfig, WorkerConfig
 from .._errors import WorkerInitError, WorkerStartError
-from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
 from ._local_worker import LocalWorker, child_env
 from ._template import WorkerTemplate
@@ -390,24 +385,3 @@ def socket_directory() -> str:
     if len(base) > 40:
         base = "/tmp"
     return tempfile.mkdtemp(prefix="leakypool-", dir=base)
-
-
-def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
-    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
-    if isinstance(backpressure, TaskCountBackpressure):
-        capacity, shipped = backpressure.threshold, ""
-    elif backpressure is None:
-        capacity, shipped = 0, ""
-    else:
-        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
-        capacity, shipped = 0, base64.b64encode(blob).decode()
-    worker = WorkerConfig(
-        max_tasks=config.max_tasks_per_worker or 0,
-        max_memory=config.max_memory_per_worker or 0,
-        max_concurrent_tasks=capacity,
-        backpressure=shipped,
-        shutdown_grace=config.shutdown_grace,
-        hold_slot_while_waiting=config.hold_slot_while_waiting,
-        log_level="WARNING",
-    )
-    return worker.to_env()

@@ -13,22 +13,23 @@ back-off and counted (``failures``), and the work keeps waiting.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
-from backpressure import BackpressureLike
+from backpressure import BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
 from .._base._redact import redacted
 from .._base._tasks import TaskOwner
-from .._config import PoolConfig
+from .._config import PoolConfig, WorkerConfig
 from .._errors import ConfigError
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
-from ._local_fleet import LocalFleet, worker_env
+from ._local_fleet import LocalFleet
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
 
@@ -267,3 +268,24 @@ def pool_capacity(
         request=request,
     )
     return fleet, growth
+
+
+def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
+    if isinstance(backpressure, TaskCountBackpressure):
+        capacity, shipped = backpressure.threshold, ""
+    elif backpressure is None:
+        capacity, shipped = 0, ""
+    else:
+        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
+        capacity, shipped = 0, base64.b64encode(blob).decode()
+    worker = WorkerConfig(
+        max_tasks=config.max_tasks_per_worker or 0,
+        max_memory=config.max_memory_per_worker or 0,
+        max_concurrent_tasks=capacity,
+        backpressure=shipped,
+        shutdown_grace=config.shutdown_grace,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
+        log_level="WARNING",
+    )
+    return worker.to_env()
