@@ -200,6 +200,11 @@ class LocalWorker:
             asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
 
+    def terminate(self) -> None:
+        """Ask the child to drain and exit (SIGTERM)."""
+        self.stopping = True
+        self._signal(signal.SIGTERM)
+
     async def stop(self, grace: float) -> int:
         """SIGTERM, wait ``grace`` s (plus a margin), then SIGKILL; always reaps."""
         if self._process is None:
