@@ -63,3 +63,11 @@ def load_from(path: str) -> None:
         if f.read().strip() == "fail":
             raise ModelMissing(f"{path} says fail")
     CONFIG.update(loaded=path, pid=os.getpid())
+
+
+@pool.routine
+async def retire_here() -> None:
+    """End this worker at once, as a hard timeout would (`retire_now`): its caller sees the worker lost."""
+    from pool._worker._recycle import retire_now
+
+    retire_now("timeout")

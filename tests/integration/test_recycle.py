@@ -32,9 +32,11 @@ class TestInitializer:
             assert config["name"] == "small" and config["size"] == 3
             assert config["pid"] == pid  # it ran in that worker, not in the pool
 
-    async def test_async_initializer_should_be_awaited(self):
-        """Test that an async def initializer runs to its end before the worker serves."""
-        async with pool.WorkerPool(spawn=1, initializer=r.set_config_async, initargs=("async",)):
+    @pytest.mark.parametrize("transport", ["unix", "tcp"])  # routines on the main loop / on a thread's loop
+    async def test_async_initializer_should_be_awaited(self, transport):
+        """Test that an async def initializer runs to its end, on the routines' loop, before the worker serves."""
+        async with pool.WorkerPool(spawn=1, initializer=r.set_config_async, initargs=("async",),
+                                   local_transport=transport):
             config = await r.read_config()
         assert config["kind"] == "async" and config["name"] == "async"
 
@@ -126,4 +128,16 @@ class TestRecycling:
                 pid = await r.worker_pid()  # waits for the replacement instead of failing on an empty pool
             assert [pid] != old
             assert p.stats().recycled == {"timeout": 1}
+            assert p._fleet.crashes == 0 and p._fleet._crashes == 0
+
+    async def test_worker_retiring_itself_should_be_replaced_without_backoff(self):
+        """Test that `retire_now` (a worker ending itself at a hard timeout) counts as a recycle, not a crash."""
+        async with pool.WorkerPool(spawn=1) as p:
+            (old,) = p.pids
+            with pytest.raises(pool.WorkerBroken):
+                await r.retire_here()
+            async with asyncio.timeout(60):
+                pid = await r.worker_pid()
+            assert pid != old
+            await eventually(lambda: p.stats().recycled == {"timeout": 1})
             assert p._fleet.crashes == 0 and p._fleet._crashes == 0
