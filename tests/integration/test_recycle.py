@@ -1,4 +1,4 @@
-"""Worker set-up (initializer) and recycling (task and memory limits) with real workers; an exit on purpose is not a crash."""
+"""Worker set-up (initializer) and recycling (task and memory limits) with real workers; exits on purpose."""
 
 from __future__ import annotations
 
