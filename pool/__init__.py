@@ -27,6 +27,7 @@ from ._errors import RemoteTraceback as RemoteTraceback
 from ._errors import SerializationError as SerializationError
 from ._errors import StoreError as StoreError
 from ._errors import WorkerBroken as WorkerBroken
+from ._errors import WorkerInitError as WorkerInitError
 from ._errors import WorkerRejected as WorkerRejected
 from ._errors import WorkerStartError as WorkerStartError
 from ._errors import WorkflowHalted as WorkflowHalted
@@ -89,6 +90,7 @@ __all__ = sorted(
         "WorkerMetadata",
         "WorkerPool",
         "WorkerRejected",
+        "WorkerInitError",
         "WorkerStartError",
         "WorkflowHalted",
         "GateStats",

@@ -27,6 +27,7 @@ from ._parse import (
     boolean,
     choice,
     dns_sd_type,
+    import_path,
     integer,
     ipv4_list,
     is_loopback,
@@ -34,6 +35,8 @@ from ._parse import (
     positive_seconds,
     resolve,
     seconds,
+    size_bytes,
+    size_or_zero,
     store_url,
     tag_list,
     text,
@@ -57,6 +60,9 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("idle_timeout", seconds, "seconds >= 0", 0.0, "exit after this long with nothing in flight; 0 = never"),
     Setting("max_lifetime", seconds, "seconds >= 0", 0.0, "stop accepting after this age, finish, exit; 0 = never"),
     Setting("shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"),
+    Setting("initializer", import_path, "module:function", "", "call this once before the first call (its module must be importable here); raising stops the worker"),
+    Setting("max_tasks", integer(0), "an integer >= 0", 0, "recycle after this many calls (drawn once in [N, 1.1 N]): stop accepting, finish, exit; 0 = never"),
+    Setting("max_memory", size_or_zero, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", 0, "recycle once a call leaves the worker this much above its resident memory when ready; 0 = never"),
     Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
     Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
     Setting("interfaces", ipv4_list, "comma-separated IPv4 addresses", (), "interfaces for LAN discovery (default: all)", True),
@@ -92,6 +98,7 @@ WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
     Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
     Setting("lifeline_fd", integer(-1), "a file descriptor", -1, "internal: exit when this pipe closes"),
     Setting("backpressure", text, "a pickled hook", "", "internal: the hook a pool ships (base64 cloudpickle)"),
+    Setting("initializer_file", text, "a file path", "", "internal: (initializer, initargs) a pool ships, pickled in a file of its private directory"),
 )
 """Settings a spawning pool passes; hidden from ``--help``."""
 
@@ -109,6 +116,9 @@ class WorkerConfig:
     idle_timeout: float = 0.0
     max_lifetime: float = 0.0
     shutdown_grace: float = 30.0
+    initializer: str = ""
+    max_tasks: int = 0
+    max_memory: int = 0
     discovery: str = "none"
     advertise: str = ""
     interfaces: tuple[str, ...] = ()
@@ -128,6 +138,7 @@ class WorkerConfig:
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
+    initializer_file: str = ""
 
     @property
     def tls(self) -> bool:
@@ -263,6 +274,8 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
+    Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
+    Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
@@ -293,6 +306,8 @@ class PoolConfig:
     keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
     provision_timeout: float | None = None
+    max_tasks_per_worker: int | None = None
+    max_memory_per_worker: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:
@@ -301,10 +316,13 @@ class PoolConfig:
         Raises:
             ConfigError: a variable or argument is invalid (the message names it).
         """
+        explicit = dict(explicit)
         for setting in POOL_SETTINGS:
             value = explicit.get(setting.name)
             if value is not None and not isinstance(value, str):
                 _check_explicit(setting, value)
+            elif isinstance(value, str) and setting.parse is size_bytes:
+                explicit[setting.name] = setting.convert(value, setting.name)  # "512MiB" given in code
         config = cls(**resolve(POOL_SETTINGS, explicit, environ))
         if config.local_transport not in ("unix", "tcp"):
             raise ConfigError(f"local_transport: expected unix or tcp, got {config.local_transport!r}")

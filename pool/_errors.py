@@ -5,6 +5,7 @@
     ├── WorkerBroken          the worker was lost mid-call (retry may succeed)
     ├── WorkerRejected        a worker said "not now" (the pool rotates past it)
     ├── WorkerStartError      a worker this pool spawned did not start
+    │   └── WorkerInitError   ...because its initializer raised (the cause attached)
     ├── NoWorkersAvailable    no worker took the call (retry later may succeed)
     │   └── CapacityTimeout   ...within the dispatch deadline, while queued
     ├── AdmissionRejected     the pool refused to queue it; see retry_after
@@ -43,6 +44,7 @@ __all__ = [
     "SerializationError",
     "StoreError",
     "WorkerBroken",
+    "WorkerInitError",
     "WorkerRejected",
     "WorkerStartError",
     "WorkflowHalted",
@@ -115,6 +117,32 @@ class WorkerStartError(PoolError):
     stopped again). Its stderr, shown above, usually says why. A retry can
     succeed if the cause was load (raise ``startup_timeout``).
     """
+
+
+class WorkerInitError(WorkerStartError):
+    """A worker's ``initializer`` raised, so the worker exited before its first call.
+
+    Raised by ``async with WorkerPool(spawn=N, initializer=...)``, and by
+    calls that wait for a worker once none is left because each new one's
+    initializer raised (the pool keeps trying to start one, with back-off).
+    ``__cause__`` is the initializer's exception, of its own type where it
+    could be unpickled here. A retry can succeed only once what the
+    initializer needs (a file, a server) is there.
+
+    Attributes:
+        traceback: The initializer's traceback in the worker, as text ("" if unknown).
+    """
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n\n[initializer traceback]\n{self.traceback}" if self.traceback else text
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.args[0], self.traceback))
 
 
 class NoWorkersAvailable(balancer.NoWorkersAvailable, PoolError):

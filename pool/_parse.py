@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -97,6 +98,39 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+_SIZE_UNITS: Final[dict[str, int]] = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+"""Byte units a size may carry (case-insensitive): SI (``MB``) or binary (``MiB``; ``M`` alone is binary)."""
+
+
+def size_bytes(raw: str) -> int:
+    """Parse a size > 0 in bytes: ``1048576``, ``"512MiB"``, ``"2GiB"``, ``"500MB"``, ``"1.5G"``."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", raw)
+    if match is None or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(raw)
+    value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    if value <= 0:
+        raise ValueError(raw)
+    return value
+
+
+def size_or_zero(raw: str) -> int:
+    """A size as `size_bytes`, or 0 for "no limit"."""
+    return 0 if raw in ("", "0") else size_bytes(raw)
+
+
+def import_path(raw: str) -> str:
+    """A ``module:function`` path (dotted module, dotted attribute), or empty for "not set"."""
+    name = r"[A-Za-z_][A-Za-z0-9_]*"
+    if raw and re.fullmatch(rf"{name}(\.{name})*:{name}(\.{name})*", raw) is None:
+        raise ValueError(raw)
+    return raw
 
 
 def seconds(raw: str) -> float:

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from backpressure import BackpressureLike
@@ -123,10 +123,22 @@ class WorkerPool(PoolJobs):
             subprocesses; see docs/capacity.md).
         provision_timeout: Seconds a requested worker counts toward
             ``max_workers`` until it joins (default 120).
+        initializer: Called as ``initializer(*initargs)`` once in each spawned
+            worker before its first call (plain or ``async def``; pickled by
+            value where the worker cannot import it). If it raises, entering
+            the pool raises `WorkerInitError` (its exception as ``__cause__``).
+        initargs: Arguments for ``initializer``.
+        max_tasks_per_worker: A spawned worker recycles after this many calls
+            (each worker's limit drawn in [N, 1.1 N]): it stops accepting,
+            finishes what it runs, exits and is replaced; no call fails for it.
+        max_memory_per_worker: A spawned worker recycles the same way once a
+            call leaves it this far above its resident memory when it became
+            ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
         ConfigError: an invalid setting (here or in the environment).
+        TypeError: ``initializer`` is not callable.
     """
 
     def __init__(
@@ -159,8 +171,14 @@ class WorkerPool(PoolJobs):
         template_fork: bool | None = None,
         keep_finished: float | None = None,
         store_retry: float | None = None,
+        initializer: Callable[..., Any] | None = None,
+        initargs: Iterable[Any] = (),
+        max_tasks_per_worker: int | None = None,
+        max_memory_per_worker: int | str | None = None,
         use_env: bool = True,
     ) -> None:
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)
@@ -184,7 +202,9 @@ class WorkerPool(PoolJobs):
             members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
+            initializer=None if initializer is None else (initializer, tuple(initargs)),
         )
+        self._fleet.changed = self._capacity_changed
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
             self._roster,
@@ -198,6 +218,8 @@ class WorkerPool(PoolJobs):
             queue_depth=config.queue_depth,
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
+            coming=lambda: self._fleet.coming(placement.draining),
+            stranded=lambda: None if len(self._roster) else self._fleet.stranded(),
         )
         self._path = CallPath(
             self._admission,
@@ -337,6 +359,7 @@ class WorkerPool(PoolJobs):
             provision_failures=self._growth.failures,
             limits=limits,
             shrunk=self._fleet.shrunk,
+            recycled=dict(self._fleet.recycled),
             worker_signals={
                 c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
                 for c in self._roster.connections()

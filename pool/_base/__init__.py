@@ -4,5 +4,6 @@
     _process  child processes on the event loop: exit watching, safe forking
     _ids      time-ordered worker uids
     _random   the one random generator (jitter)
+    _exit     exit statuses a worker uses on purpose (EXIT_RETIRED: recycled, not crashed)
     _redact   passwords out of URLs, commands and messages before they are logged
 """

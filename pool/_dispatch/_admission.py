@@ -27,9 +27,13 @@ that found no worker at the same moment join the queue in the order they
 were admitted, whatever order their rejections came back in. A
 waiter that is cancelled (or times out) leaves at once and frees its
 place. With queue_depth 0 there is no queue: a call the balancer cannot
-place fails with NoWorkersAvailable at once, except a plain ``def`` call,
-which waits without a bound on the queue (a worker turns one away while it
-runs another plain call: that is the design, not overload).
+place fails with NoWorkersAvailable at once, unless a worker is on its way
+(``coming``: one retiring on purpose, or its replacement starting): then
+it waits for it, so a recycle never fails a call. A plain ``def`` call waits
+too, without a bound (a worker turns one away while it runs another plain
+call: that is the design, not overload). Calls waiting for a worker
+end at once in what ``stranded`` says (a `WorkerInitError`) when no worker
+is left and none can start.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ import asyncio
 import bisect
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Final
@@ -100,6 +103,8 @@ class Admission:
         queue_depth: Calls that may wait for a worker; 0: none (fail fast).
         admission_timeout: Seconds a call waits for a place in a full queue.
         max_pending: Calls admitted at once (running + waiting); None: no ceiling.
+        coming: Whether a worker is on its way (wait for it even without a queue).
+        stranded: Why no worker can come (every waiting call ends with it), or None.
     """
 
     def __init__(
@@ -111,8 +116,12 @@ class Admission:
         queue_depth: int,
         admission_timeout: float,
         max_pending: int | None,
+        coming: Callable[[], bool] = lambda: False,
+        stranded: Callable[[], BaseException | None] = lambda: None,
     ) -> None:
         self.placement = placement
+        self._coming = coming
+        self._stranded = stranded
         self._tasks = tasks
         self._starved = starved
         self._closed: PoolClosed | None = None
@@ -195,7 +204,9 @@ class Admission:
                 return await self._place(ticket.task)
             except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
-                if not (self.queue_depth or plain):
+                if (error := self._stranded()) is not None:
+                    raise error  # its own cause (the initializer's exception) stays
+                if not (self.queue_depth or plain) and not self._coming():
                     raise
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, loop)
@@ -216,7 +227,8 @@ class Admission:
             raise
 
     async def _take_place(self, waiter: _Waiter) -> None:
-        if len(self._queue) < self._depth_for(waiter.ticket.task) and not self._lobby:
+        # No queue_depth: only a plain call, or a call waiting for a worker on its way, comes here.
+        if (len(self._queue) < self.queue_depth or not self.queue_depth) and not self._lobby:
             self._enqueue(waiter)
             return
         name = waiter.ticket.task.name
@@ -241,15 +253,6 @@ class Admission:
         except BaseException:
             self._leave(waiter)
             raise
-
-    def _depth_for(self, task: Task) -> float:
-        """How many calls may wait when ``task`` arrives: ``queue_depth``; without one, no limit for a plain call.
-
-        A worker turns a plain call away while it runs another (one at a
-        time, by design, not overload), so plain calls wait for a worker the
-        way a process pool's tasks do, bounded by ``dispatch_deadline``.
-        """
-        return self.queue_depth or (math.inf if task.plain else 0)
 
     def _enqueue(self, waiter: _Waiter) -> None:
         _insert(self._queue, waiter)
@@ -277,6 +280,8 @@ class Admission:
                 self._capacity.clear()
                 if not await self._serve():
                     self._starved()
+                    if self._give_up():
+                        break
                     try:
                         async with asyncio.timeout(BACKSTOP_S):
                             await self._capacity.wait()
@@ -284,6 +289,34 @@ class Admission:
                         self.placement.doubt()  # nothing heard for a while: ask every worker again
         finally:
             self._pump = None
+
+    def _give_up(self) -> bool:
+        """End the waiting calls no worker can come for; True if none is left waiting.
+
+        Stranded (no worker can start): every waiting call ends. Without a
+        queue and with no worker on its way, the calls that waited only for
+        one end (`NoWorkersAvailable`); plain calls wait on for a worker's thread.
+        """
+        error: BaseException | None = self._stranded()
+        if error is None and not self.queue_depth and not self._coming():
+            error = NoWorkersAvailable("no worker to run the call: the worker it waited for did not come")
+            if any(waiter.ticket.task.plain for waiter in self._queue):
+                return self._end_waiting(error, lambda waiter: not waiter.ticket.task.plain)
+        if error is None:
+            return False
+        return self._end_waiting(error, lambda waiter: True)
+
+    def _end_waiting(self, error: BaseException, which: Callable[[_Waiter], bool]) -> bool:
+        """End the waiting calls ``which`` picks with ``error``; True if none is left waiting."""
+        for waiter in [w for w in self._queue if which(w)]:
+            self._queue.remove(waiter)
+            if not waiter.served.done():
+                waiter.served.set_exception(error)
+        for waiter in self._lobby:
+            if not waiter.placed.done():
+                waiter.placed.set_exception(error)
+        self._lobby.clear()
+        return not self._queue
 
     async def _place(self, task: Task) -> OutgoingCall:
         if self._closed is not None:

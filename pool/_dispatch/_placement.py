@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 
 from balancer import LoadBalancerLike
 
+from .._base._exit import DRAINING_MESSAGE
 from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
 from .._transport._connection import WorkerConnection
 from .._transport._outgoing import OutgoingCall
@@ -58,6 +59,7 @@ class Placement:
         self._room = roster.room
         self._plain = PlainRoster(roster)
         self.dispatched = 0
+        self.draining: set[uuid.UUID] = set()  # workers that turned a call away as draining (pruned by the pool)
 
     async def place(self, task: Task) -> OutgoingCall:
         """Get ``task`` accepted by one worker, trying them in the balancer's order.
@@ -115,6 +117,8 @@ class Placement:
     def _refused(
         self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken, epoch: int
     ) -> None:
+        if isinstance(exc, WorkerRejected) and f": {DRAINING_MESSAGE}" in str(exc):
+            self.draining.add(uid)
         if isinstance(exc, WorkerBroken):
             self._close(self._membership.evict(uid, str(exc), graceful=False))
         elif connection.broken:

@@ -8,12 +8,20 @@ under load never takes the fleet past ``maximum``. Under load the pool asks
 it to `grow`, one worker at a time, up to ``maximum``; those extra workers
 run with an idle timeout and exit by themselves once the load is gone,
 back down to ``minimum``. They are never replaced: load brings them back.
+
+A worker that exits on purpose (`EXIT_RETIRED`: recycled after its task or
+memory limit, or killed by `retire` for a hard timeout) is not a crash: it
+is replaced at once, grown or not, with no back-off and no crash log, and
+while its replacement starts it counts in `arriving`, so calls wait for it
+rather than finding the pool empty. A worker whose initializer raises
+(`WorkerInitError`) fails `start`; a replacement's is logged with its
+traceback and retried after the crash back-off, and while no worker is left
+`init_error` says why calls cannot run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import shutil
@@ -25,13 +33,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from backpressure import BackpressureLike, TaskCountBackpressure
-
+from .._base._exit import EXIT_RETIRED
 from .._base._ids import new_uid
 from .._base._tasks import TaskOwner
-from .._config import PoolConfig, WorkerConfig
-from .._errors import WorkerStartError
-from .._transport import _wire
+from .._errors import WorkerInitError, WorkerStartError
 from .._transport._rpc import WorkerMetadata
 from ._local_worker import LocalWorker, child_env
 from ._template import WorkerTemplate
@@ -69,6 +74,9 @@ class LocalFleet:
             without it, or if it fails, each worker is a fresh interpreter.
         template_fork: Fork the template itself from this process when it
             runs no other thread (see `WorkerTemplate`).
+        initializer: ``(initializer, initargs)`` pickled (`_wire.dumps`): written to
+            a file in the fleet's private directory, which each worker loads
+            and calls before it reports READY (by value where it must be).
     """
 
     def __init__(
@@ -85,8 +93,10 @@ class LocalFleet:
         transport: str = "unix",
         template: bool = True,
         template_fork: bool = True,
+        initializer: bytes = b"",
     ) -> None:
         self._env = dict(env)
+        self._initializer = initializer
         self._transport = transport
         self._socket_dir: str | None = None
         self._use_template = template
@@ -109,6 +119,11 @@ class LocalFleet:
         self._prepared = False
         self.grown = 0
         self.shrunk = 0  # grown workers that left after idling
+        self.recycled: dict[str, int] = {}  # workers that exited on purpose, by reason (tasks, memory, timeout)
+        self.crashes = 0  # workers that died unasked (replaced after the crash back-off)
+        self.init_error: WorkerInitError | None = None  # the last start failed in its initializer
+        self.changed: Callable[[], None] = lambda: None  # set by the pool: what it waits for may have changed
+        self._arriving = 0  # replacements of workers that exited on purpose, starting now
 
     @property
     def pids(self) -> list[int]:
@@ -123,6 +138,48 @@ class LocalFleet:
         """Replacements of dead workers not started yet (waiting out a back-off)."""
         return self._owed
 
+    @property
+    def arriving(self) -> int:
+        """Replacements of workers that exited on purpose, starting now: calls should wait for them."""
+        return 0 if self.init_error is not None else self._arriving
+
+    def coming(self, draining: set[uuid.UUID]) -> bool:
+        """Whether a worker is on its way: a replacement starting, or one of ``draining`` is ours (it is replaced).
+
+        ``draining`` (workers that turned calls away as draining) loses those no longer here.
+        """
+        draining.intersection_update(self._workers)
+        return self.arriving > 0 or (bool(draining) and self._open and self.init_error is None)
+
+    def stranded(self) -> WorkerInitError | None:
+        """Why no worker can come now: the last start's `WorkerInitError` (a fresh copy), if no worker is left."""
+        error = self.init_error
+        if error is None or self._workers:
+            return None
+        copy = WorkerInitError(error.args[0], error.traceback)
+        copy.__cause__ = error.__cause__
+        return copy
+
+    def retire(self, uid: uuid.UUID, reason: str = "timeout") -> bool:
+        """Kill worker ``uid`` on purpose (SIGKILL) and replace it at once, with no crash back-off.
+
+        For a worker that cannot stop by itself in time, such as one whose
+        plain call passed its hard timeout: it leaves the pool at once (no
+        call is sent to it any more), its calls in flight end as for any
+        lost worker (`WorkerBroken`), its replacement starts now, and calls
+        that find no worker meanwhile wait for it. Counted under ``reason``
+        in ``leakypool_worker_recycled_total``. Returns False if ``uid`` is
+        not one of this fleet's workers (or it was already replaced).
+        """
+        worker = self._workers.get(uid)
+        if worker is None or worker.replaced:
+            return False
+        _log.info("retiring worker %s (pid %s): %s", uid, worker.pid, reason)
+        worker.retire(reason)
+        worker.retired = worker.retired or reason
+        self._retiring(worker)  # out of the pool now (no call is sent to it), its replacement starting
+        return True
+
     def __contains__(self, uid: object) -> bool:
         return uid in self._workers
 
@@ -135,8 +192,13 @@ class LocalFleet:
         if self._prepared:
             return
         self._prepared = True
-        if self._transport == "unix" and self.maximum > 0:
+        if (self._transport == "unix" or self._initializer) and self.maximum > 0:
             self._socket_dir = socket_directory()
+        if self._initializer and self._socket_dir is not None:
+            path = os.path.join(self._socket_dir, "initializer.pickle")
+            with open(path, "wb") as f:  # the directory is this user's only (0700)
+                f.write(self._initializer)
+            self._env["LEAKYPOOL_INITIALIZER_FILE"] = path
         if self._use_template and self.maximum > 0 and template_supported():
             preload = () if self._transport == "unix" else ("pool._worker._grpc_server",)
             template = WorkerTemplate(child_env(), preload, fork=self._template_fork)
@@ -215,15 +277,19 @@ class LocalFleet:
         env = self._env | {"LEAKYPOOL_UID": str(uid)}
         if elastic:
             env["LEAKYPOOL_IDLE_TIMEOUT"] = repr(self._idle_timeout)
-        if self._socket_dir is not None:
+        if self._socket_dir is not None and self._transport == "unix":
             env["LEAKYPOOL_UNIX_SOCKET"] = os.path.join(self._socket_dir, f"{uid}.sock")
-        worker = LocalWorker(uid, env, elastic=elastic)
+        worker = LocalWorker(uid, env, elastic=elastic, on_retiring=self._retiring)
         self._workers[uid] = worker
         try:
             metadata = await worker.start(self._startup_timeout, self._template)
-        except BaseException:
+        except BaseException as exc:
             self._workers.pop(uid, None)
+            if isinstance(exc, WorkerInitError):
+                self.init_error = exc
+                self.changed()
             raise
+        self.init_error = None
         self._tasks.spawn(self._watch(worker), name=f"watch {uid}")
         self._on_ready(metadata)
         return worker
@@ -237,12 +303,47 @@ class LocalFleet:
             self.shrunk += 1
             self._on_exit(worker.uid, "left after idling (grown under load)")
             return
+        if code == EXIT_RETIRED or worker.retired or worker.replaced:
+            worker.retired = worker.retired or "unknown"
+            self._retiring(worker)  # if it was not told already
+            self._on_exit(worker.uid, f"exited on purpose ({worker.retired}, status {code})")
+            return
         self._on_exit(worker.uid, f"exited with status {code}")
         if worker.stopping or not self._open or worker.elastic:
             return
+        self.crashes += 1
         _log.warning("worker %s (pid %s) died with status %s; replacing it", worker.uid, worker.pid, code)
         self._crashes = self._crashes + 1 if time.monotonic() - started < CRASH_WINDOW_S else 0
         await self._replace(worker.uid)
+
+    def _retiring(self, worker: LocalWorker) -> None:
+        """``worker`` retires on purpose: count it, let the pool stop using it, start its replacement now (no back-off).
+
+        Called when it says so (RETIRING: it still finishes its calls; the
+        pool closes its stream once they ended, and then it exits) or when it
+        exited with `EXIT_RETIRED` or was killed by `retire`.
+        """
+        if worker.replaced or worker.stopping or not self._open:
+            return
+        worker.replaced = True
+        reason = worker.retired or "unknown"
+        self.recycled[reason] = self.recycled.get(reason, 0) + 1
+        self._arriving += 1  # before the eviction below wakes calls: they must see one coming
+        self._on_exit(worker.uid, f"retiring on purpose ({reason})")  # graceful: its calls in flight finish
+        _log.info("worker %s (pid %s) retires (%s); replacing it", worker.uid, worker.pid, reason)
+        self._tasks.spawn(self._replace_retired(worker), name=f"replace retired {worker.uid}")
+
+    async def _replace_retired(self, worker: LocalWorker) -> None:
+        try:
+            await self._spawn(elastic=worker.elastic)
+        except Exception:
+            _log.exception("could not replace retired worker %s; retrying after a back-off", worker.uid)
+            if not worker.elastic:
+                self._crashes += 1
+                self._tasks.spawn(self._replace(worker.uid), name=f"replace {worker.uid}")
+        finally:
+            self._arriving -= 1
+            self.changed()
 
     async def _replace(self, dead: uuid.UUID) -> None:
         """Start a replacement, retrying with back-off until one comes up (or the fleet stops)."""
@@ -254,6 +355,11 @@ class LocalFleet:
                 self._owed -= 1  # from here on the starting worker counts in _workers
                 try:
                     await self._spawn(elastic=False)
+                except WorkerInitError as exc:
+                    self._owed += 1
+                    self._crashes += 1
+                    _log.error("could not replace worker %s: its initializer raised; retrying after %gs\n%s",
+                               dead, RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)], exc.traceback)
                 except Exception:
                     self._owed += 1
                     self._crashes += 1
@@ -279,22 +385,3 @@ def socket_directory() -> str:
     if len(base) > 40:
         base = "/tmp"
     return tempfile.mkdtemp(prefix="leakypool-", dir=base)
-
-
-def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
-    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
-    if isinstance(backpressure, TaskCountBackpressure):
-        capacity, shipped = backpressure.threshold, ""
-    elif backpressure is None:
-        capacity, shipped = 0, ""
-    else:
-        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
-        capacity, shipped = 0, base64.b64encode(blob).decode()
-    worker = WorkerConfig(
-        max_concurrent_tasks=capacity,
-        backpressure=shipped,
-        shutdown_grace=config.shutdown_grace,
-        hold_slot_while_waiting=config.hold_slot_while_waiting,
-        log_level="WARNING",
-    )
-    return worker.to_env()

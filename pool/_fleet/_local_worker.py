@@ -4,7 +4,11 @@ The child is ``python -m worker_main`` with its settings in ``env`` and
 two pipes besides stdio:
 
 - *ready*: the child writes one ``READY {json}`` line (uid, port, pid) once
-  it serves, then closes it. A child that dies first closes it empty.
+  it serves, and keeps it open: as it starts to retire on purpose (a
+  recycle) it writes ``RETIRING <reason>``, read here at once (`retired`,
+  then ``on_retiring``). A child that
+  dies first closes it empty; one whose initializer raised writes
+  ``INITFAIL {json}`` (the pickled exception and its traceback) instead.
 - *lifeline*: the child watches the read end; the parent holds the write
   end and never writes. When the parent dies, however abruptly, the kernel
   closes it and the child exits: no orphan outlives its pool.
@@ -23,6 +27,7 @@ no thread waits for it either.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -30,12 +35,13 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._base._process import watch_exit
 from .._config import PREFIX
-from .._errors import WorkerStartError
+from .._errors import WorkerInitError, WorkerStartError
+from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
 from ._template import ForkedWorker, WorkerTemplate
 
@@ -51,7 +57,14 @@ class LocalWorker:
         elastic: Started to absorb load (it idles out by itself).
     """
 
-    def __init__(self, uid: uuid.UUID, env: Mapping[str, str], *, elastic: bool = False) -> None:
+    def __init__(
+        self,
+        uid: uuid.UUID,
+        env: Mapping[str, str],
+        *,
+        elastic: bool = False,
+        on_retiring: Callable[[LocalWorker], None] | None = None,
+    ) -> None:
         self.uid = uid
         self.elastic = elastic
         self._env = env
@@ -60,6 +73,12 @@ class LocalWorker:
         self._lifeline: int | None = None
         self.metadata: WorkerMetadata | None = None
         self.stopping = False
+        self.retiring = ""  # why the pool killed it on purpose (`retire`): not a crash
+        self.retired = ""  # why it exits on purpose, as it said (RETIRING line) or as the pool decided
+        self.replaced = False  # its replacement was started already
+        self._on_retiring = on_retiring
+        self._status: int | None = None  # the READY pipe's read end, kept for the RETIRING line
+        self._status_data = bytearray()
 
     @property
     def pid(self) -> int | None:
@@ -112,17 +131,21 @@ class LocalWorker:
             async with asyncio.timeout(timeout):
                 line = await _read_line(ready_r)
         except BaseException as exc:
+            os.close(ready_r)
             await self.kill()
             if isinstance(exc, TimeoutError):
                 raise WorkerStartError(f"worker {self.uid} did not report READY within {timeout:g}s") from None
             raise
-        finally:
-            os.close(ready_r)
         if not line.startswith("READY "):
+            os.close(ready_r)
             code = await self.kill()
+            if line.startswith("INITFAIL "):
+                raise init_error(self.uid, line[len("INITFAIL ") :])
             raise WorkerStartError(
                 f"worker {self.uid} exited with status {code} before it was ready (its stderr is above)"
             )
+        self._status = ready_r
+        asyncio.get_running_loop().add_reader(ready_r, self._read_status)
         info: dict[str, Any] = json.loads(line[len("READY ") :])
         self.metadata = WorkerMetadata(
             uid=self.uid,
@@ -141,7 +164,41 @@ class LocalWorker:
         assert self._exited is not None
         code = await asyncio.shield(self._exited)
         self._close_lifeline()
+        self._read_status()  # a line written just before the exit (`retire_now`)
+        self._close_status()
+        self.retired = self.retired or self.retiring
         return code
+
+    def retire(self, reason: str) -> None:
+        """Kill the child on purpose (SIGKILL): its exit is not a crash; it is replaced at once."""
+        self.retiring = self.retiring or reason
+        self._signal(signal.SIGKILL)
+
+    def _read_status(self) -> None:
+        """Read the status pipe: a ``RETIRING <reason>`` line is passed on at once; at its end, stop reading."""
+        fd = self._status
+        if fd is None:
+            return
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        self._status_data.extend(chunk)
+        if not chunk:
+            self._close_status()
+        if b"RETIRING " in self._status_data and not self.retired:
+            line = bytes(self._status_data).split(b"RETIRING ", 1)[1].split(b"\n", 1)[0]
+            self.retired = line.decode(errors="replace").strip() or "unknown"
+            if self._on_retiring is not None:
+                self._on_retiring(self)
+
+    def _close_status(self) -> None:
+        fd, self._status = self._status, None
+        if fd is not None:
+            asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
 
     def terminate(self) -> None:
         """Ask the child to drain and exit (SIGTERM)."""
@@ -184,6 +241,20 @@ class LocalWorker:
 
     def __repr__(self) -> str:
         return f"<LocalWorker {self.uid} pid={self.pid} returncode={self.returncode}>"
+
+
+def init_error(uid: uuid.UUID, payload: str) -> WorkerInitError:
+    """The `WorkerInitError` for an ``INITFAIL`` line: the initializer's exception (rebuilt here) as its cause."""
+    try:
+        report = json.loads(payload)
+        tb = str(report.get("traceback", ""))
+        cause: BaseException = _wire.unpack_exception(base64.b64decode(report["error"]), "", "the initializer")
+    except (ValueError, KeyError, TypeError) as exc:
+        tb, cause = payload, exc  # a garbled report: keep what we have
+    last = tb.strip().splitlines()[-1] if tb.strip() else type(cause).__name__
+    error = WorkerInitError(f"worker {uid}: its initializer raised {last}", tb)
+    error.__cause__ = cause
+    return error
 
 
 def child_env(settings: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -13,21 +13,23 @@ back-off and counted (``failures``), and the work keeps waiting.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
-from backpressure import BackpressureLike
+from backpressure import BackpressureLike, TaskCountBackpressure
 
 from .._base._ids import new_uid
 from .._base._redact import redacted
 from .._base._tasks import TaskOwner
-from .._config import PoolConfig
+from .._config import PoolConfig, WorkerConfig
 from .._errors import ConfigError
+from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
-from ._local_fleet import LocalFleet, worker_env
+from ._local_fleet import LocalFleet
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
 
@@ -199,6 +201,7 @@ def pool_capacity(
     tags: Collection[str],
     on_ready: Callable[[WorkerMetadata], None],
     on_exit: Callable[[uuid.UUID, str], None],
+    initializer: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
@@ -217,8 +220,10 @@ def pool_capacity(
         tags: Tags the pool admits workers by.
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
+        initializer: ``(initializer, initargs)`` each spawned worker calls before its first call.
 
     Raises:
+        SerializationError: the initializer or its arguments cannot be pickled.
         ConfigError: a bad ``provision_timeout``, or a provisioner other than
             `SubprocessProvisioner` with no registry to join through (no `StoreDiscovery`).
     """
@@ -246,6 +251,7 @@ def pool_capacity(
         transport=config.local_transport,
         template=config.worker_template,
         template_fork=config.template_fork,
+        initializer=b"" if initializer is None else _wire.dumps(initializer, what=f"initializer {initializer[0]!r}"),
     )
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
@@ -262,3 +268,24 @@ def pool_capacity(
         request=request,
     )
     return fleet, growth
+
+
+def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
+    if isinstance(backpressure, TaskCountBackpressure):
+        capacity, shipped = backpressure.threshold, ""
+    elif backpressure is None:
+        capacity, shipped = 0, ""
+    else:
+        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
+        capacity, shipped = 0, base64.b64encode(blob).decode()
+    worker = WorkerConfig(
+        max_tasks=config.max_tasks_per_worker or 0,
+        max_memory=config.max_memory_per_worker or 0,
+        max_concurrent_tasks=capacity,
+        backpressure=shipped,
+        shutdown_grace=config.shutdown_grace,
+        hold_slot_while_waiting=config.hold_slot_while_waiting,
+        log_level="WARNING",
+    )
+    return worker.to_env()

@@ -20,6 +20,7 @@ import asyncio
 import datetime
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -84,8 +85,9 @@ class Slots:
 
     def latest(self, when: float) -> float:
         """The last slot at or before ``when``."""
-        after = self.next_after(when - 1e-6)
-        return after if after <= when else float(self._at(when).get_prev(float))
+        second = math.floor(when)  # slots fall on whole seconds; a fraction would be rounded, not floored
+        after = self.next_after(second - 1)
+        return after if after <= second else float(self._at(second).get_prev(float))
 
     def following(self, slot: float, now: float) -> tuple[float, int]:
         """The slot to claim after ``slot``, and how many slots were skipped to reach it (I/O-free).

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import bisect
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ConfigError
 from .._transport._proto import leakypool_pb2 as pb
@@ -208,6 +208,11 @@ class _Gauges:
         shrunk = CounterMetricFamily("leakypool_workers_shrunk", "Workers grown under load that left after idling.")
         shrunk.add_metric([], s.shrunk)
         yield shrunk
+        recycled = CounterMetricFamily("leakypool_worker_recycled", "Spawned workers that exited on purpose and were "
+                                       "replaced, by reason (tasks, memory, timeout).", labels=["reason"])
+        for reason, count in recycled_by_reason(s.recycled).items():
+            recycled.add_metric([reason], count)
+        yield recycled
         failures = CounterMetricFamily("leakypool_provision_failures", "Worker requests the provisioner failed.")
         failures.add_metric([], s.provision_failures)
         yield failures
@@ -262,3 +267,12 @@ def _by_queue(s: PoolStats) -> dict[str, tuple[int, int]]:
         running, waiting = totals.get(queue, (0, 0))
         totals[queue] = (running + gate.running, waiting + gate.waiting)
     return totals
+
+
+RECYCLE_REASONS: Final[tuple[str, ...]] = ("tasks", "memory", "timeout")
+"""Why a worker retires on purpose: its task limit, its memory limit, a hard timeout (always exported, 0 or more)."""
+
+
+def recycled_by_reason(recycled: Mapping[str, int]) -> dict[str, int]:
+    """Recycles by reason, every known reason present (0 if none yet), any other reason after them."""
+    return {reason: recycled.get(reason, 0) for reason in RECYCLE_REASONS} | dict(recycled)

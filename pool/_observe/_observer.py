@@ -8,6 +8,7 @@ import time
 from typing import Any, Final
 
 from ._http import ObservationServer, Rates
+from ._metrics import recycled_by_reason
 
 _log = logging.getLogger("leakypool.metrics")
 
@@ -130,6 +131,7 @@ class PoolObserver:
                 "rejected": s.rejected,
                 "capacity_timeouts": s.capacity_timeouts,
             },
+            "recycled": recycled_by_reason(s.recycled),
             "queues": {name: {"running": g.running, "waiting": g.waiting} for name, g in s.limits.items()},
             "jobs": self._job_counts,
             "paused": self._paused,

@@ -24,6 +24,8 @@ class PoolStats:
         grown: Workers started under load (they idle out again).
         shrunk: Workers grown under load that left after idling.
         provision_failures: Requests the pool's provisioner raised for (docs/capacity.md).
+        recycled: Spawned workers that exited on purpose and were replaced, by
+            reason: ``tasks`` and ``memory`` (recycling), ``timeout`` (killed at a hard timeout).
         limits: Running and waiting calls per live queue, key and workflow.
         worker_signals: Per worker that has told this pool it has room again
             (it had turned a call away): its load and resource signals then.
@@ -43,6 +45,7 @@ class PoolStats:
     limits: Mapping[str, GateStats]
     shrunk: int = 0
     provision_failures: int = 0
+    recycled: Mapping[str, int] = dataclasses.field(default_factory=dict)
     worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:

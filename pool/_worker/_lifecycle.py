@@ -1,6 +1,7 @@
-"""When a worker stops: idle timeout, maximum lifetime, and drains (signal, Stop RPC, lifeline).
+"""When a worker stops: idle timeout, maximum lifetime, recycling, and drains (signal, Stop RPC, lifeline).
 
     serving ──(idle for idle_timeout | reached max_lifetime)──> retiring: drain, no time limit
+       │    ──(its task or memory limit: `Recycler`)──> retiring, then exit EXIT_RETIRED
        │    ──(SIGTERM/SIGINT | Stop(grace) | lifeline closed)──> draining: drain within grace
        v
     drain: stop accepting at once; wait until nothing is in flight or the
@@ -18,6 +19,7 @@ from typing import Final
 
 from .._base._tasks import TaskOwner
 from ._admission import WorkerAdmission
+from ._recycle import Recycler
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -65,6 +67,9 @@ class Lifecycle:
         self._deadline: float | None = None  # loop time by which in-flight calls must be done
         self._regrace = asyncio.Event()
         self._on_drain: list[Callable[[], None]] = []
+        self._retired = ""  # set by `retired`: a reason to exit on purpose other than the recycler's
+        self.recycler: Recycler | None = None  # set by whoever starts the worker (--max-tasks, --max-memory)
+        self.handoff: Callable[[], Awaitable[object]] | None = None  # a recycle waits for this before ending streams
 
     def start(self) -> None:
         """Arm the idle and lifetime timers (call on the I/O loop)."""
@@ -95,6 +100,25 @@ class Lifecycle:
         self.idle_since = time.monotonic()
         self._idle.set()
         self._arm_idle_timer()
+
+    def accepted(self) -> None:
+        """A call was accepted: retire if that was the last one its task limit allows."""
+        if self.recycler is not None and (reason := self.recycler.on_accept()):
+            self._retire(reason)
+
+    def ended(self) -> None:
+        """A call ended: retire if the worker grew past its memory limit."""
+        if self.recycler is not None and (reason := self.recycler.on_end()):
+            self._retire(reason)
+
+    @property
+    def recycled(self) -> str:
+        """Why the worker recycles ("tasks", "memory", "timeout"), or "" if it does not."""
+        return self._retired or ("" if self.recycler is None else self.recycler.reason)
+
+    def retired(self, reason: str) -> None:
+        """The worker leaves on purpose for ``reason`` (a plain call past its hard timeout): exit `EXIT_RETIRED`."""
+        self._retired = reason
 
     def restart_idle_clock(self) -> None:
         """Count idleness from now (e.g. once the worker is discoverable, not from its start)."""
@@ -135,6 +159,8 @@ class Lifecycle:
                 await asyncio.wait_for(self._idle.wait(), CANCEL_WAIT_S)
             except TimeoutError:
                 _log.error("%d call(s) ignored cancellation; exiting anyway", self._admission.in_flight)
+        if self.recycled and self.handoff is not None:
+            await self.handoff()  # the pool closes our streams once it sent its last call: none is cut off
         await self._end_streams()
         self.done.set()
 

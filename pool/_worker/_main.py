@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
+from .._base._exit import EXIT_INIT_FAILED, EXIT_RETIRED
 from .._base._ids import new_uid
 from .._config import ConfigError, WorkerConfig, default_registry
 from .._discovery import LocalPublisher
@@ -27,6 +27,7 @@ from .._parse import is_loopback
 from .._transport import _malloc, _wire
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
+from ._recycle import InitializerFailed, load_initializer, report_ready, set_up
 from ._service import WorkerService
 from ._threads import new_event_loop
 from ._unix_server import UnixServer
@@ -42,10 +43,12 @@ WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker until it drains; the process exit status.
 
-    Exits with status 2 and one line on stderr for a bad flag or variable.
+    Exits with status 2 and one line on stderr for a bad flag or variable,
+    `EXIT_INIT_FAILED` if the initializer raised, `EXIT_RETIRED` once recycled.
     """
     try:
         config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
+        setup = load_initializer(config)
         hook = load_backpressure(config)
         check_security(config)
         check_registry(config)
@@ -57,15 +60,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s leakypool-worker[%(process)d] %(message)s",
     )
     loop = new_event_loop()
-    status: list[int] = []
     try:
-        reason = loop.run_until_complete(serve(config, hook, status))
+        reason, recycled = loop.run_until_complete(serve(config, hook, setup))
     except ConfigError as exc:
         fail(str(exc))
+    except InitializerFailed:
+        return EXIT_INIT_FAILED
     finally:
         loop.close()
     _log.info("exited: %s", reason)
-    return status[0] if status else 0
+    if recycled:
+        return EXIT_RETIRED
+    return 0
 
 
 def fail(message: str) -> NoReturn:
@@ -167,8 +173,17 @@ def runs_inline(config: WorkerConfig) -> bool:
     return bool(config.unix_socket) and config.metrics_port < 0 and not config.registry
 
 
-async def serve(config: WorkerConfig, hook: BackpressureLike | None, status: list[int] | None = None) -> str:
-    """Serve until drained; returns why the worker stopped (its exit status appended to ``status``)."""
+async def serve(
+    config: WorkerConfig, hook: BackpressureLike | None, setup: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+) -> tuple[str, str]:
+    """Serve until drained; returns why the worker stopped, and why it recycled ("" if it did not).
+
+    ``setup``: the initializer and its arguments, called once the server is
+    bound and before the worker is published or reports READY.
+
+    Raises:
+        InitializerFailed: the initializer raised (reported to the pool; nothing was served).
+    """
     uid = config.uid or str(new_uid())
     capacity = count_cap(hook)
     service = WorkerService(
@@ -192,6 +207,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None, status: lis
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
+    await set_up(config, service, setup, stop_server)
     info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": __version__}
     if config.unix_socket:
         info["unix_socket"] = config.unix_socket
@@ -218,7 +234,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None, status: lis
             await observation.aclose()
         await service.aclose()
         raise
-    _report_ready(config.ready_fd, info)
+    report_ready(config.ready_fd, info, service.lifecycle.recycler)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
         uid, f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port), capacity or "unlimited", config.tls,
@@ -234,9 +250,7 @@ async def serve(config: WorkerConfig, hook: BackpressureLike | None, status: lis
         if observation is not None:
             await observation.aclose()
         await service.aclose()
-    if status is not None:
-        status.append(service.retire_status)
-    return service.exit_reason
+    return service.exit_reason, service.lifecycle.recycled
 
 
 async def _start_server(
@@ -365,14 +379,3 @@ def _watch_lifeline(fd: int, service: WorkerService) -> None:
             service.drain("the pool that spawned this worker went away", 0.0)
 
     loop.add_reader(fd, readable)
-
-
-def _report_ready(fd: int, info: dict[str, Any]) -> None:
-    if fd < 0:
-        return
-    try:
-        with os.fdopen(fd, "w") as ready:
-            ready.write("READY " + json.dumps(info) + "\n")
-    except BrokenPipeError:
-        _log.warning("the pool stopped waiting for this worker to start; it will be stopped")
-

@@ -40,7 +40,6 @@ from typing import Any, Final
 
 from backpressure import BackpressureLike
 
-from .._base._exits import EXIT_RETIRED
 from .._base._tasks import TaskOwner
 from .._transport._outbox import WriteNow
 from .._transport._proto import leakypool_pb2 as pb
@@ -55,6 +54,7 @@ from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
 from ._peers import STREAM_END_WAIT_S, Peer, lost_dispatcher, undecodable
 from ._plain import PlainSlot, timed_out
+from ._recycle import report_retiring
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._threads import Hop, LoopThread
@@ -117,7 +117,6 @@ class WorkerService:
         self._guard: Guard | None = None
         self._runner: RoutineRunner | None = None
         self._plain = PlainSlot(self.admission, self._overdue)
-        self.retire_status = 0  # the exit status once drained: EXIT_RETIRED when it left on purpose
 
     @property
     def done(self) -> asyncio.Event:
@@ -290,6 +289,7 @@ class WorkerService:
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
+            self.lifecycle.accepted()  # the last call of its task limit: stop accepting now
             # The Accept of a call that runs alone (its routine starts at once) waits for its
             # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
             # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
@@ -321,12 +321,11 @@ class WorkerService:
         """A plain call ran past its hard timeout (see `PlainSlot`): answer for it, then exit on purpose."""
         _log.warning("%s() ran past its timeout of %gs; this worker exits (a plain call cannot be interrupted)",
                      hosted.task.name, timeout)
-        if self.metrics is not None:
-            self.metrics.recycled("timeout")
+        report_retiring("timeout")  # the pool replaces this worker at once (no crash back-off)
+        self.lifecycle.retired("timeout")
         if hosted.session.failure is None and not hosted.cancelled:
             self.finish(hosted, timed_out(hosted, timeout))
         hosted.cancelled = True
-        self.retire_status = EXIT_RETIRED
         self.drain(f"a plain call to {hosted.task.name}() ran past its timeout of {timeout:g}s", 0.0)
 
     def plain_done(self, hosted: Hosted) -> None:
@@ -372,6 +371,7 @@ class WorkerService:
         self._tell_room(self.admission.release())
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
+        self.lifecycle.ended()  # past its memory limit: recycle
 
     def park(self, hosted: Hosted) -> None:
         """``hosted`` awaits a nested call: it stops counting against backpressure."""

@@ -94,3 +94,18 @@ async def test_a_metrics_port_in_use_should_fail_at_pool_start_in_one_line(one_s
 async def test_a_pool_without_metrics_port_should_serve_nothing(one_slot_pool):
     async with one_slot_pool() as p:
         assert p.metrics_address is None
+
+
+async def test_recycles_should_be_counted_by_reason_in_metrics_and_status():
+    """Test leakypool_worker_recycled_total{reason} and /status "recycled" after task recycles."""
+    async with pool.WorkerPool(spawn=1, metrics_port=0, max_tasks_per_worker=1) as p:
+        for _ in range(3):
+            assert await routines.add(1, 1) == 2
+        await eventually(lambda: p.stats().recycled.get("tasks", 0) >= 2)
+        host, port = p.metrics_address
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+            status = (await client.get("/status", timeout=10)).json()
+        assert status["recycled"]["tasks"] >= 2 and status["recycled"]["memory"] == 0
+        m = await scrape(p)
+        assert m[("leakypool_worker_recycled_total", (("reason", "tasks"),))] >= 2
+        assert m[("leakypool_worker_recycled_total", (("reason", "timeout"),))] == 0

@@ -54,6 +54,12 @@ def test_help_should_document_every_flag_and_its_variable():
         (["--host", "0.0.0.0", "--insecure", "--registry", "sqlite:///unused.db"], {},
          "--registry: --host 0.0.0.0 binds every address and records none a pool can dial; give --advertise"),
         (["--host", "::", "--insecure"], {"LEAKYPOOL_REGISTRY": "sqlite:///unused.db"}, "give --advertise ADDRESS"),
+        (["--max-memory", "12XB"], {}, "--max-memory: expected a size in bytes (e.g. 536870912, 512MiB"),
+        ([], {"LEAKYPOOL_MAX_TASKS": "-1"}, "LEAKYPOOL_MAX_TASKS: expected an integer >= 0, got '-1'"),
+        (["--initializer", "no module"], {}, "--initializer: expected module:function, got 'no module'"),
+        (["--initializer", "tests.integration.no_such_module:f"], {},
+         "--initializer tests.integration.no_such_module:f: cannot import it: ModuleNotFoundError"),
+        (["--initializer", "tests.integration.recycle_routines:CONFIG"], {}, "expected a callable, got {}"),
     ],
 )
 def test_bad_value_should_exit_2_with_one_line_naming_it(args, env, message):
@@ -117,3 +123,12 @@ async def test_undecodable_frames_on_a_unix_socket_should_end_that_connection_an
         finally:
             writer.close()
         assert await routines.add(1, 2) == 3  # the worker and the pool's own stream carry on
+
+
+def test_raising_initializer_should_exit_3_with_its_traceback_logged():
+    """Test that a standalone worker whose --initializer raises never serves: status 3, the traceback in its log."""
+    result = run(["--initializer", "tests.integration.recycle_routines:refuse"])
+    assert result.returncode == 3
+    assert "the initializer raised" in result.stderr
+    assert "ModelMissing: refusing to start" in result.stderr
+    assert "READY" not in result.stdout

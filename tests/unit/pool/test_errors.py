@@ -20,6 +20,7 @@ ERRORS = [
     pool.Deadlock("cycle"),
     pool.WorkflowHalted("an earlier call failed"),
     pool.WorkerStartError("did not start"),
+    pool.WorkerInitError("initializer raised", "Traceback ...\nKeyError: 1\n"),
     pool.SerializationError("no pickle"),
     pool.ConfigError("LEAKYPOOL_X: expected an integer >= 0, got 'x'"),
     pool.RemoteTraceback("Traceback ..."),
@@ -52,6 +53,13 @@ class TestErrorTree:
         """Test that code catching balancer.NoWorkersAvailable catches the pool's too."""
         assert issubclass(pool.NoWorkersAvailable, balancer.NoWorkersAvailable)
         assert issubclass(pool.CapacityTimeout, pool.NoWorkersAvailable)
+
+    def test_worker_init_error_should_show_the_initializer_traceback(self):
+        """Test that a WorkerInitError is a WorkerStartError whose str and attribute carry the traceback."""
+        error = pool.WorkerInitError("initializer raised", "KeyError: 'model'")
+        assert isinstance(error, pool.WorkerStartError)
+        assert error.traceback == "KeyError: 'model'"
+        assert "KeyError: 'model'" in str(error)
 
     def test_builtin_bases_should_match_the_kind_of_error(self):
         """Test the builtin bases that let generic handlers catch our errors."""
