@@ -211,6 +211,7 @@ class WorkerPool(PoolJobs):
             self._membership,
             self._close_connections,
         )
+        placement.overdue = lambda uid: self._fleet.retire(uid, "timeout")
         self._admission = Admission(
             placement,
             self._tasks,

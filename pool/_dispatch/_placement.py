@@ -21,8 +21,12 @@ changes no membership.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from balancer import LoadBalancerLike
 
@@ -33,6 +37,9 @@ from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._membership import Membership
 from ._roster import PlainRoster, Roster
+
+OVERDUE_GRACE_S: Final[float] = 2.0
+"""After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it."""
 
 
 class Placement:
@@ -59,6 +66,7 @@ class Placement:
         self._room = roster.room
         self._plain = PlainRoster(roster)
         self.dispatched = 0
+        self.overdue: Callable[[uuid.UUID], None] | None = None  # a worker past a plain call's hard timeout
         self.draining: set[uuid.UUID] = set()  # workers that turned a call away as draining (pruned by the pool)
 
     async def place(self, task: Task) -> OutgoingCall:
@@ -89,7 +97,7 @@ class Placement:
                 self.dispatched += 1
                 if plain:
                     self._plain.taken(uid)
-                    call.on_finish(lambda _, uid=uid: self._plain.freed(uid))
+                    call.on_finish(functools.partial(self._plain_ended, uid, task))
                 try:
                     await delegation.asend(uid)
                 except StopAsyncIteration:
@@ -108,6 +116,24 @@ class Placement:
                 "turned this pool away and have not announced room since"
             )
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._roster)} busy or unavailable") from last
+
+    def _plain_ended(self, uid: uuid.UUID, task: Task, call: OutgoingCall) -> None:
+        """A plain call left worker ``uid``; one its caller gave up at its deadline may leave the worker stuck.
+
+        The worker enforces the deadline itself (it answers `TimeoutError` and
+        exits), unless its function holds the GIL in C code and nothing else
+        in it can run: after `OVERDUE_GRACE_S`, a worker still in the pool is
+        handed to ``overdue`` (the pool kills and replaces its own workers).
+        """
+        self._plain.freed(uid)
+        deadline = task.deadline
+        if self.overdue is None or not call.cancelled_here or deadline is None or time.monotonic() < deadline:
+            return
+        asyncio.get_running_loop().call_later(OVERDUE_GRACE_S, self._still_there, uid)
+
+    def _still_there(self, uid: uuid.UUID) -> None:
+        if uid in self._roster and self.overdue is not None:
+            self.overdue(uid)
 
     def doubt(self) -> None:
         """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""

@@ -54,3 +54,13 @@ def hang(address: tuple[str, int]) -> None:
         conn.sendall(b"hanging\n")
         while True:
             time.sleep(3600)
+
+
+@pool.routine
+def backtrack(address: tuple[str, int], n: int = 40) -> bool:
+    """Say so on the gate, then hold the GIL in C for a very long time (a regex that backtracks)."""
+    import re
+
+    with socket.create_connection(address, timeout=60) as conn:
+        conn.sendall(b"backtracking\n")
+    return re.match(r"(a+)+$", "a" * n + "b") is not None

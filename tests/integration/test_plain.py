@@ -140,3 +140,19 @@ async def test_a_plain_job_attempt_past_its_timeout_should_fail_with_timeout_err
                 await job.result()
         await job.refresh()
         assert job.state == "failed"
+
+
+async def test_a_plain_call_holding_the_gil_past_its_timeout_should_have_its_worker_killed_by_the_pool():
+    """Test that a worker that cannot run its own deadline (C code holding the GIL) is killed and replaced."""
+    async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
+        before = set(p.workers)
+        async with asyncio.timeout(60):
+            overdue = asyncio.ensure_future(plain.backtrack.options(timeout=1.0)(gate.address))
+            assert await gate.arrived() == "backtracking"
+            with pytest.raises(TimeoutError):
+                await overdue
+            while set(p.workers) & before:
+                await asyncio.sleep(0.01)  # the pool kills it OVERDUE_GRACE_S after the deadline (bounded above)
+            await p.wait_for_workers(1, timeout=30)
+            assert await plain.crc(b"") == 0
+        assert p.stats().recycled.get("timeout") == 1
