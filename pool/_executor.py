@@ -150,7 +150,7 @@ class _Runtime:
     async def _serve(self) -> None:
         try:
             await self._pool.__aenter__()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  # whatever stopped the pool starting ends its futures
             self._feed.fail(exc, for_good=True)
             return
         try:

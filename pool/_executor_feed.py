@@ -27,10 +27,13 @@ import collections
 import concurrent.futures as cf
 import functools
 import inspect
+import pickle
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
+
+import cloudpickle
 
 from ._errors import NoWorkersAvailable, PoolClosed, SerializationError
 from ._executor_map import Chunk, batched, check_map_arguments, ordered_results, single
@@ -41,8 +44,65 @@ from ._transport._task import Task
 IN_FLIGHT_PER_WORKER: Final[int] = 2
 """Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""
 
+LOADED_CACHE_SIZE: Final[int] = 64
+"""Callables a worker keeps unpickled, by their pickle, so a map's ``fn`` is loaded once, not once per call."""
+
 BUSY_RETRY_S: Final[float] = 0.05
 """A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
+
+
+class _Shipped:
+    """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached."""
+
+    __slots__ = ("blob", "mains")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.blob = _wire.dumps(fn, what=f"the callable {_name(fn)}")
+        self.mains = self.blob.count(_MAIN)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _load, (self.blob,)
+
+
+_MAIN: Final[bytes] = b"__main__"
+
+
+def _task(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
+    """``runner``'s task for ``args`` (a `_Shipped` first): by plain pickle when that is what cloudpickle would send.
+
+    The routine's own packing sends anything whose pickle mentions
+    ``__main__`` through cloudpickle (~40 us a call); a shipped function
+    from ``__main__`` always does, inside its blob, which is already
+    cloudpickle's output. Plain pickle is right when no ``__main__`` shows
+    outside that blob and no module is registered to go by value.
+
+    Raises:
+        SerializationError: an argument cannot be pickled.
+    """
+    shipped = args[0]
+    task = runner.task((), {})  # the routine's fields (computed once) and no arguments yet
+    try:
+        data = pickle.dumps((args, {}), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001  # a lambda or closure among the arguments: cloudpickle's job, below
+        data = b""
+    if data and data.count(_MAIN) == shipped.mains and not cloudpickle.list_registry_pickle_by_value():
+        task.args = data
+    else:
+        task.args = _wire.pack_args(task.name, args, {})
+    return task
+
+
+_LOADED: dict[bytes, Callable[..., Any]] = {}
+
+
+def _load(blob: bytes) -> Callable[..., Any]:
+    """On the worker: the callable ``blob`` is the pickle of, unpickled once per worker."""
+    fn = _LOADED.get(blob)
+    if fn is None:
+        if len(_LOADED) >= LOADED_CACHE_SIZE:
+            _LOADED.clear()
+        fn = _LOADED[blob] = _wire.loads(blob, what="a submitted callable")
+    return fn
 
 
 def _unwrap(fn: Any) -> Callable[..., Any]:
@@ -75,7 +135,7 @@ async def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any],
             value = fn(*args)
             if inspect.iscoroutine(value):
                 value = await value
-        except Exception as exc:  # sent back packed, so the values before it still reach the caller
+        except Exception as exc:  # noqa: BLE001  # fn's own error, sent back packed: the values before it still reach the caller
             return values, _wire.pack_exception(exc, _name(fn))
         values.append(value)
     return values, None
@@ -299,7 +359,7 @@ class Feed:
                 future.set_exception(PoolClosed("the pool closed before the call finished"))
                 self.fail(PoolClosed("the pool closed before the call was handed to it"))
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  # the call's outcome, whatever it is, belongs to its future
                 future.set_exception(exc)
             else:
                 future.set_result(value)
@@ -325,7 +385,7 @@ class FeedExecutor(cf.Executor):
             RuntimeError: after `shutdown` ('cannot schedule new futures after shutdown').
             PoolClosed: the pool under this executor has closed (a RuntimeError too).
         """
-        return self._put(_apply, (fn, args, kwargs))
+        return self._put(_apply, lambda: (_Shipped(fn), args, kwargs))
 
     def map(
         self,
@@ -347,10 +407,11 @@ class FeedExecutor(cf.Executor):
             RuntimeError: after `shutdown`.
         """
         check_map_arguments(chunksize, buffersize)
+        shipped = _Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
         chunks = batched(zip(*iterables), chunksize)
         if chunksize == 1:
             return ordered_results(
-                functools.partial(self._put_one, fn), chunks, single, timeout=timeout, buffersize=buffersize
+                functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize
             )
         name = _name(fn)
 
@@ -359,19 +420,19 @@ class FeedExecutor(cf.Executor):
             return values, None if failure is None else _wire.unpack_exception(*failure, name)
 
         return ordered_results(
-            functools.partial(self._put_chunk, fn), chunks, split, timeout=timeout, buffersize=buffersize
+            functools.partial(self._put_chunk, shipped), chunks, split, timeout=timeout, buffersize=buffersize
         )
 
-    def _put_one(self, fn: Callable[..., Any], chunk: Chunk) -> cf.Future[Any]:
-        return self._put(_apply, (fn, chunk[0], {}))
+    def _put_one(self, fn: _Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(_apply, lambda: (fn, chunk[0], {}))
 
-    def _put_chunk(self, fn: Callable[..., Any], chunk: Chunk) -> cf.Future[Any]:
-        return self._put(_apply_chunk, (fn, chunk))
+    def _put_chunk(self, fn: _Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(_apply_chunk, lambda: (fn, chunk))
 
-    def _put(self, runner: Routine[..., Any], args: tuple[Any, ...]) -> cf.Future[Any]:
+    def _put(self, runner: Routine[..., Any], args: Callable[[], tuple[Any, ...]]) -> cf.Future[Any]:
         future: cf.Future[Any] = cf.Future()
         try:
-            task = runner.task(args, {})
+            task = _task(runner, args())
         except SerializationError as exc:
             future.set_exception(exc)
             return future
