@@ -1,9 +1,6 @@
-"""The ``concurrent.futures`` face of a pool: the calls it runs, its waiting line, and ``WorkerPool.executor()``.
+"""The ``concurrent.futures`` face of a pool: its waiting line, ``submit``/``map``/``shutdown``, ``WorkerPool.executor()``.
 
-Every callable an executor is given runs through one routine, `_apply`
-(`_apply_chunk` for a chunk of ``map``), so ``fn`` crosses as an argument:
-a plain function, a lambda or closure (cloudpickle, by value), an
-``async def`` function (awaited on the worker) or a `pool.Routine`.
+Each submitted callable runs through one routine (`_apply`, see _executor_calls):
 
     submit(fn, *args)  (any thread)
         │ pickle now (a bad argument fails its future, as in the standard library)
@@ -26,128 +23,28 @@ import asyncio
 import collections
 import concurrent.futures as cf
 import functools
-import inspect
-import pickle
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
-import cloudpickle
-
 from ._errors import NoWorkersAvailable, PoolClosed, SerializationError
+from ._executor_calls import Shipped, _apply, _apply_chunk, name_of, task_for
 from ._executor_map import Chunk, batched, check_map_arguments, ordered_results, single
-from ._routine import BoundRoutine, Routine, routine
+from ._routine import Routine
 from ._transport import _wire
 from ._transport._task import Task
 
 IN_FLIGHT_PER_WORKER: Final[int] = 2
 """Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""
 
-LOADED_CACHE_SIZE: Final[int] = 64
-"""Callables a worker keeps unpickled, by their pickle, so a map's ``fn`` is loaded once, not once per call."""
-
 BUSY_RETRY_S: Final[float] = 0.05
 """A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
-
-
-class _Shipped:
-    """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached."""
-
-    __slots__ = ("blob", "mains")
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.blob = _wire.dumps(fn, what=f"the callable {_name(fn)}")
-        self.mains = self.blob.count(_MAIN)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _load, (self.blob,)
-
-
-_MAIN: Final[bytes] = b"__main__"
-
-
-def _task(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
-    """``runner``'s task for ``args`` (a `_Shipped` first): by plain pickle when that is what cloudpickle would send.
-
-    The routine's own packing sends anything whose pickle mentions
-    ``__main__`` through cloudpickle (~40 us a call); a shipped function
-    from ``__main__`` always does, inside its blob, which is already
-    cloudpickle's output. Plain pickle is right when no ``__main__`` shows
-    outside that blob and no module is registered to go by value.
-
-    Raises:
-        SerializationError: an argument cannot be pickled.
-    """
-    shipped = args[0]
-    task = runner.task((), {})  # the routine's fields (computed once) and no arguments yet
-    try:
-        data = pickle.dumps((args, {}), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001  # a lambda or closure among the arguments: cloudpickle's job, below
-        data = b""
-    if data and data.count(_MAIN) == shipped.mains and not cloudpickle.list_registry_pickle_by_value():
-        task.args = data
-    else:
-        task.args = _wire.pack_args(task.name, args, {})
-    return task
-
-
-_LOADED: dict[bytes, Callable[..., Any]] = {}
-
-
-def _load(blob: bytes) -> Callable[..., Any]:
-    """On the worker: the callable ``blob`` is the pickle of, unpickled once per worker."""
-    fn = _LOADED.get(blob)
-    if fn is None:
-        if len(_LOADED) >= LOADED_CACHE_SIZE:
-            _LOADED.clear()
-        fn = _LOADED[blob] = _wire.loads(blob, what="a submitted callable")
-    return fn
-
-
-def _unwrap(fn: Any) -> Callable[..., Any]:
-    """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
-    if isinstance(fn, BoundRoutine):
-        return functools.partial(fn._routine.__wrapped__, fn._instance)  # type: ignore[attr-defined]
-    if isinstance(fn, Routine):
-        return fn.__wrapped__  # type: ignore[attr-defined,no-any-return]
-    return fn  # type: ignore[no-any-return]
-
-
-@routine
-async def _apply(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run one submitted call on a worker: ``fn(*args, **kwargs)``, awaited if it is a coroutine."""
-    # TODO(plain): make this a plain def routine (a sync fn then runs on the worker's plain-call thread)
-    value = _unwrap(fn)(*args, **kwargs)
-    if inspect.iscoroutine(value):
-        value = await value
-    return value
-
-
-@routine
-async def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any], tuple[bytes, str] | None]:
-    """Run one chunk of ``map`` on a worker: its values, and the error at the first item that raised (packed)."""
-    # TODO(plain): make this a plain def routine
-    fn = _unwrap(fn)
-    values: list[Any] = []
-    for args in chunk:
-        try:
-            value = fn(*args)
-            if inspect.iscoroutine(value):
-                value = await value
-        except Exception as exc:  # noqa: BLE001  # fn's own error, sent back packed: the values before it still reach the caller
-            return values, _wire.pack_exception(exc, _name(fn))
-        values.append(value)
-    return values, None
 
 
 def _fail(future: cf.Future[Any], error: BaseException) -> None:
     if future.set_running_or_notify_cancel():
         future.set_exception(error)
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
 class _Work:
@@ -385,7 +282,7 @@ class FeedExecutor(cf.Executor):
             RuntimeError: after `shutdown` ('cannot schedule new futures after shutdown').
             PoolClosed: the pool under this executor has closed (a RuntimeError too).
         """
-        return self._put(_apply, lambda: (_Shipped(fn), args, kwargs))
+        return self._put(_apply, lambda: (Shipped(fn), args, kwargs))
 
     def map(
         self,
@@ -407,13 +304,13 @@ class FeedExecutor(cf.Executor):
             RuntimeError: after `shutdown`.
         """
         check_map_arguments(chunksize, buffersize)
-        shipped = _Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
+        shipped = Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
         chunks = batched(zip(*iterables), chunksize)
         if chunksize == 1:
             return ordered_results(
                 functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize
             )
-        name = _name(fn)
+        name = name_of(fn)
 
         def split(result: tuple[list[Any], tuple[bytes, str] | None]) -> tuple[list[Any], BaseException | None]:
             values, failure = result
@@ -423,16 +320,16 @@ class FeedExecutor(cf.Executor):
             functools.partial(self._put_chunk, shipped), chunks, split, timeout=timeout, buffersize=buffersize
         )
 
-    def _put_one(self, fn: _Shipped, chunk: Chunk) -> cf.Future[Any]:
+    def _put_one(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
         return self._put(_apply, lambda: (fn, chunk[0], {}))
 
-    def _put_chunk(self, fn: _Shipped, chunk: Chunk) -> cf.Future[Any]:
+    def _put_chunk(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
         return self._put(_apply_chunk, lambda: (fn, chunk))
 
     def _put(self, runner: Routine[..., Any], args: Callable[[], tuple[Any, ...]]) -> cf.Future[Any]:
         future: cf.Future[Any] = cf.Future()
         try:
-            task = _task(runner, args())
+            task = task_for(runner, args())
         except SerializationError as exc:
             future.set_exception(exc)
             return future
