@@ -201,8 +201,7 @@ class Feed:
         if not self._is_open():
             self.fail(PoolClosed("the pool closed before the call was handed to it"))
             return
-        limit = self._limit()
-        while self._pending and self._runners < limit:
+        for _ in range(min(self._limit() - self._runners, len(self._pending))):  # runners not started yet count too
             self._runners += 1
             try:
                 self._spawn(self._run(), name="executor feed")
