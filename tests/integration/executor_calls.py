@@ -99,7 +99,7 @@ class Gate:
         self.release()
         self._server.close()
 
-    def __enter__(self) -> Gate:
+    def __enter__(self) -> Gate:  # noqa: PYI034  # a test helper, never subclassed
         return self
 
     def __exit__(self, *exc: object) -> None:

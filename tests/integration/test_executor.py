@@ -96,8 +96,7 @@ def test_map_should_raise_an_exception_at_its_item(ex, chunksize):
     results = ex.map(calls.fail_at, range(10), [5] * 10, chunksize=chunksize)
     seen = []
     with pytest.raises(ValueError, match="item 5 is bad") as info:
-        for value in results:
-            seen.append(value)
+        seen.extend(results)
     assert seen == [0, 1, 2, 3, 4]
     assert isinstance(info.value.__cause__, pool.RemoteTraceback)
     assert "fail_at" in str(info.value.__cause__)

@@ -92,8 +92,7 @@ class TestOrderedResults:
         results = ordered_results(submit, batched(((i,) for i in range(9)), 3), split)
         seen = []
         with pytest.raises(ValueError, match="item 4") as info:
-            for value in results:
-                seen.append(value)
+            seen.extend(results)
         assert info.value is boom
         assert seen == [0, 10, 20, 30]
         assert futures[2].cancelled()
