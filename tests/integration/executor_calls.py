@@ -31,6 +31,11 @@ def die():
     os._exit(3)
 
 
+def die_init():
+    """An initializer that raises (the worker cannot start)."""
+    raise RuntimeError("initializer failed on purpose")
+
+
 class Box:
     """Something to watch with a weakref."""
 

@@ -227,7 +227,7 @@ def test_queue_depth_should_bound_the_queue_and_refuse_with_admission_rejected()
 )
 def test_an_initializer_that_raises_should_fail_every_future():
     """Test that an Executor builds with a raising initializer and its futures end in WorkerInitError."""
-    ex = pool.Executor(1, initializer=calls.die_init)  # type: ignore[attr-defined]
+    ex = pool.Executor(1, initializer=calls.die_init)
     assert isinstance(ex.submit(calls.square, 2).exception(timeout=60), pool.WorkerInitError)  # type: ignore[attr-defined]
     ex.shutdown()
 
