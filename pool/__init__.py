@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
     from ._dispatch._rates import RateLimit as RateLimit
+    from ._executor import Executor as Executor
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -68,6 +69,7 @@ __all__ = sorted(
         "ConfigError",
         "DiscoveryEvent",
         "DiscoveryLike",
+        "Executor",
         "LanDiscovery",
         "LocalDiscovery",
         "StaticDiscovery",
@@ -113,6 +115,7 @@ __all__ = sorted(
 _LAZY: dict[str, str] = {
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
+    "Executor": "._executor",
     "GateStats": "._observe._stats",
     "Job": "._jobs",
     "JobStore": "._jobs",

@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMOKE = {
     "quickstart.py": (["--workers", "2"], "fib(10) = 55"),
     "embed_in_wool.py": (["--workers", "4", "--callers", "2", "--tasks", "10"], "20 tasks ran on 2 of 4 workers"),
+    "executor.py": (["--workers", "2", "--items", "200"], "and the executor goes on: 6"),
 }
 NEEDS = {"embed_in_wool.py": "wool"}
 SERVERS = {"api_server.py": "tests/integration/test_api_server.py", "jobs_api.py": "tests/integration/test_jobs_api.py"}

@@ -31,7 +31,10 @@ LEAVES = frozenset({
 """Imported from anywhere: the error tree, settings, the version, password redaction (settings echo what they
 refuse), and the two embeddable leaf packages."""
 
-SURFACE = frozenset({"pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli"})
+SURFACE = frozenset({
+    "pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli",
+    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map",
+})
 """The public surface: it wires the layers together, so it may import any of them."""
 
 ALLOWED: Mapping[str, frozenset[str]] = {

@@ -1,0 +1,121 @@
+"""The calls an executor sends: one routine for a submitted callable, one for a chunk of ``map``.
+
+Every callable an executor is given runs through `_apply` (`_apply_chunk`
+for a chunk of ``map``), so ``fn`` crosses as an argument: a plain function,
+a lambda or closure (cloudpickle, by value), an ``async def`` function
+(awaited on the worker) or a `pool.Routine` (its function is called). ``fn``
+travels pickled once (`Shipped`): ``map`` pickles it once for all its chunks
+and a worker unpickles each distinct one once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import pickle
+from collections.abc import Callable
+from typing import Any, Final
+
+import cloudpickle
+
+from ._executor_map import Chunk
+from ._routine import BoundRoutine, Routine, routine
+from ._transport import _wire
+from ._transport._task import Task
+
+LOADED_CACHE_SIZE: Final[int] = 64
+"""Callables a worker keeps unpickled, by their pickle, so a map's ``fn`` is loaded once, not once per call."""
+
+
+class Shipped:
+    """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached."""
+
+    __slots__ = ("blob", "mains")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.blob = _wire.dumps(fn, what=f"the callable {name_of(fn)}")
+        self.mains = self.blob.count(_MAIN)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _load, (self.blob,)
+
+
+_MAIN: Final[bytes] = b"__main__"
+
+
+def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
+    """``runner``'s task for ``args`` (a `Shipped` first): by plain pickle when that is what cloudpickle would send.
+
+    The routine's own packing sends anything whose pickle mentions
+    ``__main__`` through cloudpickle (~40 us a call); a shipped function
+    from ``__main__`` always does, inside its blob, which is already
+    cloudpickle's output. Plain pickle is right when no ``__main__`` shows
+    outside that blob and no module is registered to go by value.
+
+    Raises:
+        SerializationError: an argument cannot be pickled.
+    """
+    shipped = args[0]
+    task = runner.task((), {})  # the routine's fields (computed once) and no arguments yet
+    try:
+        data = pickle.dumps((args, {}), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001  # a lambda or closure among the arguments: cloudpickle's job, below
+        data = b""
+    if data and data.count(_MAIN) == shipped.mains and not cloudpickle.list_registry_pickle_by_value():
+        task.args = data
+    else:
+        task.args = _wire.pack_args(task.name, args, {})
+    return task
+
+
+_LOADED: dict[bytes, Callable[..., Any]] = {}
+
+
+def _load(blob: bytes) -> Callable[..., Any]:
+    """On the worker: the callable ``blob`` is the pickle of, unpickled once per worker."""
+    fn = _LOADED.get(blob)
+    if fn is None:
+        if len(_LOADED) >= LOADED_CACHE_SIZE:
+            _LOADED.clear()
+        fn = _LOADED[blob] = _wire.loads(blob, what="a submitted callable")
+    return fn
+
+
+def _unwrap(fn: Any) -> Callable[..., Any]:
+    """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
+    if isinstance(fn, BoundRoutine):
+        return functools.partial(fn._routine.__wrapped__, fn._instance)  # type: ignore[attr-defined]
+    if isinstance(fn, Routine):
+        return fn.__wrapped__  # type: ignore[attr-defined,no-any-return]
+    return fn  # type: ignore[no-any-return]
+
+
+@routine
+async def _apply(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run one submitted call on a worker: ``fn(*args, **kwargs)``, awaited if it is a coroutine."""
+    # TODO(plain): make this a plain def routine (a sync fn then runs on the worker's plain-call thread)
+    value = _unwrap(fn)(*args, **kwargs)
+    if inspect.iscoroutine(value):
+        value = await value
+    return value
+
+
+@routine
+async def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any], tuple[bytes, str] | None]:
+    """Run one chunk of ``map`` on a worker: its values, and the error at the first item that raised (packed)."""
+    # TODO(plain): make this a plain def routine
+    fn = _unwrap(fn)
+    values: list[Any] = []
+    for args in chunk:
+        try:
+            value = fn(*args)
+            if inspect.iscoroutine(value):
+                value = await value
+        except Exception as exc:  # noqa: BLE001  # fn's own error, sent back packed: the values before it still reach the caller
+            return values, _wire.pack_exception(exc, name_of(fn))
+        values.append(value)
+    return values, None
+
+
+def name_of(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__

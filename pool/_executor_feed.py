@@ -1,0 +1,387 @@
+"""The ``concurrent.futures`` face of a pool: its waiting line, ``submit``/``map``/``shutdown``, ``WorkerPool.executor()``.
+
+Each submitted callable runs through one routine (`_apply`, see _executor_calls):
+
+    submit(fn, *args)  (any thread)
+        │ pickle now (a bad argument fails its future, as in the standard library)
+        v
+    Feed: a deque without limit ──runners, at most a window in flight──> WorkerPool.call(_apply task)
+        │ pending: cancel() works                    running: the pool's own admission, queue and healing
+        v
+    concurrent.futures.Future: result, or the call's exception (its remote traceback as __cause__)
+
+The window (`IN_FLIGHT_PER_WORKER` per worker) keeps the pool's own queue
+short: a long line waits here, as work items, not as asyncio tasks in the
+pool, and a future leaves PENDING (``cancel()`` stops working) only when its
+call is handed to the pool, as ``ProcessPoolExecutor`` marks work RUNNING when
+it moves to its call queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures as cf
+import functools
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from typing import Any, Final
+
+from ._errors import NoWorkersAvailable, PoolClosed, SerializationError
+from ._executor_calls import Shipped, _apply, _apply_chunk, name_of, task_for
+from ._executor_map import Chunk, batched, check_map_arguments, ordered_results, single
+from ._routine import Routine
+from ._transport import _wire
+from ._transport._task import Task
+
+IN_FLIGHT_PER_WORKER: Final[int] = 2
+"""Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""
+
+BUSY_RETRY_S: Final[float] = 0.05
+"""A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
+
+
+def _fail(future: cf.Future[Any], error: BaseException) -> None:
+    if future.set_running_or_notify_cancel():
+        future.set_exception(error)
+
+
+class _Work:
+    __slots__ = ("future", "task")
+
+    def __init__(self, future: cf.Future[Any], task: Task) -> None:
+        self.future = future
+        self.task = task
+
+
+class Feed:
+    """One executor's waiting line and the runners that hand it to a pool, a window at a time.
+
+    Filled from any thread; attached to a pool on its loop (`attach`), where
+    at most `IN_FLIGHT_PER_WORKER` x workers runners each take the next work
+    item and await its call. Runners belong to the pool's `TaskOwner`: when
+    the pool closes, work not yet handed over ends in `PoolClosed`.
+
+    Args:
+        direct: Hand every call to the pool at once (no window) and let the
+            pool's admission refuse it: `AdmissionRejected`,
+            `NoWorkersAvailable` and `CapacityTimeout` then end its future.
+            Otherwise a call no worker took waits here for room.
+    """
+
+    def __init__(self, *, direct: bool = False) -> None:
+        self._direct = direct
+        self._pending: collections.deque[_Work] = collections.deque()
+        self._lock = threading.Condition()
+        self._unfinished = 0  # accepted and not done (pending, or handed to the pool), under _lock
+        self._runners = 0  # on the loop's thread only
+        self._waking = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
+        self._call: Callable[[Task], Coroutine[Any, Any, Any]] | None = None
+        self._spawn: Callable[..., Any] = lambda coro, name: None
+        self._is_open: Callable[[], bool] = lambda: True
+        self._workers: Callable[[], int] = lambda: 1
+        self._room: asyncio.Event | None = None
+        self._broken: BaseException | None = None
+        self._on_idle: Callable[[], None] | None = None
+
+    def attach(
+        self,
+        call: Callable[[Task], Coroutine[Any, Any, Any]],
+        spawn: Callable[..., Any],
+        *,
+        is_open: Callable[[], bool],
+        workers: Callable[[], int],
+    ) -> None:
+        """Start feeding a pool (call this on its loop): ``call`` runs a task, ``spawn`` owns the runners."""
+        self._call, self._spawn, self._is_open, self._workers = call, spawn, is_open, workers
+        self._room = asyncio.Event()
+        self._thread = threading.get_ident()
+        self._loop = asyncio.get_running_loop()
+        self._wake()
+
+    @property
+    def attached(self) -> bool:
+        """Whether a pool takes this line's work."""
+        return self._loop is not None
+
+    def on_loop(self) -> bool:
+        """Whether the caller runs on the attached pool's loop (a wait there would block the pool)."""
+        return self._thread == threading.get_ident()
+
+    # -- any thread ------------------------------------------------------------------------------
+
+    def put(self, future: cf.Future[Any], task: Task) -> None:
+        """Queue ``task`` for ``future`` (never blocks).
+
+        Raises:
+            PoolClosed: the pool this line feeds has closed.
+        """
+        if self._loop is not None and not self._is_open():
+            raise PoolClosed("cannot schedule new futures: the pool is closed")
+        with self._lock:
+            self._unfinished += 1
+        self._pending.append(_Work(future, task))
+        if self._broken is not None:
+            self.fail(self._broken)
+            return
+        loop = self._loop
+        if loop is None or self._waking or self._runners >= self._limit():
+            return  # not started yet (attach wakes), a wake is on its way, or a runner will take it
+        self._waking = True
+        if self.on_loop():
+            loop.call_soon(self._wake)
+            return
+        try:
+            loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # the loop closed under us
+            self.fail(PoolClosed("cannot schedule new futures: the pool is closed"))
+
+    def fail(self, error: BaseException, *, for_good: bool = False) -> None:
+        """End every pending future with ``error``; with ``for_good``, every later one too (a pool that never started)."""
+        if for_good:
+            self._broken = error
+        self._drain(functools.partial(_fail, error=error))
+
+    def cancel_pending(self) -> None:
+        """Cancel every future not handed to the pool yet (``shutdown(cancel_futures=True)``)."""
+        self._drain(cf.Future.cancel)
+
+    def wait_idle(self) -> None:
+        """Block until every accepted future is done."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._unfinished == 0)
+
+    async def drained(self) -> None:
+        """On the loop: wait until every accepted future is done (after ``shutdown``, nothing more comes)."""
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        self._on_idle = lambda: loop.call_soon_threadsafe(event.set)
+        while True:
+            with self._lock:
+                if self._unfinished == 0:
+                    return
+            await event.wait()
+            event.clear()
+
+    def counts(self) -> tuple[int, int]:
+        """``(pending, handed to the pool)`` now, for ``repr``."""
+        pending = len(self._pending)
+        return pending, max(0, self._unfinished - pending)
+
+    def _drain(self, end: Callable[[cf.Future[Any]], object]) -> None:
+        while True:
+            try:
+                work = self._pending.popleft()
+            except IndexError:
+                return
+            end(work.future)
+            self._done()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
+            if self._unfinished:
+                return
+            self._lock.notify_all()
+        if self._on_idle is not None:
+            self._on_idle()
+
+    def _limit(self) -> int:
+        if self._direct:
+            return sys.maxsize
+        return IN_FLIGHT_PER_WORKER * max(1, self._workers())
+
+    # -- the loop's thread -------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._waking = False
+        if not self._is_open():
+            self.fail(PoolClosed("the pool closed before the call was handed to it"))
+            return
+        for _ in range(min(self._limit() - self._runners, len(self._pending))):  # runners not started yet count too
+            self._runners += 1
+            try:
+                self._spawn(self._run(), name="executor feed")
+            except RuntimeError:  # the pool's tasks are closing
+                self._runners -= 1
+                self.fail(PoolClosed("the pool closed before the call was handed to it"))
+                return
+
+    async def _run(self) -> None:
+        pending = self._pending
+        try:
+            while True:
+                while pending:
+                    try:
+                        work = pending.popleft()
+                    except IndexError:
+                        break
+                    future, task = work.future, work.task
+                    work = None  # type: ignore[assignment]  # hold nothing of a finished call
+                    try:
+                        if future.set_running_or_notify_cancel():
+                            await self._settle(future, task)
+                    finally:
+                        future = task = None  # type: ignore[assignment]
+                        self._done()
+                self._runners -= 1
+                if not pending or self._runners >= self._limit():
+                    return
+                self._runners += 1  # work came in while this runner was leaving
+        except BaseException:
+            self._runners -= 1
+            raise
+
+    async def _settle(self, future: cf.Future[Any], task: Task) -> None:
+        assert self._call is not None and self._room is not None
+        while True:
+            try:
+                value = await self._call(task)
+            except NoWorkersAvailable as exc:  # a view over a pool with no queue: wait for room, never refuse
+                if self._direct:
+                    future.set_exception(exc)
+                    return
+                self._room.clear()
+                try:
+                    async with asyncio.timeout(BUSY_RETRY_S):
+                        await self._room.wait()
+                except TimeoutError:
+                    pass
+                continue
+            except asyncio.CancelledError:  # the pool is closing: what it did not finish ends here
+                future.set_exception(PoolClosed("the pool closed before the call finished"))
+                self.fail(PoolClosed("the pool closed before the call was handed to it"))
+                raise
+            except Exception as exc:  # noqa: BLE001  # the call's outcome, whatever it is, belongs to its future
+                future.set_exception(exc)
+            else:
+                future.set_result(value)
+            self._room.set()
+            return
+
+
+class FeedExecutor(cf.Executor):
+    """``submit``, ``map`` and ``shutdown`` over a `Feed`; subclasses say how the feed starts and stops."""
+
+    def __init__(self, feed: Feed) -> None:
+        self._feed = feed
+        self._shutdown_lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on a worker; returns its `concurrent.futures.Future` at once.
+
+        ``fn`` and the arguments are pickled here (cloudpickle): one that
+        cannot be fails its future with `pool.SerializationError`.
+
+        Raises:
+            RuntimeError: after `shutdown` ('cannot schedule new futures after shutdown').
+            PoolClosed: the pool under this executor has closed (a RuntimeError too).
+        """
+        return self._put(_apply, lambda: (Shipped(fn), args, kwargs))
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
+    ) -> Iterator[Any]:
+        """``fn`` over the items of ``iterables`` on the workers, results in order; one call per ``chunksize`` items.
+
+        As ``concurrent.futures.Executor.map`` (3.14), on every Python: work is
+        submitted now (or ``buffersize`` chunks ahead of the reader), ``timeout``
+        counts from this call, an item's exception is raised at that item, and
+        closing the iterator cancels the chunks not yet handed to the pool.
+
+        Raises:
+            TypeError, ValueError: a bad ``chunksize`` or ``buffersize``.
+            RuntimeError: after `shutdown`.
+        """
+        check_map_arguments(chunksize, buffersize)
+        shipped = Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
+        chunks = batched(zip(*iterables), chunksize)
+        if chunksize == 1:
+            return ordered_results(
+                functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize
+            )
+        name = name_of(fn)
+
+        def split(result: tuple[list[Any], tuple[bytes, str] | None]) -> tuple[list[Any], BaseException | None]:
+            values, failure = result
+            return values, None if failure is None else _wire.unpack_exception(*failure, name)
+
+        return ordered_results(
+            functools.partial(self._put_chunk, shipped), chunks, split, timeout=timeout, buffersize=buffersize
+        )
+
+    def _put_one(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(_apply, lambda: (fn, chunk[0], {}))
+
+    def _put_chunk(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(_apply_chunk, lambda: (fn, chunk))
+
+    def _put(self, runner: Routine[..., Any], args: Callable[[], tuple[Any, ...]]) -> cf.Future[Any]:
+        future: cf.Future[Any] = cf.Future()
+        try:
+            task = task_for(runner, args())
+        except SerializationError as exc:
+            future.set_exception(exc)
+            return future
+        with self._shutdown_lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._start()
+            self._feed.put(future, task)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Accept no more work; finish what was accepted (or cancel what has not started); safe to call twice.
+
+        Args:
+            wait: Return once every accepted future is done (and, for
+                `pool.Executor`, its pool closed).
+            cancel_futures: First cancel every future not yet handed to the pool.
+        """
+        with self._shutdown_lock:
+            self._shut = True
+        if cancel_futures:
+            self._feed.cancel_pending()
+        self._stop(wait)
+
+    def _start(self) -> None:
+        """Under the shutdown lock, before the first work item: start what runs the feed."""
+
+    def _stop(self, wait: bool) -> None:
+        """After ``shutdown``: let the feed finish, waiting for it when ``wait``."""
+        if wait:
+            self._feed.wait_idle()
+
+    def __repr__(self) -> str:
+        pending, running = self._feed.counts()
+        state = "shut down" if self._shut else "open"
+        return f"<{type(self).__qualname__} {state} [{pending} pending, {running} handed to the pool]>"
+
+
+class PoolExecutor(FeedExecutor):
+    """``WorkerPool.executor()``: a ``concurrent.futures.Executor`` over a pool that is open.
+
+    Work queues here without limit whatever the pool's ``queue_depth``
+    (a call no worker takes waits for room), so ``submit`` never blocks and
+    never refuses, also when called on the pool's own loop (as
+    ``loop.run_in_executor`` does). ``shutdown`` leaves the pool open; called
+    on the pool's loop, ``shutdown(wait=True)`` does not wait (waiting there
+    would stop the loop the work needs): it returns at once and the work
+    accepted still finishes. When the pool closes, work not yet handed to it
+    ends in `pool.PoolClosed`; calls already running get the pool's
+    ``shutdown_grace``.
+    """
+
+    def _stop(self, wait: bool) -> None:
+        if wait and not self._feed.on_loop():
+            self._feed.wait_idle()
+

@@ -1,0 +1,111 @@
+"""Callables for the executor tests (importable by workers), and `Gate`, which holds a call until the test lets go."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pool
+
+
+def square(x):
+    return x * x
+
+
+def capture(*args, **kwargs):
+    return args, kwargs
+
+
+def fail_at(x, bad):
+    if x == bad:
+        raise ValueError(f"item {x} is bad")
+    return x
+
+
+def pid():
+    return os.getpid()
+
+
+def die():
+    os._exit(3)
+
+
+def die_init():
+    """An initializer that raises (the worker cannot start)."""
+    raise RuntimeError("initializer failed on purpose")
+
+
+class Box:
+    """Something to watch with a weakref."""
+
+    def __init__(self, value=0):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+def make_box(value):
+    return Box(value)
+
+
+async def adouble(x):
+    await asyncio.sleep(0)
+    return 2 * x
+
+
+@pool.routine
+async def triple(x):
+    return 3 * x
+
+
+async def hold(address, value=None):
+    """Report 'started' to ``address`` and wait until the test sends a byte (or closes); return ``value``."""
+    reader, writer = await asyncio.open_connection(*address)
+    writer.write(b"s")
+    await writer.drain()
+    await reader.read(1)
+    writer.close()
+    return value
+
+
+class Gate:
+    """A listening socket `hold` calls report to: ``started()`` waits for the next, ``release()`` lets all go."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(30)
+        self.address = self._server.getsockname()[:2]
+        self._held: list[socket.socket] = []
+
+    def started(self) -> None:
+        conn, _ = self._server.accept()
+        conn.settimeout(30)
+        conn.recv(1)
+        self._held.append(conn)
+
+    def release(self) -> None:
+        """Let go every call that reported so far, the ones not yet waited for too."""
+        self._server.setblocking(False)
+        try:
+            while True:
+                self._held.append(self._server.accept()[0])
+        except BlockingIOError:
+            pass
+        finally:
+            self._server.settimeout(30)
+        for conn in self._held:
+            conn.sendall(b"x")
+            conn.close()
+        self._held.clear()
+
+    def close(self) -> None:
+        self.release()
+        self._server.close()
+
+    def __enter__(self) -> Gate:  # noqa: PYI034  # a test helper, never subclassed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
