@@ -10,6 +10,7 @@ and a worker unpickles each distinct one once.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import pickle
@@ -91,30 +92,31 @@ def _unwrap(fn: Any) -> Callable[..., Any]:
 
 
 @routine
-async def _apply(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run one submitted call on a worker: ``fn(*args, **kwargs)``, awaited if it is a coroutine."""
-    # TODO(plain): make this a plain def routine (a sync fn then runs on the worker's plain-call thread)
-    value = _unwrap(fn)(*args, **kwargs)
-    if inspect.iscoroutine(value):
-        value = await value
-    return value
+def _apply(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run one submitted call on a worker (a plain call: one at a time there): ``fn(*args, **kwargs)``.
+
+    A coroutine it returns (an ``async def`` fn) runs to its end on an event loop of its own.
+    """
+    return _settled(_unwrap(fn)(*args, **kwargs))
 
 
 @routine
-async def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any], tuple[bytes, str] | None]:
+def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any], tuple[bytes, str] | None]:
     """Run one chunk of ``map`` on a worker: its values, and the error at the first item that raised (packed)."""
-    # TODO(plain): make this a plain def routine
     fn = _unwrap(fn)
     values: list[Any] = []
     for args in chunk:
         try:
-            value = fn(*args)
-            if inspect.iscoroutine(value):
-                value = await value
+            value = _settled(fn(*args))
         except Exception as exc:  # noqa: BLE001  # fn's own error, sent back packed: the values before it still reach the caller
             return values, _wire.pack_exception(exc, name_of(fn))
         values.append(value)
     return values, None
+
+
+def _settled(value: Any) -> Any:
+    """``value``, or what it returns if it is a coroutine (run on an event loop of its own, on this thread)."""
+    return asyncio.run(value) if inspect.iscoroutine(value) else value
 
 
 def name_of(fn: Any) -> str:

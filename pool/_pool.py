@@ -34,9 +34,9 @@ from ._dispatch._path import CallPath
 from ._dispatch._placement import Placement
 from ._dispatch._relay import NestedHost
 from ._errors import PoolClosed
-from ._executor_feed import Feed, PoolExecutor
 from ._fleet._provisioning import Provisioner, pool_capacity
 from ._observe._stats import PoolStats, WorkerSignals
+from ._pool_executor import PoolExecutors
 from ._pool_jobs import PoolJobs, job_scheduler
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
@@ -57,7 +57,7 @@ POOL_SETTING_NAMES = frozenset(s.name for s in POOL_SETTINGS)
 """`WorkerPool` arguments that are settings (each also read from its ``LEAKYPOOL_*`` variable)."""
 
 
-class WorkerPool(PoolJobs):
+class WorkerPool(PoolJobs, PoolExecutors):
     """Worker processes to run routines on, for the duration of an ``async with``.
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
@@ -335,26 +335,6 @@ class WorkerPool(PoolJobs):
             WorkflowHalted: an earlier call of its workflow failed (halt_on_error).
         """
         return await self._path.dispatch(task, parent)
-
-    def executor(self) -> PoolExecutor:
-        """A ``concurrent.futures.Executor`` over this open pool, for ``loop.run_in_executor`` and libraries.
-
-        Call it on the pool's loop, inside the ``async with``. Its ``submit``
-        never blocks and queues without limit; its ``shutdown`` leaves the
-        pool open; when the pool closes, its unfinished work ends in
-        `PoolClosed` (see docs/from-concurrent-futures.md).
-
-        Raises:
-            PoolClosed: the pool is not open.
-        """
-        return PoolExecutor(self._feed(Feed()))
-
-    def _feed(self, feed: Feed) -> Feed:
-        """Attach an executor's waiting line to this open pool (on its loop); its runners are the pool's tasks."""
-        if self._path.state != "open":
-            raise PoolClosed(f"executor() needs an open pool; this one is {self._path.state}")
-        feed.attach(self.call, self._tasks.spawn, is_open=lambda: self._path.state == "open", workers=self._roster.__len__)
-        return feed
 
     def _capacity_changed(self) -> None:
         self._growth.changed()

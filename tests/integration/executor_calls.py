@@ -109,3 +109,16 @@ class Gate:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+LOADED: dict[str, object] = {}
+"""What `load` put here, in the worker (an initializer's state, as a model would be)."""
+
+
+def load(name: str) -> None:
+    """An initializer: load "a model" once per worker."""
+    LOADED["model"] = f"{name} in {os.getpid()}"
+
+
+def model(_: object = None) -> object:
+    return LOADED.get("model")

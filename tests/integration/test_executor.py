@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import gc
-import inspect
 import weakref
 
 import pytest
@@ -177,6 +176,9 @@ def test_a_future_cancelled_before_it_starts_should_never_run():
         gate.started()
         victim = ex.submit(calls.die)  # would take a worker down if it ran
         assert victim.cancel()
+        for _ in held[1:]:  # a worker runs one plain call at a time: each held call starts after the one before
+            gate.release()
+            gate.started()
         gate.release()
         cf.wait(held, timeout=30)
         assert ex.submit(calls.square, 4).result(timeout=30) == 16
@@ -222,14 +224,25 @@ def test_queue_depth_should_bound_the_queue_and_refuse_with_admission_rejected()
         assert held.result(timeout=30) == "held"
 
 
-@pytest.mark.skipif(
-    "initializer" not in inspect.signature(pool.WorkerPool).parameters, reason="WorkerPool(initializer=) not merged yet"
-)
 def test_an_initializer_that_raises_should_fail_every_future():
     """Test that an Executor builds with a raising initializer and its futures end in WorkerInitError."""
     ex = pool.Executor(1, initializer=calls.die_init)
-    assert isinstance(ex.submit(calls.square, 2).exception(timeout=60), pool.WorkerInitError)  # type: ignore[attr-defined]
+    assert isinstance(ex.submit(calls.square, 2).exception(timeout=60), pool.WorkerInitError)
     ex.shutdown()
+
+
+def test_the_initializer_should_run_once_in_each_worker_before_its_calls():
+    with pool.Executor(2, initializer=calls.load, initargs=("small",)) as ex:
+        models = set(ex.map(calls.model, range(20)))
+    assert len(models) in (1, 2) and all(str(m).startswith("small in ") for m in models)
+
+
+def test_max_tasks_per_child_should_recycle_workers_and_lose_no_call():
+    """Test the shape of cpython#115634 (1 < max_tasks_per_child < tasks / workers): every call ends, pids change."""
+    with pool.Executor(2, max_tasks_per_child=2) as ex:
+        futures = [ex.submit(calls.pid) for _ in range(20)]
+        pids = [f.result(timeout=60) for f in futures]
+    assert len(set(pids)) >= 20 // (2 * 11 // 10 + 1)  # each worker's limit is drawn in [2, 2.2]: 2 calls a worker
 
 
 # -- asyncio -------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ refuse), and the two embeddable leaf packages."""
 
 SURFACE = frozenset({
     "pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli",
-    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map",
+    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map", "pool._pool_executor",
+    "pool.joblib",
 })
 """The public surface: it wires the layers together, so it may import any of them."""
 
