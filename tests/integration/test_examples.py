@@ -18,8 +18,9 @@ SMOKE = {
     "quickstart.py": (["--workers", "2"], "fib(10) = 55"),
     "embed_in_wool.py": (["--workers", "4", "--callers", "2", "--tasks", "10"], "20 tasks ran on 2 of 4 workers"),
     "executor.py": (["--workers", "2", "--items", "200"], "and the executor goes on: 6"),
+    "joblib_sklearn.py": (["--workers", "2"], "on an executor of your own: [1, 2, 4, 8, 16]"),
 }
-NEEDS = {"embed_in_wool.py": "wool"}
+NEEDS = {"embed_in_wool.py": "wool", "joblib_sklearn.py": "sklearn"}
 SERVERS = {"api_server.py": "tests/integration/test_api_server.py", "jobs_api.py": "tests/integration/test_jobs_api.py"}
 """Examples that serve until stopped; each has its own test over the network."""
 
