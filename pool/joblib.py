@@ -36,6 +36,7 @@ from typing import Any, Final
 from joblib import ParallelBackendBase, register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
 
+from ._base._role import in_worker
 from ._executor import Executor
 
 __all__ = ["BACKEND_NAME", "LeakypoolBackend", "register", "shutdown"]
@@ -75,7 +76,14 @@ def _reusable(n_jobs: int) -> Executor:
     return current
 
 
+def _forget_in_child() -> None:
+    """In a forked child, the parent's executor (its thread, its workers) is not ours: start afresh."""
+    global _shared, _shared_size, _lock
+    _shared, _shared_size, _lock = None, 0, threading.Lock()
+
+
 atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc]  # joblib ships no types
@@ -134,6 +142,8 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[
     ) -> int:
         """Pick the executor for this ``Parallel`` call; the number of tasks it runs at once."""
         n = self.effective_n_jobs(n_jobs)
+        if in_worker() and self._given is None:
+            n = 1  # joblib asked for "leakypool" inside a task: never a new pool per task
         if n == 1 and self._given is None:
             raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
         self.parallel = parallel

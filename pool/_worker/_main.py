@@ -20,6 +20,7 @@ from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
 from .._base._exit import EXIT_INIT_FAILED, EXIT_RETIRED
 from .._base._ids import new_uid
+from .._base._role import become_worker
 from .._config import ConfigError, WorkerConfig, default_registry
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
@@ -46,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exits with status 2 and one line on stderr for a bad flag or variable,
     `EXIT_INIT_FAILED` if the initializer raised, `EXIT_RETIRED` once recycled.
     """
+    become_worker()  # (libraries that would start a pool of their own, such as pool.joblib, ask)
     try:
         config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
         setup = load_initializer(config)

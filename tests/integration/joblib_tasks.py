@@ -37,3 +37,14 @@ def slow(seconds: float) -> float:
 
 def die(_: object = None) -> None:
     os._exit(17)
+
+
+def nested_leakypool(n: int) -> list[int]:
+    """A task that asks for the "leakypool" backend itself: it runs sequentially in this worker."""
+    import pool.joblib
+
+    pool.joblib.register()
+    with Parallel(n_jobs=2, backend="leakypool") as parallel:
+        backend = type(parallel._backend).__name__
+        values = parallel(delayed(pid)() for _ in range(n))
+    return [backend, len(set(values)), values[0] == os.getpid()]

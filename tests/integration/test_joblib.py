@@ -5,6 +5,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
+import time
 
 import pytest
 
@@ -85,7 +87,7 @@ def test_a_timeout_should_end_the_parallel_call():
 
 def test_a_lost_worker_should_end_the_call_with_worker_broken_naming_it():
     with parallel_config(backend="leakypool", n_jobs=2), pytest.raises(pool.WorkerBroken, match="worker"):
-        Parallel(batch_size=1)(delayed(tasks.die)() for _ in range(2))
+        Parallel(batch_size=1)(delayed(tasks.die if i == 3 else tasks.square)(i) for i in range(6))
     with parallel_config(backend="leakypool", n_jobs=2):  # the pool healed: the next call runs
         assert Parallel()(delayed(tasks.square)(i) for i in range(10)) == [i * i for i in range(10)]
 
@@ -124,3 +126,31 @@ def test_n_jobs_1_should_run_sequentially_here():
 def test_the_backend_should_refuse_an_executor_that_is_not_one():
     with pytest.raises(TypeError, match="executor"):
         pool.joblib.LeakypoolBackend(executor=object())
+
+
+def test_a_task_asking_for_leakypool_itself_should_run_sequentially_in_its_worker():
+    with parallel_config(backend="leakypool", n_jobs=2):
+        (result,) = Parallel()(delayed(tasks.nested_leakypool)(4) for _ in range(1))
+    assert result == ["SequentialBackend", 1, True]
+
+
+def test_a_forked_child_should_not_reuse_the_parents_executor():
+    """Test that a process forked after the backend started its executor starts one of its own (no hang)."""
+    with parallel_config(backend="leakypool", n_jobs=2):
+        Parallel()(delayed(tasks.square)(i) for i in range(4))  # the parent's executor is up
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through its exit status
+            status = 1
+            try:
+                status = 0 if Parallel()(delayed(tasks.square)(i) for i in range(4)) == [0, 1, 4, 9] else 1
+                pool.joblib.shutdown()
+            finally:
+                os._exit(status)
+        deadline = time.monotonic() + 60
+        while (waited := os.waitpid(child, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)  # (os.waitpid has no timeout; bounded above)
+        if waited == (0, 0):
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked child hung on its parent's executor")
+        assert os.waitstatus_to_exitcode(waited[1]) == 0
