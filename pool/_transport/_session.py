@@ -74,6 +74,7 @@ class Session:
         self._outbox = Outbox()
         self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
         self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
+        self._transport_busy_at: Callable[[], float] | None = None  # the transport's own view (`run`'s ``busy_at``)
 
     @property
     def written(self) -> int:
@@ -160,6 +161,20 @@ class Session:
         """Pass on an outcome received from elsewhere (nested dispatch)."""
         self._frame(call_id).outcome.CopyFrom(outcome)
 
+    def busy_at(self, now: float) -> float:
+        """When a message was last seen mid-transfer on this stream, either way (``now`` if it is).
+
+        The answer window of a call (`_calls.AnswerWatch`) runs from the later
+        of its opening and this: it times the peer, not the wire, so a call
+        behind a frame that takes longer than the window to write or read is
+        not taken for a silent peer. A transport that counts bytes (the unix
+        socket: `MessageStream.busy_at`) says so itself; otherwise writes
+        the outbox awaited count (gRPC).
+        """
+        if self._transport_busy_at is not None:
+            return self._transport_busy_at()
+        return self._outbox.busy_at(now)
+
     def open_calls_list(self) -> list[OutgoingCall]:
         """The calls this end opened that have not ended."""
         return list(self._outgoing.values())
@@ -232,6 +247,7 @@ class Session:
         *,
         attach: Callable[[Callable[[bytes | memoryview], None]], None] | None = None,
         write_now: WriteNow | None = None,
+        busy_at: Callable[[], float] | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
@@ -244,6 +260,7 @@ class Session:
                 then only reports the end.
             write_now: Sends one message without waiting, or says it cannot
                 (`MessageStream.write_frames_now`): batches leave without waking a task.
+            busy_at: When the transport last saw a message mid-transfer (`MessageStream.busy_at`; see `busy_at`).
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else
@@ -252,6 +269,7 @@ class Session:
         reader = asyncio.current_task()
         assert reader is not None
         self.holds_accepts = write_now is not None
+        self._transport_busy_at = busy_at
         writer = asyncio.ensure_future(self._outbox.pump(write, write_now))
 
         def writer_done(task: asyncio.Future[None]) -> None:

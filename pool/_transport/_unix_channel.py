@@ -48,7 +48,12 @@ class UnixChannel:
             raise
         try:
             await session.run(
-                stream.read_frames, stream.write_frames, describe, attach=stream.attach, write_now=stream.write_frames_now
+                stream.read_frames,
+                stream.write_frames,
+                describe,
+                attach=stream.attach,
+                write_now=stream.write_frames_now,
+                busy_at=stream.busy_at,
             )
         finally:
             self._drop(stream)

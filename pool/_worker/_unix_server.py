@@ -170,6 +170,7 @@ class UnixServer:
                     "a dispatcher on the unix socket",
                     attach=stream.attach,
                     write_now=stream.write_frames_now,
+                    busy_at=stream.busy_at,
                     through=(stream.pull, stream.write_through),
                 )
                 return
