@@ -28,7 +28,7 @@ import sys
 from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
-from . import _wire
+from . import _buffers, _wire
 from ._dispatcher import Dispatcher
 from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
@@ -64,7 +64,7 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     watch = session.watch
     if watch is None:
         watch = session.watch = AnswerWatch(session)
-    watch.add(call, len(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+    watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
@@ -264,7 +264,7 @@ class RemoteGenerator:
 
     async def asend(self, value: Any) -> Any:
         """Send ``value`` in; return the next value yielded."""
-        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()"))
+        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True))
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise an exception at the generator's ``yield``; return what it yields next."""

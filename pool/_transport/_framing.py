@@ -13,7 +13,9 @@ Wire format, per connection::
     then, both ways:    message  = 4-byte big-endian length, then that many bytes
 
 ``Dispatch`` carries `pb.Frames` both ways until either end closes (the
-`Session` protocol, as on the gRPC stream). ``State`` and ``Stop`` send one
+`Session` protocol, as on the gRPC stream). ``Buffers`` is answered with
+one message, ``ok``; from then on the connection carries descriptors of
+large buffers (`_buffers.SideChannel`), read outside the event loop. ``State`` and ``Stop`` send one
 request and get one `pb.WorkerState` back, then the worker closes.
 
 A hello longer than `HELLO_MAX_BYTES` or not ours ends the connection at
@@ -36,8 +38,8 @@ from ._proto import leakypool_pb2 as pb
 HELLO: Final[bytes] = b"leakypool-local/1 "
 """What every connection's first message starts with; the method name follows."""
 
-METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop"})
-"""The service's methods, as in the gRPC service."""
+METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop", "Buffers"})
+"""The service's methods, as in the gRPC service, and ``Buffers``: the side connection of `_buffers`."""
 
 HELLO_MAX_BYTES: Final[int] = 64
 """Largest first message accepted: a peer that is not ours is cut off before it can make us buffer."""

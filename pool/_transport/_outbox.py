@@ -65,6 +65,10 @@ class Outbox:
         self._wake()
         return frame
 
+    def queued(self) -> list[pb.Frame]:
+        """The frames of the batch being built (not yet handed to the transport)."""
+        return list(self._batch.frames)
+
     def hold(self, call_id: int, at_most_s: float) -> pb.Frame:
         """A frame that waits for company: it leaves with the next frame sent, or after ``at_most_s``.
 

@@ -49,7 +49,7 @@ class Task:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
         if self.args:
-            call.args = self.args
+            call.args = session.carry(self.args)
         call.parent = self.parent
         if self.timeout:
             call.timeout = self.timeout

@@ -43,6 +43,7 @@ from backpressure import BackpressureLike
 
 from .._base._tasks import TaskOwner
 from .._errors import WorkerBroken
+from .._transport import _buffers
 from .._transport._outbox import WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
@@ -301,6 +302,7 @@ class WorkerService:
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self._runner.start(hosted)
             return
+        _buffers.forget(hosted.task.args)  # turned away: the descriptor of its large arguments is not kept
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker
             # and keeps this one; a buggy hook neither floods nor evicts it.
