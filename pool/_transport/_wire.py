@@ -96,7 +96,7 @@ class _Big:
 
 
 def _as_bytes(buffer: memoryview) -> bytes:
-    return bytes(buffer)  # a bytes object owns its memory: one copy out of the region
+    return _malloc.to_bytes(buffer)  # a bytes object owns its memory: one copy out of the region
 
 
 def _as_bytearray(buffer: memoryview) -> bytearray:
