@@ -116,7 +116,8 @@ class Payload(bytes):
         region = getattr(self, "region", None)
         if region is not None:
             region.owned = False
-            _settle(region)
+            with contextlib.suppress(Exception):  # at interpreter exit the module may be half gone
+                _settle(region)
 
 
 _free: list[Region] = []  # regions no one maps: reused, most recent first
@@ -220,7 +221,7 @@ def unpack(data: bytes) -> tuple[memoryview, list[memoryview]]:
         raise
     finally:
         os.close(fd)
-    weakref.finalize(mapped, _release, side, token)  # unmapped: the sender may write there again
+    weakref.finalize(mapped, _release, side, token).atexit = False  # unmapped: the sender may write there again
     whole, at = memoryview(mapped), _HEADER.size + count * _SPAN.size
     spans = (_SPAN.unpack_from(data, _HEADER.size + i * _SPAN.size) for i in range(count))
     return memoryview(data)[at:], [whole[offset : offset + n] for offset, n in spans]
@@ -285,7 +286,11 @@ class SideChannel:
         return True
 
     def drain(self) -> None:
-        """Move every descriptor that arrived into the inbox."""
+        """Move every descriptor that arrived into the inbox, and count the releases that came back."""
+        with self._lock:
+            self._drain()
+
+    def _drain(self) -> None:
         while not self.closed:
             try:
                 data, fds, _, _ = socket.recv_fds(self.sock, _RECORD.size, 1)

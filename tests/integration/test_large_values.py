@@ -10,6 +10,7 @@ compared them, to keep the run's peak memory to a few copies of the payload.
 from __future__ import annotations
 
 import gc
+import mmap
 
 import pytest
 
@@ -51,6 +52,22 @@ async def _echo_both() -> None:
 async def test_echo_of_1_gib_should_come_back_equal_over_the_unix_socket():
     async with pool.WorkerPool(spawn=2):
         await _echo_both()
+
+
+async def test_arrays_should_cross_with_value_semantics_and_come_back_writable():
+    """Test that a worker writing to an array it got changes neither the caller's array nor what it sent back later."""
+    array = np.zeros(4 << 20)  # 32 MiB: out of band on a pool's own workers
+    async with pool.WorkerPool(spawn=1):
+        for round_ in range(1, 4):  # the regions are reused between rounds
+            back = await routines.bump_first(array)
+            assert back[0] == 1.0 and array[0] == 0.0 and back.flags.writeable
+            back[1] = round_
+            assert array[1] == 0.0
+            base = back.base
+            while isinstance(base, np.ndarray):
+                base = base.base
+            assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)  # mapped, not read off the stream
+        assert await routines.arrived_mapped(array)  # the argument too
 
 
 async def test_echo_of_1_gib_should_come_back_equal_over_grpc():
