@@ -47,7 +47,7 @@ from typing import Final
 MARK: Final[int] = 0
 """First byte of a payload whose buffers are out of band (a pickle starts with 0x80)."""
 
-OOB_MIN_BYTES: Final[int] = 256 << 10
+OOB_MIN_BYTES: Final[int] = 512 << 10
 """Buffers at least this large leave the pickle stream (smaller ones stay in it: today's path)."""
 
 COPY_CHUNK_BYTES: Final[int] = 8 << 20
