@@ -33,16 +33,17 @@ the frame is read. A stream without one (gRPC) gets the value inlined
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import mmap
 import os
 import secrets
-import socket
 import struct
 import threading
 import weakref
 from typing import Final
+
+from . import _side
+from ._side import SideChannel, _let_go, take
 
 MARK: Final[int] = 0
 """First byte of a payload whose buffers are out of band (a pickle starts with 0x80)."""
@@ -57,15 +58,8 @@ ARENA_KEEP_BYTES: Final[int] = 1536 << 20
 """Idle regions a process keeps for reuse, in all (the most recently used first): a payload up to about
 this size reuses pages already allocated and mapped instead of faulting fresh ones in."""
 
-INBOX_MAX: Final[int] = 256
-"""Descriptors received and not yet taken that are kept at most (the oldest are closed past it)."""
-
-SEND_TIMEOUT_S: Final[float] = 5.0
-"""How long lending a descriptor may wait for room on the side connection."""
-
 _HEADER: Final[struct.Struct] = struct.Struct("<BQQI")  # mark, token, region size, buffer count
 _SPAN: Final[struct.Struct] = struct.Struct("<QQ")  # offset, length of one buffer
-_RECORD: Final[struct.Struct] = struct.Struct("<QQ")  # side connection: token, size (0: a release)
 
 
 class Region:
@@ -127,8 +121,7 @@ _arena_lock = threading.Lock()
 
 def _acquire(need: int) -> Region:
     """A region of at least ``need`` bytes: an idle one that fits (not four times too big), else a new one."""
-    for side in list(_channels.values()):
-        side.drain()  # releases that came in
+    _side.drain_all()  # releases that came in
     with _arena_lock:
         best = None
         for region in _free:
@@ -243,157 +236,12 @@ def _page(n: int) -> int:
 # -- the side connection and what arrived on it ---------------------------------------------
 
 
-class SideChannel:
-    """A connection to one peer process over which region descriptors cross (`socket.send_fds`).
-
-    Records are 16 bytes (token, size) with one descriptor each (size 0 and
-    none: a release); reads take one record at a time.
-    """
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        sock.setblocking(False)
-        self.closed = False
-        self._lock = threading.RLock()  # a worker's watch thread, or a finalizer, may send too
-        self._tokens: dict[int, int] = {}  # regions lent over it and not yet released: token -> count
-
-    def lend(self, region: Region) -> bool:
-        """Send ``region``'s descriptor; False if the connection is gone (then send the value inline)."""
-        region.lent += 1
-        if self._send(_RECORD.pack(region.token, region.size), region.fd):
-            self._tokens[region.token] = self._tokens.get(region.token, 0) + 1
-            return True
-        region.lent -= 1
-        return False
-
-    def release(self, token: int) -> None:
-        """Tell the peer its region ``token`` is no longer mapped here."""
-        self._send(_RECORD.pack(token, 0), -1)
-
-    def _send(self, record: bytes, fd: int) -> bool:
-        with self._lock:
-            if self.closed:
-                return False
-            try:
-                self.sock.settimeout(SEND_TIMEOUT_S)
-                try:
-                    socket.send_fds(self.sock, [record], [fd] if fd >= 0 else [])
-                finally:
-                    self.sock.setblocking(False)
-            except OSError:
-                self._shut()
-                return False
-        return True
-
-    def drain(self) -> None:
-        """Move every descriptor that arrived into the inbox, and count the releases that came back."""
-        with self._lock:
-            self._drain()
-
-    def _drain(self) -> None:
-        while not self.closed:
-            try:
-                data, fds, _, _ = socket.recv_fds(self.sock, _RECORD.size, 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.close()
-                return
-            if not data:
-                for fd in fds:
-                    os.close(fd)
-                self.close()
-                return
-            token, length = _RECORD.unpack(data) if len(data) == _RECORD.size else (None, 0)
-            if token is not None and not fds and length == 0 and self._tokens.get(token):
-                self._tokens[token] -= 1  # the peer let go of a region this end lent it
-                if not self._tokens[token]:
-                    del self._tokens[token]
-                _released(token)
-            for fd in fds:
-                if token is None:
-                    os.close(fd)
-                else:
-                    _keep(token, fd, self)
-
-    def close(self) -> None:
-        """Close the connection: what it lent counts as released (the peer is gone, or being replaced)."""
-        with self._lock:
-            self._shut()
-
-    def _shut(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        for key, channel in list(_channels.items()):
-            if channel is self:
-                del _channels[key]
-        tokens, self._tokens = self._tokens, {}
-        for token, count in tokens.items():
-            for _ in range(count):
-                _released(token)
-
-
-_inbox: collections.OrderedDict[int, tuple[int, SideChannel]] = collections.OrderedDict()  # token -> (fd, from)
-_channels: dict[object, SideChannel] = {}  # by peer (a worker's pid as its dispatcher sees it, or a dispatcher's)
-
-
-def register(key: object, channel: SideChannel) -> None:
-    """Make ``channel`` the side connection to peer ``key`` (replacing any earlier one)."""
-    old = _channels.get(key)
-    _channels[key] = channel
-    if old is not None and old is not channel:
-        old.close()
-
-
-def channel(key: object) -> SideChannel | None:
-    """The live side connection to peer ``key``, if any."""
-    found = _channels.get(key)
-    return None if found is None or found.closed else found
-
-
-def peer_pid(fileno: int) -> int:
-    """The process id at the other end of unix socket ``fileno`` (SO_PEERCRED)."""
-    with socket.socket(fileno=os.dup(fileno)) as sock:
-        return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-
-
-def _keep(token: int, fd: int, side: SideChannel) -> None:
-    old = _inbox.pop(token, None)
-    if old is not None:
-        _let_go(*old, token)
-    _inbox[token] = (fd, side)
-    while len(_inbox) > INBOX_MAX:
-        stale, (stale_fd, stale_side) = _inbox.popitem(last=False)
-        _let_go(stale_fd, stale_side, stale)
-
-
-def _let_go(fd: int, side: SideChannel, token: int) -> None:
-    os.close(fd)
-    side.release(token)
-
-
-def take(token: int) -> tuple[int, SideChannel]:
-    """The descriptor that arrived for ``token`` and where from (the caller closes it, and releases the token there).
-
-    Raises:
-        LookupError: it did not arrive.
-    """
-    got = _inbox.pop(token, None)
-    if got is None:
-        for side in list(_channels.values()):
-            side.drain()
-        got = _inbox.pop(token, None)
-    if got is None:
-        raise LookupError("its buffers did not arrive (the stream has no side connection)")
-    return got
-
-
 def forget(data: bytes) -> None:
     """Let go of the descriptor that came for payload ``data``, which will not be loaded (its call was turned away)."""
     if not is_payload(data) or region_of(data) is not None:
         return
     with contextlib.suppress(LookupError):
         _let_go(*take(token := _HEADER.unpack_from(data)[1]), token)
+
+
+_side.on_release = _released

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from . import _buffers, _wire
+from . import _buffers, _side, _wire
 from ._outbox import Outbox, Write, WriteNow
 from ._outgoing import OutgoingCall, is_final
 from ._proto import leakypool_pb2 as pb
@@ -76,7 +76,7 @@ class Session:
         self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
         self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
         self._transport_busy_at: Callable[[], float] | None = None  # the transport's own view (`run`'s ``busy_at``)
-        self._side: Callable[[], _buffers.SideChannel | None] | None = None  # where large buffers cross (`carry`)
+        self._side: Callable[[], _side.SideChannel | None] | None = None  # where large buffers cross (`carry`)
         self._running = False  # `run` has started: the side connection is known
 
     @property
@@ -276,7 +276,7 @@ class Session:
         attach: Callable[[Callable[[bytes | memoryview], None]], None] | None = None,
         write_now: WriteNow | None = None,
         busy_at: Callable[[], float] | None = None,
-        side: Callable[[], _buffers.SideChannel | None] | None = None,
+        side: Callable[[], _side.SideChannel | None] | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 

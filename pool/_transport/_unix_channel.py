@@ -9,10 +9,10 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from ._buffers import SideChannel, register
 from ._framing import MessageStream, ProtocolError, framed, hello
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
+from ._side import SideChannel, expect, register
 
 SIDE_OPEN_TIMEOUT_S: Final[float] = 5.0
 """How long opening the side connection for large buffers may take; without it, values go in band."""
@@ -29,6 +29,7 @@ class UnixChannel:
     """
 
     def __init__(self, path: str) -> None:
+        expect()  # large values to this worker go out of band (`_buffers`)
         self._path = path
         self._streams: set[MessageStream] = set()
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 import cloudpickle
 
 from .._errors import RemoteTraceback, SerializationError
-from . import _buffers, _malloc
+from . import _buffers, _malloc, _side
 
 DIGEST_BYTES: Final[int] = 16
 """Length of a routine's content digest (blake2b), its name on a stream."""
@@ -47,7 +47,7 @@ def dumps(value: Any, *, what: str, oob: bool = False) -> bytes:
     """
     if value is None:
         return _EMPTY
-    buffers: list[memoryview] | None = [] if oob else None
+    buffers: list[memoryview] | None = [] if oob and _side.wanted() else None
     try:
         data = _plain(value, search=type(value) not in _ATOMIC, buffers=buffers) or _cloud(value, buffers)
     except Exception as exc:
@@ -180,7 +180,7 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     """
     if not args and not kwargs:
         return _EMPTY
-    buffers: list[memoryview] = []
+    buffers: list[memoryview] | None = [] if _side.wanted() else None
     try:
         search = not all(type(a) in _ATOMIC for a in args) or not all(type(v) in _ATOMIC for v in kwargs.values())
         data = _plain((args, kwargs), search=search, buffers=buffers) or _cloud((args, kwargs), buffers)

@@ -11,7 +11,7 @@ import time
 from typing import Final
 
 from .._base._tasks import TaskOwner
-from .._transport import _buffers
+from .._transport import _side
 from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, framed, method_of
 from .._transport._proto import leakypool_pb2 as pb
 from ._service import WorkerService
@@ -36,7 +36,7 @@ def _peer(stream: MessageStream) -> int:
     """The pid of the dispatcher on a stream (0 if unknown): its side connection's key."""
     sock = stream.transport.get_extra_info("socket") if stream.transport is not None else None
     try:
-        return 0 if sock is None else _buffers.peer_pid(sock.fileno())
+        return 0 if sock is None else _side.peer_pid(sock.fileno())
     except OSError:
         return 0
 
@@ -185,7 +185,7 @@ class UnixServer:
                     attach=stream.attach,
                     write_now=stream.write_frames_now,
                     busy_at=stream.busy_at,
-                    side=lambda: _buffers.channel(pid),
+                    side=lambda: _side.channel(pid),
                     through=(stream.pull, stream.write_through),
                 )
                 return
@@ -217,7 +217,7 @@ class UnixServer:
             return
         stream.transport.pause_reading()
         dup = socket.socket(fileno=os.dup(sock.fileno()))
-        _buffers.register(_buffers.peer_pid(dup.fileno()), _buffers.SideChannel(dup))
+        _side.register(_side.peer_pid(dup.fileno()), _side.SideChannel(dup))
         stream.transport.write(framed(b"ok"))
 
     async def aclose(self) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._transport import _wire
+from pool._transport import _side, _wire
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
@@ -167,6 +167,10 @@ class TestPackException:
 class TestOutOfBand:
     """Large buffers leave the pickle for a memfd region (issue 34), in one process (its own region)."""
 
+    @pytest.fixture(autouse=True)
+    def _local_peers(self, monkeypatch):
+        monkeypatch.setattr(_side, "_expected", True)  # as in a process that reaches workers over unix sockets
+
     def test_dumps_should_carry_a_large_array_out_of_band_and_load_it_writable_with_value_semantics(self):
         np = pytest.importorskip("numpy")
         array = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
@@ -184,6 +188,10 @@ class TestOutOfBand:
         (back,), kwargs = _wire.unpack_args(payload, "f")
         assert type(back) is bytes and back == data
         assert type(kwargs["k"]) is bytearray and kwargs["k"] == data
+
+    def test_a_process_without_unix_peers_should_keep_every_buffer_in_the_pickle(self, monkeypatch):
+        monkeypatch.setattr(_side, "_expected", False)
+        assert _wire.dumps(b"y" * (1 << 20), what="x", oob=True)[:1] == b"\x80"  # nothing to carry it out of band
 
     def test_small_values_should_keep_the_plain_pickle(self):
         assert _wire.dumps(b"x" * 100, what="x", oob=True)[:1] == b"\x80"
