@@ -89,6 +89,11 @@ class Verdict:
 
 def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
     """The verdict on one attempt's outcome (``job`` as leased, before this attempt counted)."""
+    if outcome.kind == pb.Outcome.RETURN and outcome.value[:1] == b"\x00":  # large buffers out of band (`_buffers`)
+        stored = pb.Outcome()
+        stored.CopyFrom(outcome)
+        stored.value = _wire.inline(outcome.value)  # a store keeps bytes, not descriptors
+        outcome = stored
     if outcome.kind == pb.Outcome.RETURN and len(outcome.value) > RESULT_LIMIT_BYTES:
         error = SerializationError(
             f"the result of {job.routine}() is {len(outcome.value):,} bytes, over the "

@@ -38,7 +38,7 @@ def encode(task: Task, policy: RetryPolicy) -> bytes:
         "name": task.name,
         "digest": task.digest,
         "blob": task.blob,
-        "args": task.args,
+        "args": _wire.inline(task.args),  # a store keeps bytes, not descriptors
         "timeout": task.timeout,
         "queue": task.queue,
         "concurrency": task.concurrency,

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .._errors import ConfigError, StoreError
+from .._transport import _wire
 from .._transport._task import Task
 from ._attempt import Outage
 from ._job import JobOptions, Jobs
@@ -111,7 +112,7 @@ class Slots:
 
 def schedule_name(task: Task, cron: str, tz: str) -> str:
     """``cron:ROUTINE:DIGEST``: the same routine, expression, zone and arguments give the same name everywhere."""
-    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, task.args])).hexdigest()[:12]
+    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, _wire.inline(task.args)])).hexdigest()[:12]
     return f"cron:{task.name}:{digest}"
 
 

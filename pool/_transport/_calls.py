@@ -29,7 +29,7 @@ import time
 from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
-from . import _wire
+from . import _buffers, _wire
 from ._dispatcher import Dispatcher
 from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
@@ -65,7 +65,7 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     watch = session.watch
     if watch is None:
         watch = session.watch = AnswerWatch(session)
-    watch.add(call)  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+    watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
@@ -91,23 +91,33 @@ class AnswerWatch:
     Calls are watched in the order they were opened, so their deadlines come
     in order too: the timer is set for the oldest unanswered call, and a call
     answered in time costs an append and, later, a pop.
+
+    The window times the worker, not the wire (issue 34): it runs from the
+    later of a call's opening and the last moment a message was seen
+    mid-transfer on the stream (`Session.busy_at`), so a call whose frame
+    (or one ahead of it, or the reply carrying its Accept) takes longer than
+    the window to write or read is never taken for a worker that did not
+    answer. A worker that stopped reading or writing moves no bytes, and
+    its window runs out as before. A call with large arguments also gets
+    time for the worker to take them in once they arrived (`INTAKE_BYTES_PER_S`).
     """
 
     __slots__ = ("_calls", "_session", "_timer")
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._calls: collections.deque[tuple[float, OutgoingCall]] = collections.deque()
+        self._calls: collections.deque[tuple[float, float, OutgoingCall]] = collections.deque()  # (deadline, window, call)
         self._timer: asyncio.TimerHandle | None = None
 
-    def add(self, call: OutgoingCall) -> None:
-        """Watch ``call``, just opened."""
+    def add(self, call: OutgoingCall, size: int = 0) -> None:
+        """Watch ``call``, just opened, whose frame carries ``size`` bytes of arguments."""
         calls = self._calls
-        while calls and (calls[0][1].answered or calls[0][1].finished):
+        while calls and (calls[0][2].answered or calls[0][2].finished):
             calls.popleft()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + ACCEPT_TIMEOUT_S
-        calls.append((deadline, call))
+        window = ACCEPT_TIMEOUT_S + size / INTAKE_BYTES_PER_S if size >= INTAKE_FREE_BYTES else ACCEPT_TIMEOUT_S
+        deadline = loop.time() + window
+        calls.append((deadline, window, call))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._check)
 
@@ -122,11 +132,16 @@ class AnswerWatch:
         self._timer = None
         calls = self._calls
         now = asyncio.get_running_loop().time()
+        wire = None  # the window restarts once the wire is quiet (see `Session.busy_at`)
         while calls:
-            deadline, call = calls[0]
+            deadline, window, call = calls[0]
             if call.answered or call.finished:
                 calls.popleft()
-            elif deadline <= now:
+                continue
+            if wire is None:
+                wire = self._session.busy_at(now)
+            deadline = max(deadline, wire + window)
+            if deadline <= now:
                 calls.popleft()
                 call.cancel()
                 call.deliver(WorkerRejected(
@@ -149,6 +164,14 @@ def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | Work
 
 ACCEPT_TIMEOUT_S: Final[float] = 3.0
 """How long a dispatch waits for a worker's Accept or Reject before moving on."""
+
+INTAKE_BYTES_PER_S: Final[float] = 50e6
+"""The slowest rate a worker is allowed to take in a call's arguments once they arrived (parse and copy
+them before it can answer): a call with large arguments gets that much longer to be answered (1 GiB: ~21 s).
+Memory moves at several GB/s; this leaves room for a machine whose cores and memory are busy."""
+
+INTAKE_FREE_BYTES: Final[int] = 1 << 20
+"""Arguments smaller than this get no extra time (parsing them takes well under a millisecond)."""
 
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
@@ -244,7 +267,7 @@ class RemoteGenerator:
 
     async def asend(self, value: Any) -> Any:
         """Send ``value`` in; return the next value yielded."""
-        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()"))
+        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True))
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise an exception at the generator's ``yield``; return what it yields next."""

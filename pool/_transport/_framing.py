@@ -13,7 +13,9 @@ Wire format, per connection::
     then, both ways:    message  = 4-byte big-endian length, then that many bytes
 
 ``Dispatch`` carries `pb.Frames` both ways until either end closes (the
-`Session` protocol, as on the gRPC stream). ``State`` and ``Stop`` send one
+`Session` protocol, as on the gRPC stream). ``Buffers`` is answered with
+one message, ``ok``; from then on the connection carries descriptors of
+large buffers (`_buffers.SideChannel`), read outside the event loop. ``State`` and ``Stop`` send one
 request and get one `pb.WorkerState` back, then the worker closes.
 
 A hello longer than `HELLO_MAX_BYTES` or not ours ends the connection at
@@ -27,6 +29,7 @@ import asyncio
 import collections
 import os
 import struct
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -35,8 +38,8 @@ from ._proto import leakypool_pb2 as pb
 HELLO: Final[bytes] = b"leakypool-local/1 "
 """What every connection's first message starts with; the method name follows."""
 
-METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop"})
-"""The service's methods, as in the gRPC service."""
+METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop", "Buffers"})
+"""The service's methods, as in the gRPC service, and ``Buffers``: the side connection of `_buffers`."""
 
 HELLO_MAX_BYTES: Final[int] = 64
 """Largest first message accepted: a peer that is not ours is cut off before it can make us buffer."""
@@ -100,6 +103,10 @@ class MessageStream(asyncio.Protocol):
         self._writing_paused = False
         self._sink: Callable[[bytes | memoryview], None] | None = None
         self._fd = -1  # the socket's, once `pull` or `write_through` needed it
+        self._in_bytes = 0  # bytes received so far
+        self._out_bytes = 0  # bytes handed to the transport so far
+        self._moved_mark: tuple[int, int] = (-1, -1)  # (bytes out of the buffer, bytes in) at the last `busy_at`
+        self._busy_at = float("-inf")  # when a message was last seen mid-transfer (see `busy_at`)
 
     # -- asyncio.Protocol -------------------------------------------------------
 
@@ -111,6 +118,7 @@ class MessageStream(asyncio.Protocol):
             self.data_received(received)  # before anything the transport reads
 
     def data_received(self, data: bytes) -> None:
+        self._in_bytes += len(data)
         if self._pending:
             self._pending.append(data)
             self._pending_bytes += len(data)
@@ -118,6 +126,7 @@ class MessageStream(asyncio.Protocol):
                 return
             data = b"".join(self._pending)
             self._pending, self._pending_bytes = [], 0
+            self._mid_transfer()  # a message that took more than one read just arrived whole
         self._split(data)
         if self._sink is not None:
             self._to_sink()  # the reader only waits for the end: no wake-up per message
@@ -161,6 +170,7 @@ class MessageStream(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self._mid_transfer()  # a large write has (almost) all left
         drained, self._drained = self._drained, None
         if drained is not None and not drained.done():
             drained.set_result(None)
@@ -219,6 +229,7 @@ class MessageStream(asyncio.Protocol):
         if self._ended is not None or transport is None or transport.is_closing():
             raise ConnectionResetError("the connection is closed")
         transport.writelines((_LENGTH.pack(len(message)), message))
+        self._out_bytes += 4 + len(message)
         if self._writing_paused:
             if self._drained is None:
                 self._drained = asyncio.get_running_loop().create_future()
@@ -235,6 +246,7 @@ class MessageStream(asyncio.Protocol):
             transport.write(framed(message))
         else:
             transport.writelines((_LENGTH.pack(len(message)), message))
+        self._out_bytes += 4 + len(message)
         return True
 
     def pull(self) -> None:
@@ -273,6 +285,7 @@ class MessageStream(asyncio.Protocol):
         if self._ended is not None or transport is None or transport.is_closing() or fd < 0:
             return False
         data = framed(frames.SerializeToString())
+        self._out_bytes += len(data)
         if transport.get_write_buffer_size() == 0:
             try:
                 data = data[os.write(fd, data):]
@@ -283,6 +296,29 @@ class MessageStream(asyncio.Protocol):
         if data:
             transport.write(data)  # behind nothing else: the order holds
         return True
+
+    def busy_at(self) -> float:
+        """When a message was last seen mid-transfer on this connection (monotonic; -inf if never).
+
+        "Now" while bytes wait in either direction and some moved since the
+        last ask: a large message still being written (the peer reads it)
+        or read (the peer writes it). A peer that stopped reading or writing
+        moves nothing, so its connection stops counting as busy. The moment
+        a large write drained or a large read completed counts too, so the
+        peer's answer window (`_calls.AnswerWatch`) starts from there, not
+        from when the message was queued.
+        """
+        transport = self.transport
+        buffered = transport.get_write_buffer_size() if transport is not None and not transport.is_closing() else 0
+        mark = (self._out_bytes - buffered, self._in_bytes)
+        if mark != self._moved_mark:
+            self._moved_mark = mark
+            if buffered or self._pending:
+                self._mid_transfer()
+        return self._busy_at
+
+    def _mid_transfer(self) -> None:
+        self._busy_at = time.monotonic()  # the clock of asyncio's (and, to the millisecond, uvloop's) loop.time()
 
     def _fileno(self) -> int:
         if self._fd < 0 and self.transport is not None:

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from ._proto import leakypool_pb2 as pb
+
+SLOW_WRITE_S: Final[float] = 0.01
+"""An awaited write that took longer than this carried a large message (or met a full window): its end is noted."""
 
 Write = Callable[[pb.Frames], Awaitable[None]]
 WriteNow = Callable[[pb.Frames], bool]
@@ -27,7 +31,10 @@ class Outbox:
     value is copied into the message once, not once per wrapping message.
     """
 
-    __slots__ = ("_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written")
+    __slots__ = (
+        "_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written", "writing",
+        "wrote_at",
+    )
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
@@ -38,6 +45,8 @@ class Outbox:
         self._backstop: asyncio.TimerHandle | None = None  # sends held frames (see `hold`)
         self._taken = 0  # batches taken to be written so far (the one being written included)
         self.written = 0  # batches handed to the transport so far
+        self.writing = False  # `pump` awaits a write now
+        self.wrote_at = float("-inf")  # loop time the last slow write (`SLOW_WRITE_S`) ended
 
     @property
     def batch_number(self) -> int:
@@ -55,6 +64,10 @@ class Outbox:
         frame.id = call_id
         self._wake()
         return frame
+
+    def queued(self) -> list[pb.Frame]:
+        """The frames of the batch being built (not yet handed to the transport)."""
+        return list(self._batch.frames)
 
     def hold(self, call_id: int, at_most_s: float) -> pb.Frame:
         """A frame that waits for company: it leaves with the next frame sent, or after ``at_most_s``.
@@ -139,12 +152,35 @@ class Outbox:
                 if batch.frames:
                     self._taken += 1
                     number = self._taken
-                    await write(batch)
+                    await self._write(write, batch)
                     self.written = max(self.written, number)  # `_flush` may have sent later ones meanwhile
                 if self._closing and not self._batch.frames:
                     return
         finally:
             self._write_now = None
+            self.writing = False
             if self._backstop is not None:
                 self._backstop.cancel()
                 self._backstop = None
+
+    async def _write(self, write: Write, batch: pb.Frames) -> None:
+        """Await one write, noting while it lasts and when a slow one ended (see `busy_at`)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self.writing = True
+        try:
+            await write(batch)
+        finally:
+            self.writing = False
+        ended = loop.time()
+        if ended - started > SLOW_WRITE_S:
+            self.wrote_at = ended
+
+    def busy_at(self, now: float) -> float:
+        """When a batch was last mid-write: ``now`` while one is, else when the last slow one ended.
+
+        For a transport that cannot tell how far a write has got (gRPC hands
+        the whole message over, then reports it sent): a call behind a large
+        message is not timed until that message has left.
+        """
+        return now if self.writing else self.wrote_at

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from . import _buffers, _side, _wire
 from ._outbox import Outbox, Write, WriteNow
 from ._outgoing import OutgoingCall, is_final
 from ._proto import leakypool_pb2 as pb
@@ -74,6 +75,9 @@ class Session:
         self._outbox = Outbox()
         self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
         self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
+        self._transport_busy_at: Callable[[], float] | None = None  # the transport's own view (`run`'s ``busy_at``)
+        self._side: Callable[[], _side.SideChannel | None] | None = None  # where large buffers cross (`carry`)
+        self._running = False  # `run` has started: the side connection is known
 
     @property
     def written(self) -> int:
@@ -105,12 +109,34 @@ class Session:
         self._outgoing[call_id] = outgoing
         return outgoing, self._outbox.frame(call_id).call
 
+    def carry(self, value: bytes) -> bytes:
+        """``value`` as it may go on this stream: a payload's buffers lent to the peer first, or put back in band.
+
+        A value whose large buffers are out of band (`_buffers`) sends its
+        region's descriptor over the side connection now, before the frame
+        naming it leaves; a stream without one (gRPC) gets the value inlined.
+        Anything else passes as it is (one byte looked at).
+        """
+        if not value or value[0] != _buffers.MARK or not self._running:
+            return value  # not a payload; or the stream is not up yet: `run` settles it (`_carry_queued`)
+        side = None if self._side is None else self._side()
+        region = _buffers.region_of(value)
+        if side is not None and region is not None and side.lend(region):
+            return value
+        return _wire.inline(value)  # no side connection, or a payload received here and passed on (nested calls)
+
+    def _carry_queued(self) -> None:
+        """Carry the payloads of the calls opened before the stream was up (its side connection unknown then)."""
+        for frame in self._outbox.queued():
+            if frame.HasField("call") and frame.call.args[:1] == bytes([_buffers.MARK]):
+                frame.call.args = self.carry(frame.call.args)
+
     def step(self, call_id: int, kind: int, value: bytes = b"") -> None:
         """Send a Step for a call this end opened."""
         step = self._frame(call_id).step
         step.kind = kind
         if value:
-            step.value = value
+            step.value = self.carry(value)
         step.SetInParent()
 
     def accept(self, call_id: int, hold_s: float = 0.0) -> None:
@@ -152,13 +178,30 @@ class Session:
         outcome.SetInParent()
         outcome.kind = kind
         if value:
-            outcome.value = value
+            outcome.value = self.carry(value)
         if traceback:
             outcome.traceback = traceback
 
     def forward(self, call_id: int, outcome: pb.Outcome) -> None:
         """Pass on an outcome received from elsewhere (nested dispatch)."""
-        self._frame(call_id).outcome.CopyFrom(outcome)
+        frame = self._frame(call_id)
+        frame.outcome.CopyFrom(outcome)
+        if outcome.value and outcome.value[0] == _buffers.MARK:
+            frame.outcome.value = self.carry(outcome.value)
+
+    def busy_at(self, now: float) -> float:
+        """When a message was last seen mid-transfer on this stream, either way (``now`` if it is).
+
+        The answer window of a call (`_calls.AnswerWatch`) runs from the later
+        of its opening and this: it times the peer, not the wire, so a call
+        behind a frame that takes longer than the window to write or read is
+        not taken for a silent peer. A transport that counts bytes (the unix
+        socket: `MessageStream.busy_at`) says so itself; otherwise writes
+        the outbox awaited count (gRPC).
+        """
+        if self._transport_busy_at is not None:
+            return self._transport_busy_at()
+        return self._outbox.busy_at(now)
 
     def open_calls_list(self) -> list[OutgoingCall]:
         """The calls this end opened that have not ended."""
@@ -232,6 +275,8 @@ class Session:
         *,
         attach: Callable[[Callable[[bytes | memoryview], None]], None] | None = None,
         write_now: WriteNow | None = None,
+        busy_at: Callable[[], float] | None = None,
+        side: Callable[[], _side.SideChannel | None] | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
@@ -244,6 +289,8 @@ class Session:
                 then only reports the end.
             write_now: Sends one message without waiting, or says it cannot
                 (`MessageStream.write_frames_now`): batches leave without waking a task.
+            busy_at: When the transport last saw a message mid-transfer (`MessageStream.busy_at`; see `busy_at`).
+            side: The side connection large buffers cross to the peer, if it has one now (see `carry`).
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else
@@ -252,6 +299,10 @@ class Session:
         reader = asyncio.current_task()
         assert reader is not None
         self.holds_accepts = write_now is not None
+        self._transport_busy_at = busy_at
+        self._side = side
+        self._running = True
+        self._carry_queued()
         writer = asyncio.ensure_future(self._outbox.pump(write, write_now))
 
         def writer_done(task: asyncio.Future[None]) -> None:

@@ -62,7 +62,7 @@ class Task:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
         if self.args:
-            call.args = self.args
+            call.args = session.carry(self.args)
         call.parent = self.parent
         if self.timeout:
             call.timeout = self.remaining() or 0.0  # the deadline travels: the worker enforces a plain call's

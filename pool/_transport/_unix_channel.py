@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
+from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from ._framing import MessageStream, ProtocolError, hello
+from ._framing import MessageStream, ProtocolError, framed, hello
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
+from ._side import SideChannel, expect, register
+
+SIDE_OPEN_TIMEOUT_S: Final[float] = 5.0
+"""How long opening the side connection for large buffers may take; without it, values go in band."""
+
+SIDE_OK: Final[bytes] = b"ok"
+"""The worker's answer to a ``Buffers`` hello."""
 
 
 class UnixChannel:
@@ -20,6 +29,7 @@ class UnixChannel:
     """
 
     def __init__(self, path: str) -> None:
+        expect()  # large values to this worker go out of band (`_buffers`)
         self._path = path
         self._streams: set[MessageStream] = set()
 
@@ -46,12 +56,46 @@ class UnixChannel:
             if isinstance(exc, OSError):
                 return
             raise
+        side = await self._open_side()
         try:
             await session.run(
-                stream.read_frames, stream.write_frames, describe, attach=stream.attach, write_now=stream.write_frames_now
+                stream.read_frames,
+                stream.write_frames,
+                describe,
+                attach=stream.attach,
+                write_now=stream.write_frames_now,
+                busy_at=stream.busy_at,
+                side=lambda: None if side is None or side.closed else side,
             )
         finally:
             self._drop(stream)
+            if side is not None:
+                side.close()
+
+    async def _open_side(self) -> SideChannel | None:
+        """The side connection large buffers cross by (see `_buffers`); None if the worker does not take one."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(SIDE_OPEN_TIMEOUT_S):
+                await loop.sock_connect(sock, self._path)
+                await loop.sock_sendall(sock, framed(hello("Buffers")))
+                answer = b""
+                while len(answer) < len(framed(SIDE_OK)):
+                    more = await loop.sock_recv(sock, len(framed(SIDE_OK)) - len(answer))
+                    if not more:
+                        break
+                    answer += more
+        except (OSError, TimeoutError):
+            sock.close()
+            return None
+        if answer != framed(SIDE_OK):
+            sock.close()
+            return None
+        side = SideChannel(sock)
+        register(self, side)
+        return side
 
     @staticmethod
     def failure(reason: BaseException) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from typing import Any, Final
 import cloudpickle
 
 from .._errors import RemoteTraceback, SerializationError
-from . import _malloc
+from . import _buffers, _malloc, _side
 
 DIGEST_BYTES: Final[int] = 16
 """Length of a routine's content digest (blake2b), its name on a stream."""
@@ -32,8 +32,14 @@ DIGEST_BYTES: Final[int] = 16
 _EMPTY: Final[bytes] = b""
 
 
-def dumps(value: Any, *, what: str) -> bytes:
+def dumps(value: Any, *, what: str, oob: bool = False) -> bytes:
     """Pickle ``value``; ``None`` becomes empty bytes (the common no-op case).
+
+    With ``oob``, large buffers (`_buffers.OOB_MIN_BYTES`: numpy arrays,
+    and `bytes`, `bytearray`, `memoryview` at the top level or one level
+    into a tuple, list or dict) leave the pickle for a memfd region
+    (`_buffers`): the result is then a `_buffers.Payload`, for a frame that
+    goes through `Session.carry`. Without, everything is in the pickle.
 
     Raises:
         SerializationError: ``value`` cannot be pickled; the message says
@@ -41,15 +47,95 @@ def dumps(value: Any, *, what: str) -> bytes:
     """
     if value is None:
         return _EMPTY
+    buffers: list[memoryview] | None = [] if oob and _side.wanted() else None
     try:
-        data = _plain(value, search=type(value) not in _ATOMIC) or cloudpickle.dumps(
-            value, protocol=pickle.HIGHEST_PROTOCOL
-        )
+        data = _plain(value, search=type(value) not in _ATOMIC, buffers=buffers) or _cloud(value, buffers)
     except Exception as exc:
         raise SerializationError(f"{what} cannot be pickled: {_describe(exc)}") from exc
+    if buffers:
+        return _buffers.pack(data, buffers)
     if len(data) >= _malloc.LARGE_BYTES:
         _malloc.tune()
     return data
+
+
+def _cloud(value: Any, buffers: list[memoryview] | None) -> bytes:
+    if buffers is None:
+        return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    buffers.clear()  # what a failed plain pickle took out
+    return cloudpickle.dumps(_wrap(value), protocol=5, buffer_callback=_taker(buffers))
+
+
+def _taker(buffers: list[memoryview]) -> Any:
+    """A `buffer_callback` that takes large buffers out of band and leaves small ones in the pickle."""
+
+    def take(buffer: pickle.PickleBuffer) -> bool:
+        try:
+            raw = buffer.raw()
+        except BufferError:
+            return True  # not contiguous: in band
+        if raw.nbytes < _buffers.OOB_MIN_BYTES:
+            return True
+        buffers.append(raw)
+        return False
+
+    return take
+
+
+class _Big:
+    """A large `bytes`/`bytearray`/`memoryview`, pickled as an out-of-band buffer (plain pickle keeps them in band)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        rebuild = _as_bytes if type(self.data) is bytes else _as_bytearray if type(self.data) is bytearray else _as_memoryview
+        return rebuild, (pickle.PickleBuffer(self.data),)
+
+
+def _as_bytes(buffer: memoryview) -> bytes:
+    return _malloc.to_bytes(buffer)  # a bytes object owns its memory: one copy out of the region
+
+
+def _as_bytearray(buffer: memoryview) -> bytearray:
+    return bytearray(buffer)
+
+
+def _as_memoryview(buffer: memoryview) -> memoryview:
+    return memoryview(buffer)  # over the private mapping itself: writable, no copy
+
+
+_WRAP_SCAN_MAX: Final[int] = 64
+"""Containers longer than this are not looked into for large bytes (the look costs per element)."""
+
+
+def _big(item: Any) -> bool:
+    t = type(item)
+    if t is bytes or t is bytearray:
+        return len(item) >= _buffers.OOB_MIN_BYTES
+    return t is memoryview and item.nbytes >= _buffers.OOB_MIN_BYTES and item.c_contiguous
+
+
+def _wrap(value: Any, depth: int = 2) -> Any:
+    """``value`` with its large bytes-like objects (at the top, or ``depth`` levels into tuples, lists, dicts)
+    marked to go out of band; ``value`` itself when there are none (no copy of a small call's arguments)."""
+    if _big(value):
+        return _Big(value)
+    t = type(value)
+    if depth == 0 or t not in _CONTAINERS or len(value) > _WRAP_SCAN_MAX:
+        return value
+    if t is dict:
+        items = {k: _wrap(v, depth - 1) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    wrapped = [_wrap(v, depth - 1) for v in value]
+    if all(w is v for w, v in zip(wrapped, value)):
+        return value
+    return wrapped if t is list else tuple(wrapped)
+
+
+_CONTAINERS: Final[frozenset[type]] = frozenset({tuple, list, dict})
 
 
 def loads(data: bytes, *, what: str) -> Any:
@@ -61,6 +147,12 @@ def loads(data: bytes, *, what: str) -> Any:
     """
     if not data:
         return None
+    if data[0] == _buffers.MARK:
+        try:
+            pickled, buffers = _buffers.unpack(data)
+            return pickle.loads(pickled, buffers=buffers)
+        except Exception as exc:
+            raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
     if len(data) >= _malloc.LARGE_BYTES:
         _malloc.tune()
     try:
@@ -69,22 +161,34 @@ def loads(data: bytes, *, what: str) -> Any:
         raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
 
 
+def inline(data: bytes) -> bytes:
+    """``data`` with its out-of-band buffers back in the pickle, for a stream without a side connection (gRPC), or a store.
+
+    Anything that is not such a payload is returned as it is (no cost).
+    """
+    if not data or data[0] != _buffers.MARK:
+        return data
+    value = loads(data, what="a value carried out of band")
+    return dumps(value, what="a value carried out of band")
+
+
 def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """Pickle a call's arguments, naming the first one that fails.
+    """Pickle a call's arguments, naming the first one that fails; large buffers go out of band (see `dumps`).
 
     Raises:
         SerializationError: an argument cannot be pickled; nothing was sent.
     """
     if not args and not kwargs:
         return _EMPTY
+    buffers: list[memoryview] | None = [] if _side.wanted() else None
     try:
         search = not all(type(a) in _ATOMIC for a in args) or not all(type(v) in _ATOMIC for v in kwargs.values())
-        data = _plain((args, kwargs), search=search) or cloudpickle.dumps(
-            (args, kwargs), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        data = _plain((args, kwargs), search=search, buffers=buffers) or _cloud((args, kwargs), buffers)
     except Exception:
         pass
     else:
+        if buffers:
+            return _buffers.pack(data, buffers)
         if len(data) >= _malloc.LARGE_BYTES:
             _malloc.tune()
         return data
@@ -95,16 +199,20 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     return dumps((args, kwargs), what=f"the arguments of {name}()")
 
 
-def _plain(value: Any, *, search: bool = True) -> bytes | None:
+def _plain(value: Any, *, search: bool = True, buffers: list[memoryview] | None = None) -> bytes | None:
     """``value`` pickled by plain pickle where that is what cloudpickle would send; None where it is not.
 
     ``search=False`` for values that can name no object at all (bytes, str, numbers: `_ATOMIC`):
     their output is not searched for ``__main__``, a search that costs ~0.4 ms a MiB.
+    ``buffers``: where large buffers go out of band (protocol 5); None keeps them in the pickle.
     """
     if _BY_VALUE:
         return None  # a module goes by value: whatever names it must go through cloudpickle
     try:
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        if buffers is None:
+            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            data = pickle.dumps(_wrap(value), protocol=5, buffer_callback=_taker(buffers))
     except Exception:
         return None  # a lambda, a closure, a local class...: cloudpickle's job
     if search and _MAIN in data:

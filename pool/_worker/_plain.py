@@ -109,7 +109,7 @@ def call_plain(hosted: Hosted) -> Outcome:
         fn = hosted.code.resolve()
         args, kwargs = _wire.unpack_args(hosted.task.args, name)
         value = fn(*args, **kwargs)
-        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
+        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()", oob=True), "")
     except BaseException as exc:  # noqa: BLE001 - user code: any exception is the routine's outcome
         return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
 

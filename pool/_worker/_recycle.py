@@ -42,7 +42,7 @@ from .._base._exit import EXIT_RETIRED
 from .._base._process import resident_bytes
 from .._base._random import RANDOM
 from .._config import ConfigError, WorkerConfig
-from .._transport import _wire
+from .._transport import _buffers, _wire
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -71,13 +71,13 @@ class Recycler:
     Args:
         max_tasks: Calls to accept before retiring (drawn with `draw_task_limit`); 0 = no limit.
         max_memory: Bytes of resident memory over the baseline (see `ready`) past which to retire; 0 = no limit.
-        rss: Reads the resident memory now.
+        rss: Reads the memory the worker holds now (default: resident, less the reusable large-value regions).
     """
 
-    def __init__(self, max_tasks: int, max_memory: int, rss: Callable[[], int] = resident_bytes) -> None:
+    def __init__(self, max_tasks: int, max_memory: int, rss: Callable[[], int] | None = None) -> None:
         self.task_limit = draw_task_limit(max_tasks)
         self.max_memory = max_memory
-        self._rss = rss
+        self._rss = rss or _own_memory
         self.baseline = 0
         self.accepted = 0
         self.reason = ""  # "tasks" or "memory" once it asked to retire
@@ -107,6 +107,11 @@ class Recycler:
 
 
 # -- the initializer --------------------------------------------------------------------
+
+
+def _own_memory() -> int:
+    """Resident bytes, less the large-value regions kept for reuse (`_buffers`: not the worker's own growth)."""
+    return resident_bytes() - _buffers.idle_bytes()
 
 
 class InitializerFailed(Exception):

@@ -157,7 +157,7 @@ async def _call(hosted: Hosted) -> Outcome:
     name = hosted.task.name
     try:
         value = await _invoke(hosted)
-        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()"), "")
+        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()", oob=True), "")
     except asyncio.CancelledError:
         return CANCELLED
     except BaseException as exc:
@@ -191,7 +191,7 @@ async def _advance(agen: AsyncGenerator[Any, Any], step: pb.Step, name: str) -> 
         else:
             await agen.aclose()
             return STOP
-        return (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()"), "")
+        return (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()", oob=True), "")
     except StopAsyncIteration:
         return STOP
     except asyncio.CancelledError:

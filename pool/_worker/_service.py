@@ -10,22 +10,18 @@
                                          │                              │
                                          └─ Accept + Outcome <──────────┘  release() -> Room frames
 
-A call that ends at once costs one write: its Accept waits for its outcome
-(`QUICK_ACCEPT_S` at most, and only until the routine first awaits), so
-both leave together and the dispatcher wakes once. The dispatcher counts a
-call whose stream fails after the Call left as lost after accepting
-(`WorkerBroken`), so a worker that dies in user code still never gets a
-call run twice.
+A call that ends at once costs one write: its Accept waits for its outcome (`QUICK_ACCEPT_S` at
+most, and only until the routine first awaits), so both leave together and the dispatcher wakes
+once. The dispatcher counts a call whose stream fails after the Call left as lost after accepting
+(`WorkerBroken`), so a worker that dies in user code still never gets a call run twice.
 
-Admission (the hook, the count, Accept/Reject) touches no user code but the
-hook, so a worker whose routines hog the CPU still answers within
-milliseconds: on a pool's own worker the watch thread answers the streams
-while a routine overruns the main loop (`_overrun`); over gRPC everything
-user-defined (unpickling the routine and its arguments, running it,
-pickling its result) runs on a routine loop of its own thread. When the
-worker stops is `Lifecycle`'s business. The
-transports (`_unix_server` for a pool's own workers, `_grpc_server` over
-TCP) only hand it streams and State/Stop requests.
+Admission (the hook, the count, Accept/Reject) touches no user code but the hook, so a worker whose
+routines hog the CPU still answers within milliseconds: on a pool's own worker the watch thread
+answers the streams while a routine overruns the main loop (`_overrun`); over gRPC everything user-
+defined (unpickling the routine and its arguments, running it, pickling its result) runs on a
+routine loop of its own thread; plain calls run on a thread of their own (`_plain`). When the worker
+stops is `Lifecycle`'s business; the transports (`_unix_server`, `_grpc_server`) only hand it
+streams and State/Stop requests.
 """
 
 from __future__ import annotations
@@ -41,6 +37,7 @@ from typing import Any, Final
 from backpressure import BackpressureLike
 
 from .._base._tasks import TaskOwner
+from .._transport import _buffers
 from .._transport._outbox import WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
@@ -299,6 +296,7 @@ class WorkerService:
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self._runner.start(hosted)
             return
+        _buffers.forget(hosted.task.args)  # turned away: the descriptor of its large arguments is not kept
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker
             # and keeps this one; a buggy hook neither floods nor evicts it.

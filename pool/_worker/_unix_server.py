@@ -11,6 +11,7 @@ import time
 from typing import Final
 
 from .._base._tasks import TaskOwner
+from .._transport import _side
 from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, framed, method_of
 from .._transport._proto import leakypool_pb2 as pb
 from ._service import WorkerService
@@ -29,6 +30,15 @@ ACCEPTS_PER_PASS: Final[int] = 4
 
 STATE_REQUEST_MAX_BYTES: Final[int] = 1 << 10
 """Largest State request the watch thread reads (the request is empty)."""
+
+
+def _peer(stream: MessageStream) -> int:
+    """The pid of the dispatcher on a stream (0 if unknown): its side connection's key."""
+    sock = stream.transport.get_extra_info("socket") if stream.transport is not None else None
+    try:
+        return 0 if sock is None else _side.peer_pid(sock.fileno())
+    except OSError:
+        return 0
 
 
 def _read_message(conn: socket.socket, received: bytearray, limit: int, deadline: float) -> bytes:
@@ -163,13 +173,19 @@ class UnixServer:
                 method = None
             if method is None:
                 return  # not one of ours (or gone): close it
+            if method == "Buffers":
+                self._side(stream)
+                return
             if method == "Dispatch":
+                pid = _peer(stream)
                 await self._service.serve_stream(
                     stream.read_frames,
                     stream.write_frames,
                     "a dispatcher on the unix socket",
                     attach=stream.attach,
                     write_now=stream.write_frames_now,
+                    busy_at=stream.busy_at,
+                    side=lambda: _side.channel(pid),
                     through=(stream.pull, stream.write_through),
                 )
                 return
@@ -187,6 +203,22 @@ class UnixServer:
         finally:
             self._streams.discard(stream)
             stream.close()
+
+    def _side(self, stream: MessageStream) -> None:
+        """Take over a ``Buffers`` connection: descriptors of large buffers from (and to) that dispatcher.
+
+        The connection leaves the loop (its descriptors must be read with
+        recvmsg, which the loop's reads would drop): a duplicate of its socket
+        becomes the dispatcher's side connection, keyed by its pid, which is
+        how its Dispatch streams find it; then it is answered ``ok``.
+        """
+        sock = stream.transport.get_extra_info("socket") if stream.transport is not None else None
+        if sock is None:
+            return
+        stream.transport.pause_reading()
+        dup = socket.socket(fileno=os.dup(sock.fileno()))
+        _side.register(_side.peer_pid(dup.fileno()), _side.SideChannel(dup))
+        stream.transport.write(framed(b"ok"))
 
     async def aclose(self) -> None:
         """Stop listening, end every connection, and remove the socket."""

@@ -376,3 +376,21 @@ async def deprecated():
 
     warnings.warn("old", DeprecationWarning, stacklevel=1)
     return "ok"
+
+
+@pool.routine
+async def bump_first(array):
+    """Add 1 to the first element of ``array`` in place (the worker's copy) and return it."""
+    array[0] += 1
+    return array
+
+
+@pool.routine
+async def arrived_mapped(array):
+    """Whether ``array`` is built on a mapping (it crossed out of band), not on bytes read off the stream."""
+    import mmap
+
+    base = array.base
+    while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)

@@ -37,6 +37,12 @@ class Transport:
     def abort(self):
         self.aborted = True
 
+    def is_closing(self):
+        return self.aborted
+
+    def get_write_buffer_size(self):
+        return 0
+
 
 def framed(messages: list[bytes]) -> bytes:
     return b"".join(struct.pack(">I", len(m)) + m for m in messages)
@@ -214,3 +220,31 @@ def test_a_unix_channel_should_call_bytes_that_are_not_our_protocol_a_hard_fault
     """Test that a worker speaking garbage is evicted (hard code), while one that went away is kept (transient)."""
     assert UnixChannel.failure(reason)[0] == code
     assert (code in _rpc.TRANSIENT_CODES) is (code == "UNAVAILABLE")
+
+
+def test_busy_at_should_count_a_message_still_arriving_only_while_its_bytes_move():
+    """Test that a partly received message makes the stream busy while bytes arrive, and only then (issue 34)."""
+    stream = MessageStream()
+    stream.connection_made(Transport())
+    assert stream.busy_at() == float("-inf")  # nothing ever moved
+    data = framed([b"x" * 1000])
+    stream.data_received(data[:300])
+    first = stream.busy_at()
+    assert first > float("-inf")  # mid-message, and bytes moved since the last ask
+    assert stream.busy_at() == first  # nothing moved since: a peer that stopped writing is not busy
+    stream.data_received(data[300:])  # the message is whole: its end is the last busy moment
+    assert stream.busy_at() >= first
+
+
+async def test_busy_at_should_not_count_a_write_the_peer_does_not_read():
+    """Test that a large write a peer leaves unread stops counting as busy once nothing moves (a stopped worker)."""
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    _, a = await asyncio.get_running_loop().create_unix_connection(MessageStream, sock=left)
+    try:
+        assert a.write_now(b"x" * (16 << 20))  # more than the kernel's buffers take: the rest waits here
+        first = a.busy_at()
+        assert first > float("-inf")
+        assert a.busy_at() == first  # the peer reads nothing: the window is not held open
+    finally:
+        a.close()
+        right.close()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._transport import _wire
+from pool._transport import _side, _wire
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
@@ -162,3 +162,42 @@ class TestPackException:
         restored = _wire.unpack_exception(b"\x80\x05garbage", "Traceback: remote", "f")
         assert isinstance(restored, pool.SerializationError)
         assert restored.__cause__.tb == "Traceback: remote"
+
+
+class TestOutOfBand:
+    """Large buffers leave the pickle for a memfd region (issue 34), in one process (its own region)."""
+
+    @pytest.fixture(autouse=True)
+    def _local_peers(self, monkeypatch):
+        monkeypatch.setattr(_side, "_expected", True)  # as in a process that reaches workers over unix sockets
+
+    def test_dumps_should_carry_a_large_array_out_of_band_and_load_it_writable_with_value_semantics(self):
+        np = pytest.importorskip("numpy")
+        array = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+        payload = _wire.dumps(array, what="x", oob=True)
+        assert len(payload) < 4096  # the pickle only; the buffer is in the region
+        back = _wire.loads(payload, what="x")
+        assert np.array_equal(back, array) and back.flags.writeable
+        back[0] = -1.0
+        assert array[0] == 0.0 and _wire.loads(payload, what="x")[0] == 0.0  # copy-on-write: nothing else changed
+
+    def test_dumps_should_bring_large_bytes_back_as_bytes(self):
+        data = bytes(range(256)) * 4096  # 1 MiB
+        payload = _wire.pack_args("f", (data,), {"k": bytearray(data)})
+        assert len(payload) < 4096
+        (back,), kwargs = _wire.unpack_args(payload, "f")
+        assert type(back) is bytes and back == data
+        assert type(kwargs["k"]) is bytearray and kwargs["k"] == data
+
+    def test_a_process_without_unix_peers_should_keep_every_buffer_in_the_pickle(self, monkeypatch):
+        monkeypatch.setattr(_side, "_expected", False)
+        assert _wire.dumps(b"y" * (1 << 20), what="x", oob=True)[:1] == b"\x80"  # nothing to carry it out of band
+
+    def test_small_values_should_keep_the_plain_pickle(self):
+        assert _wire.dumps(b"x" * 100, what="x", oob=True)[:1] == b"\x80"
+        assert _wire.pack_args("f", (1, "a"), {})[:1] == b"\x80"
+
+    def test_inline_should_put_the_buffers_back_in_the_pickle(self):
+        data = b"y" * (1 << 20)
+        inline = _wire.inline(_wire.dumps(data, what="x", oob=True))
+        assert inline[:1] == b"\x80" and _wire.loads(inline, what="x") == data

@@ -1,0 +1,187 @@
+"""Workload (s): large values to a local worker and back, beside ProcessPoolExecutor and the memory floor.
+
+For contiguous float64 numpy arrays of 1, 16, 128 MiB and 1 GiB and for
+128 MiB of ``bytes``, three calls: echo (``f(x) -> x``), argument only
+(``f(x) -> None``) and result only (``f(n) -> x``, the worker's value made
+once and kept). Each figure is the p50 of a few calls after warm-up, on
+``WorkerPool(spawn=2)`` and ``ProcessPoolExecutor(2)`` in the same run, with
+the peak RSS of each side (the dispatching process and the worker, reset
+before each case through /proc/PID/clear_refs), beside the floor: one
+``np.copyto`` of N bytes into memory already touched per direction (two for
+an echo). Prints one JSON object::
+
+    python -m bench.bench_large            # every size
+    python -m bench.bench_large --quick    # without 1 GiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import pool
+
+MIB = 1 << 20
+ARRAY_SIZES = (1 * MIB, 16 * MIB, 128 * MIB, 1024 * MIB)
+BYTES_SIZE = 128 * MIB
+KINDS = ("echo", "arg", "result")
+
+_made: dict[tuple[str, int], Any] = {}
+
+
+def _value(kind: str, size: int) -> Any:
+    """The worker's result for a result-only call: made once per process, returned each time."""
+    key = (kind, size)
+    if key not in _made:
+        _made[key] = np.ones(size // 8) if kind == "array" else bytes(size)
+    return _made[key]
+
+
+def echo_fn(x: Any) -> Any:
+    return x
+
+
+def take_fn(x: Any) -> None:
+    return None
+
+
+def make_fn(kind: str, size: int) -> Any:
+    return _value(kind, size)
+
+
+@pool.routine
+async def echo(x):
+    return x
+
+
+@pool.routine
+async def take(x):
+    return None
+
+
+@pool.routine
+async def make(kind, size):
+    return _value(kind, size)
+
+
+def _hwm_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_hwm(pid: int) -> None:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # resets the peak RSS (Linux 4.0+)
+    except OSError:
+        pass
+
+
+def _payload(kind: str, size: int) -> Any:
+    return np.arange(size // 8, dtype=np.float64) if kind == "array" else np.arange(size // 8).tobytes()
+
+
+async def _times(call: Callable[[], Any], reps: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        await call()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        await call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def floor_s(size: int, copies: int, reps: int = 5) -> float:
+    """``copies`` np.copyto of ``size`` bytes into touched memory, p50."""
+    src = np.ones(size // 8)
+    dst = [np.zeros(size // 8) for _ in range(copies)]
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for d in dst:
+            np.copyto(d, src)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def run_case(name: str, kind: str, call_kind: str, size: int, runner: Any, pids: list[int]) -> dict[str, Any]:
+    value = _payload(kind, size) if call_kind != "result" else None
+    reps, warmup = (3, 1) if size >= 128 * MIB else (7, 2)
+    for pid in (os.getpid(), *pids):
+        _reset_hwm(pid)
+    call = runner(call_kind, kind, size, value)
+    error = ""
+    try:
+        times = await _times(call, reps, warmup)
+    except Exception as exc:  # noqa: BLE001 - a failing size is a result to report, not a crash of the run
+        times, error = [], f"{type(exc).__name__}: {exc}"
+    del value, call
+    row = {
+        "runner": name, "payload": kind, "call": call_kind, "mib": size // MIB,
+        "p50_ms": round(statistics.median(times) * 1e3, 2) if times else None,
+        "rss_peak_mib": {"dispatcher": _hwm_kib(os.getpid()) // 1024, "worker": max(_hwm_kib(p) for p in pids) // 1024},
+    }
+    if error:
+        row["error"] = error
+    return row
+
+
+def leaky_runner(call_kind: str, kind: str, size: int, value: Any) -> Callable[[], Any]:
+    if call_kind == "echo":
+        return lambda: echo(value)
+    if call_kind == "arg":
+        return lambda: take(value)
+    return lambda: make(kind, size)
+
+
+def ppe_runner(ex: concurrent.futures.ProcessPoolExecutor) -> Callable[..., Callable[[], Any]]:
+    loop = asyncio.get_running_loop()
+
+    def runner(call_kind: str, kind: str, size: int, value: Any) -> Callable[[], Any]:
+        if call_kind == "echo":
+            return lambda: loop.run_in_executor(ex, echo_fn, value)
+        if call_kind == "arg":
+            return lambda: loop.run_in_executor(ex, take_fn, value)
+        return lambda: loop.run_in_executor(ex, make_fn, kind, size)
+
+    return runner
+
+
+async def main(quick: bool) -> dict[str, Any]:
+    cases = [("array", s) for s in ARRAY_SIZES if not (quick and s > 128 * MIB)] + [("bytes", BYTES_SIZE)]
+    rows: list[dict[str, Any]] = []
+    floors = {s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
+              for s in sorted({s for _, s in cases})}
+    async with pool.WorkerPool(spawn=2) as p:
+        pids = list(p.pids)
+        for kind, size in cases:
+            for call_kind in KINDS:
+                rows.append(await run_case("leakypool", kind, call_kind, size, leaky_runner, pids))
+    with concurrent.futures.ProcessPoolExecutor(2) as ex:
+        list(ex.map(take_fn, range(4)))  # workers up
+        pids = list(ex._processes)  # their peak RSS (a private attribute: no public one)
+        runner = ppe_runner(ex)
+        for kind, size in cases:
+            for call_kind in KINDS:
+                rows.append(await run_case("ProcessPoolExecutor", kind, call_kind, size, runner, pids))
+    return {"workload": "s", "floor": {str(s // MIB): f for s, f in floors.items()}, "rows": rows}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip 1 GiB")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(main(args.quick)), indent=1))

@@ -1,0 +1,78 @@
+"""Large values (issue 34): a 1 GiB argument and result cross to a worker and back, over either transport.
+
+The worker's answer window (`ACCEPT_TIMEOUT_S`) times the worker, not the
+wire: a call whose frame takes longer than the window to write or read is
+never taken for a worker that did not answer (it used to end in
+`NoWorkersAvailable`). Each test frees its arrays as soon as it has
+compared them, to keep the run's peak memory to a few copies of the payload.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+
+import pytest
+
+import pool
+from tests.integration import routines
+from tests.integration.workers import worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+np = pytest.importorskip("numpy")
+
+GIB = 1 << 30
+
+
+def _payload_array() -> object:
+    """1 GiB of float64, every element distinct (a misplaced chunk would show)."""
+    return np.arange(GIB // 8, dtype=np.float64)
+
+
+def _payload_bytes() -> bytes:
+    """1 GiB of bytes, every 8-byte word distinct."""
+    return np.arange(GIB // 8, dtype=np.int64).tobytes()
+
+
+async def _echo_both() -> None:
+    data = _payload_bytes()
+    back = await routines.echo(data)
+    assert type(back) is bytes and len(back) == GIB and back == data
+    del data, back
+    gc.collect()
+    array = _payload_array()
+    back = await routines.echo(array)
+    assert isinstance(back, np.ndarray) and back.dtype == np.float64 and back.shape == array.shape
+    assert np.array_equal(back, array)
+    del array, back
+    gc.collect()
+
+
+async def test_echo_of_1_gib_should_come_back_equal_over_the_unix_socket():
+    async with pool.WorkerPool(spawn=2):
+        await _echo_both()
+
+
+async def test_arrays_should_cross_with_value_semantics_and_come_back_writable():
+    """Test that a worker writing to an array it got changes neither the caller's array nor what it sent back later."""
+    array = np.zeros(4 << 20)  # 32 MiB: out of band on a pool's own workers
+    async with pool.WorkerPool(spawn=1):
+        for round_ in range(1, 4):  # the regions are reused between rounds
+            back = await routines.bump_first(array)
+            assert back[0] == 1.0 and array[0] == 0.0 and back.flags.writeable
+            back[1] = round_
+            assert array[1] == 0.0
+            base = back.base
+            while isinstance(base, np.ndarray):
+                base = base.base
+            assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)  # mapped, not read off the stream
+        assert await routines.arrived_mapped(array)  # the argument too
+
+
+async def test_echo_of_1_gib_should_come_back_equal_over_grpc():
+    async with worker("--host", "127.0.0.1", "--port", "0") as w:
+        discovery = pool.StaticDiscovery([f"127.0.0.1:{w.port}"])
+        async with pool.WorkerPool(discovery=discovery) as p:
+            await p.wait_for_workers(1, timeout=30)
+            await _echo_both()
