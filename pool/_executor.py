@@ -14,6 +14,7 @@ and every later one, with that error instead of leaving them waiting.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import threading
 import weakref
@@ -97,13 +98,27 @@ class Executor(FeedExecutor):
         self._max_workers = spawn
         super().__init__(Feed(direct=bounded))
         self._runtime = _Runtime(WorkerPool(spawn, **pool_options), self._feed)
-        self._finalizer = weakref.finalize(self, self._runtime.stop, True)
+        # Collected unshut: let it close by itself (never block the collecting thread); at exit: wait for it.
+        self._finalizer = weakref.finalize(self, self._runtime.stop, False)
+        _RUNNING.add(self._runtime)
 
     def _start(self) -> None:
         self._runtime.start()
 
     def _stop(self, wait: bool) -> None:
         self._runtime.stop(wait)
+
+    def _terminate(self) -> None:
+        """Shut down now: cancel what has not started and close the pool without waiting for what runs.
+
+        For work given up (``pool.joblib`` after a timeout or an error): the
+        pool closes at once, its workers are stopped (within its
+        ``shutdown_grace``) and the running calls' futures end in an error.
+        """
+        with self._shutdown_lock:
+            self._shut = True
+        self._feed.cancel_pending()
+        self._runtime.stop(False, now=True)
 
     def __repr__(self) -> str:
         return super().__repr__().replace("[", f"[{self._max_workers} workers, ", 1)
@@ -117,6 +132,7 @@ class _Runtime:
         self._feed = feed
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._now = False  # close without waiting for the calls handed to the pool
         self._wake: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -126,9 +142,10 @@ class _Runtime:
         self._thread = threading.Thread(target=self._main, name="leakypool-executor", daemon=True)
         self._thread.start()
 
-    def stop(self, wait: bool) -> None:
-        """Let the pool close once its work is done; with ``wait``, until the thread has ended."""
+    def stop(self, wait: bool, *, now: bool = False) -> None:
+        """Let the pool close once its work is done (``now``: at once); with ``wait``, until the thread has ended."""
         self._stopping = True
+        self._now = self._now or now
         wake = self._wake
         if wake is not None:
             try:
@@ -160,10 +177,21 @@ class _Runtime:
             self._pool._feed(self._feed)
             if not self._stopping:
                 await stopping.wait()
-            await self._feed.drained()
+            if not self._now:
+                await self._feed.drained()
         finally:
             self._wake = None
             await self._pool.__aexit__(None, None, None)
+
+
+_RUNNING: weakref.WeakSet[_Runtime] = weakref.WeakSet()
+"""Runtimes of executors not yet shut down: at interpreter exit each is closed and waited for."""
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for runtime in list(_RUNNING):
+        runtime.stop(True)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -69,11 +69,21 @@ def _reusable(n_jobs: int) -> Executor:
     with _lock:
         if _shared is not None and _shared_size == n_jobs:
             return _shared
-        old, _shared, _shared_size = _shared, Executor(max_workers=n_jobs), n_jobs
+        # No grace at shutdown: what still runs then was given up (joblib aborted it), as loky kills its workers.
+        old, _shared, _shared_size = _shared, Executor(max_workers=n_jobs, shutdown_grace=0.0), n_jobs
         current = _shared
     if old is not None:
         old.shutdown(wait=False, cancel_futures=True)
     return current
+
+
+def _discard(executor: Executor) -> None:
+    """Stop using ``executor`` (the shared one, with tasks still running): its workers go, the next use starts anew."""
+    global _shared, _shared_size
+    with _lock:
+        if _shared is executor:
+            _shared, _shared_size = None, 0
+    executor._terminate()
 
 
 def _forget_in_child() -> None:
@@ -116,6 +126,7 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[
             raise TypeError(f"executor: expected a pool.Executor, got {executor!r}")
         self._given = executor
         self._executor: concurrent.futures.Executor | None = None
+        self._n_jobs = 0  # as configured for the current Parallel call
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._pending_lock = threading.Lock()
 
@@ -147,6 +158,7 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[
         if n == 1 and self._given is None:
             raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
         self.parallel = parallel
+        self._n_jobs = n
         self._executor = self._given if self._given is not None else _reusable(n)
         return n
 
@@ -173,13 +185,21 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[
         return future.result()
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
-        """A task raised: cancel the tasks of this backend not started yet (running ones finish, unseen)."""
+        """A task raised or the call timed out: cancel what has not started; stop what runs, where we can.
+
+        A running task is a plain call, which cannot be interrupted. On the
+        backend's own executor its workers are let go (killed, as loky kills
+        its workers) and later calls get a fresh executor at once; on an
+        executor you gave, running tasks finish, unseen.
+        """
         with self._pending_lock:
             pending, self._pending = self._pending, set()
-        for future in pending:
-            future.cancel()
-        if not ensure_ready:
-            self._executor = None
+        running = [future for future in pending if not future.cancel()]
+        executor, self._executor = self._executor, None
+        if running and executor is not None and executor is not self._given:
+            _discard(executor)
+        if ensure_ready and self._n_jobs:
+            self._executor = self._given if self._given is not None else _reusable(self._n_jobs)
 
     def terminate(self) -> None:
         """The ``Parallel`` call ended: forget its batch statistics (the reusable executor stays up)."""

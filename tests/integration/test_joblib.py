@@ -154,3 +154,12 @@ def test_a_forked_child_should_not_reuse_the_parents_executor():
             os.waitpid(child, 0)
             pytest.fail("the forked child hung on its parent's executor")
         assert os.waitstatus_to_exitcode(waited[1]) == 0
+
+
+def test_after_a_timeout_the_next_call_should_not_wait_for_the_abandoned_tasks():
+    """Test that tasks given up at a timeout (plain calls: they cannot be stopped) do not hold the next call up."""
+    with parallel_config(backend="leakypool", n_jobs=2):
+        with pytest.raises((TimeoutError, multiprocessing.TimeoutError)):
+            Parallel(timeout=0.5, batch_size=1)(delayed(tasks.slow)(60) for _ in range(4))
+        results = Parallel(timeout=30, batch_size=1)(delayed(tasks.square)(i) for i in range(4))
+    assert results == [0, 1, 4, 9]
