@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import pwd
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
@@ -85,8 +86,15 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret every caller over TCP must present (default: this user's own, made on first use; not needed with --tls-client-ca)"),
+    Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "accept callers over TCP without the secret: any local user can run code here (a machine with one user)"),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
+
+WORKER_ENV_ONLY: Final[tuple[Setting, ...]] = (
+    Setting("secret", text, "a token", "", "the secret itself, instead of --secret-file (a variable only: every user can read a command line)"),
+)
+"""Settings read only from ``LEAKYPOOL_*`` variables, never from flags."""
 
 WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
     Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
@@ -125,9 +133,12 @@ class WorkerConfig:
     metrics_token: str = ""
     registry: str = ""
     registry_ttl: float = 15.0
+    secret_file: str = ""
+    no_secret: bool = False
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
+    secret: str = dataclasses.field(default="", repr=False)
 
     @property
     def tls(self) -> bool:
@@ -141,7 +152,7 @@ class WorkerConfig:
         Raises:
             ConfigError: a value is invalid, or settings contradict each other.
         """
-        values = resolve(WORKER_SETTINGS + WORKER_INTERNAL, explicit, environ)
+        values = resolve(WORKER_SETTINGS + WORKER_INTERNAL + WORKER_ENV_ONLY, explicit, environ)
         return cls(**values).validated()
 
     @classmethod
@@ -165,7 +176,7 @@ class WorkerConfig:
 
     def to_env(self) -> dict[str, str]:
         """``LEAKYPOOL_*`` variables that `from_env` turns back into this config."""
-        return to_env(WORKER_SETTINGS + WORKER_INTERNAL, dataclasses.asdict(self))
+        return to_env(WORKER_SETTINGS + WORKER_INTERNAL + WORKER_ENV_ONLY, dataclasses.asdict(self))
 
     def validated(self) -> WorkerConfig:
         """Check settings that depend on each other; return self.
@@ -179,6 +190,8 @@ class WorkerConfig:
             raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
         if self.unix_socket and (self.tls_cert or self.discovery == "lan"):
             raise ConfigError("--unix-socket: serves this host only; drop --tls-cert and --discovery lan")
+        if self.no_secret and (self.secret or self.secret_file):
+            raise ConfigError("--no-secret: contradicts --secret-file / LEAKYPOOL_SECRET; give one or the other")
         if not (self.metrics_token or is_loopback(self.metrics_host)):
             raise ConfigError(
                 f"--metrics-host: expected a loopback address unless a metrics token is set, got {self.metrics_host!r}"
@@ -230,6 +243,48 @@ def default_registry(environ: Mapping[str, str] = os.environ) -> str:
     return os.path.join(base, f"leakypool-{os.getuid()}")
 
 
+def default_secret_file(environ: Mapping[str, str] = os.environ) -> str:
+    """This user's own secret for workers on TCP: ``leakypool/secret`` in the user's config directory.
+
+    ``$XDG_CONFIG_HOME`` if it is an absolute path this user owns (or that
+    does not exist yet), else ``~/.config`` of the account (from the
+    password database, not ``$HOME``, which ``sudo`` may keep). The config
+    directory, not the runtime one: it is the same for a login shell, cron,
+    a systemd service and after a logout, so every process of one user
+    finds one secret.
+    """
+    base = environ.get("XDG_CONFIG_HOME", "")
+    if not (os.path.isabs(base) and _own_or_absent(base)):
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:  # an arbitrary uid (a container) has no entry
+            home = os.path.expanduser("~")
+        base = os.path.join(home, ".config")
+    return os.path.join(base, "leakypool", "secret")
+
+
+def secret_settings(
+    secret: str | None = None, secret_file: str | None = None, environ: Mapping[str, str] | None = os.environ
+) -> tuple[str, str]:
+    """A dispatching side's ``(secret, secret_file)``: explicit, else ``LEAKYPOOL_SECRET`` / ``_SECRET_FILE``, else "".
+
+    For what talks to workers outside a pool (`StaticDiscovery`'s probe).
+
+    Raises:
+        ConfigError: the file is not readable.
+    """
+    table = [s for s in POOL_SETTINGS if s.name in ("secret", "secret_file")]
+    values = resolve(table, {"secret": secret, "secret_file": secret_file}, environ)
+    return values["secret"], values["secret_file"]
+
+
+def _own_or_absent(path: str) -> bool:
+    try:
+        return os.stat(path).st_uid == os.getuid()
+    except FileNotFoundError:
+        return True
+
+
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
     Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
@@ -264,6 +319,8 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
+    Setting("secret", text, "a token", "", "the secret sent to workers over TCP (default: read from secret_file)"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret sent to workers over TCP (default: this user's own)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -293,6 +350,8 @@ class PoolConfig:
     keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
     provision_timeout: float | None = None
+    secret: str = dataclasses.field(default="", repr=False)
+    secret_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

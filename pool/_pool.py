@@ -26,7 +26,7 @@ from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
 from ._base._tasks import TaskOwner
-from ._config import POOL_SETTINGS, PoolConfig
+from ._config import POOL_SETTINGS, PoolConfig, default_secret_file
 from ._discovery import DiscoveryLike
 from ._dispatch._admission import Admission
 from ._dispatch._membership import Membership
@@ -43,6 +43,7 @@ from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispat
 from ._transport._outgoing import OutgoingCall
 from ._transport._proto import leakypool_pb2 as pb
 from ._transport._rpc import WorkerMetadata
+from ._transport._secret import SecretSource
 from ._transport._task import Task
 from ._transport._tls import TlsCredentials
 
@@ -123,6 +124,13 @@ class WorkerPool(PoolJobs):
             subprocesses; see docs/capacity.md).
         provision_timeout: Seconds a requested worker counts toward
             ``max_workers`` until it joins (default 120).
+        secret: The secret to present to workers over TCP, which refuse
+            callers without theirs (``LEAKYPOOL_SECRET``; default: read from
+            ``secret_file``). Workers this pool starts over TCP or through a
+            provisioner get it too. See docs/lan-security.md.
+        secret_file: A file holding that secret (``LEAKYPOOL_SECRET_FILE``;
+            default: this user's own, ``~/.config/leakypool/secret``, which
+            workers of the same user make and require by default).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -159,6 +167,8 @@ class WorkerPool(PoolJobs):
         template_fork: bool | None = None,
         keep_finished: float | None = None,
         store_retry: float | None = None,
+        secret: str | None = None,
+        secret_file: str | None = None,
         use_env: bool = True,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
@@ -169,9 +179,11 @@ class WorkerPool(PoolJobs):
         minimum = config.spawn if config.spawn is not None else automatic
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
+        secret_source = SecretSource(config.secret, config.secret_file, default_path=default_secret_file())
         self._membership = Membership(
             NestedHost(self, self._tasks),
             credentials=credentials,
+            secret=secret_source,
             tags=tags,
             changed=self._capacity_changed,
             close=self._close_connections,
@@ -184,6 +196,7 @@ class WorkerPool(PoolJobs):
             members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
+            secret=secret_source,
         )
         placement = Placement(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),

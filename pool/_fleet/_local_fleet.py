@@ -296,5 +296,8 @@ def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dic
         shutdown_grace=config.shutdown_grace,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
         log_level="WARNING",
+        # over TCP, the secret the pool sends (given, or else the user's own, which the workers find too)
+        secret=config.secret if config.local_transport == "tcp" else "",
+        secret_file=config.secret_file if config.local_transport == "tcp" else "",
     )
     return worker.to_env()

@@ -27,6 +27,7 @@ from .._base._tasks import TaskOwner
 from .._config import PoolConfig
 from .._errors import ConfigError
 from .._transport._rpc import WorkerMetadata
+from .._transport._secret import SecretSource
 from ._local_fleet import LocalFleet, worker_env
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
@@ -53,6 +54,7 @@ def worker_request(
     tags: Collection[str],
     idle_timeout: float,
     tls: Sequence[str] = (),
+    secret: str | None = None,
 ) -> WorkerRequest:
     """The request for worker ``uid``: the spawned workers' capacity settings, plus where and how to join.
 
@@ -64,6 +66,8 @@ def worker_request(
         tags: Tags the pool admits workers by.
         idle_timeout: Seconds the worker idles before it exits.
         tls: The worker's TLS files on its host (cert, key, client CA; see `TLS_SETTINGS`), or empty.
+        secret: The secret the worker requires of its callers (this pool's): in ``env`` only
+            (``LEAKYPOOL_SECRET``), never in ``args``, which every user of a host can read.
     """
     env = {f"LEAKYPOOL_{k}": spawned_env[f"LEAKYPOOL_{k}"] for k in FORWARDED if spawned_env.get(f"LEAKYPOOL_{k}")}
     env |= {f"LEAKYPOOL_{k}": path for k, path in zip(TLS_SETTINGS, tls, strict=False) if path}
@@ -79,6 +83,8 @@ def worker_request(
             args += [flag] if value == "1" else []
         else:
             args += [flag, value]
+    if secret:
+        env["LEAKYPOOL_SECRET"] = secret
     return WorkerRequest(uid=uid, env=env, args=tuple(args), seq=seq)
 
 
@@ -199,6 +205,7 @@ def pool_capacity(
     tags: Collection[str],
     on_ready: Callable[[WorkerMetadata], None],
     on_exit: Callable[[uuid.UUID, str], None],
+    secret: SecretSource | None = None,
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
@@ -217,6 +224,7 @@ def pool_capacity(
         tags: Tags the pool admits workers by.
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
+        secret: The pool's secret, which provisioned workers get (``LEAKYPOOL_SECRET``) and require.
 
     Raises:
         ConfigError: a bad ``provision_timeout``, or a provisioner other than
@@ -250,7 +258,8 @@ def pool_capacity(
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
         return worker_request(
-            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls
+            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls,
+            secret=secret.get(create=True) if secret is not None else None,
         )
 
     growth = Growth(
