@@ -86,6 +86,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
+    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
     Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret every caller over TCP must present (default: this user's own, made on first use; not needed with --tls-client-ca)"),
     Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "accept callers over TCP without the secret: any local user can run code here (a machine with one user)"),
 )
@@ -133,6 +134,7 @@ class WorkerConfig:
     metrics_token: str = ""
     registry: str = ""
     registry_ttl: float = 15.0
+    store_retry: float = 10.0
     secret_file: str = ""
     no_secret: bool = False
     ready_fd: int = -1
