@@ -4,7 +4,7 @@ Real servers started by the test (``initdb``, ``pg_basebackup -R``,
 ``synchronous_standby_names``), on loopback; a pool whose store URL lists
 both hosts with ``target_session_attrs=read-write`` follows the promotion.
 No submit raises, no committed job is lost, none runs more often than its
-recorded attempts.
+recorded attempts, and LISTEN/NOTIFY wake-ups resume on the new primary.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ async def test_a_pool_should_follow_a_promoted_standby_without_raising_or_losing
             i += 1
             await asyncio.sleep(0.01)
 
-    async with pool.WorkerPool(spawn=2, store=url, store_retry=60, lease_ttl=60) as p:
+    # lease_ttl 300: the backstop tick (lease_ttl / 3) is 100 s away, so only a notice can start a job sooner
+    async with pool.WorkerPool(spawn=2, store=url, store_retry=60, lease_ttl=300) as p:
         async with asyncio.TaskGroup() as group:
             for n in range(4):
                 group.create_task(submitter(n))
@@ -76,3 +77,7 @@ async def test_a_pool_should_follow_a_promoted_standby_without_raising_or_losing
             starts, _ = routines.executions(marks, name)
             assert 1 <= starts <= job.attempts, (job, starts)  # none ran again beyond the attempts the store recorded
         assert sum((await p.jobs.counts()).values()) == len(jobs)  # one row per submit
+        async with pool.WorkerPool(spawn=0, store=url, store_retry=60, lease_ttl=300):  # another process, no workers
+            job = await routines.add.submit(2, 3)
+            # p starts it: LISTEN follows the new primary and its NOTIFY wakes p (30 s: far below p's 100 s tick)
+            assert await job.result(timeout=30) == 5
