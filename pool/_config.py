@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from ._errors import ConfigError
 from ._parse import (
-    PREFIX,
     Setting,
     boolean,
     choice,
@@ -91,8 +89,16 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
+    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret every caller over TCP must present (default: this user's own, made on first use; not needed with --tls-client-ca)"),
+    Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "accept callers over TCP without the secret: any local user can run code here (a machine with one user)"),
 )
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
+
+WORKER_ENV_ONLY: Final[tuple[Setting, ...]] = (
+    Setting("secret", text, "a token", "", "the secret itself, instead of --secret-file (a variable only: every user can read a command line)"),
+)
+"""Settings read only from ``LEAKYPOOL_*`` variables, never from flags."""
 
 WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
     Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
@@ -135,10 +141,14 @@ class WorkerConfig:
     metrics_token: str = ""
     registry: str = ""
     registry_ttl: float = 15.0
+    store_retry: float = 10.0
+    secret_file: str = ""
+    no_secret: bool = False
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
     initializer_file: str = ""
+    secret: str = dataclasses.field(default="", repr=False)
 
     @property
     def tls(self) -> bool:
@@ -152,7 +162,7 @@ class WorkerConfig:
         Raises:
             ConfigError: a value is invalid, or settings contradict each other.
         """
-        values = resolve(WORKER_SETTINGS + WORKER_INTERNAL, explicit, environ)
+        values = resolve(WORKER_SETTINGS + WORKER_INTERNAL + WORKER_ENV_ONLY, explicit, environ)
         return cls(**values).validated()
 
     @classmethod
@@ -176,7 +186,7 @@ class WorkerConfig:
 
     def to_env(self) -> dict[str, str]:
         """``LEAKYPOOL_*`` variables that `from_env` turns back into this config."""
-        return to_env(WORKER_SETTINGS + WORKER_INTERNAL, dataclasses.asdict(self))
+        return to_env(WORKER_SETTINGS + WORKER_INTERNAL + WORKER_ENV_ONLY, dataclasses.asdict(self))
 
     def validated(self) -> WorkerConfig:
         """Check settings that depend on each other; return self.
@@ -190,6 +200,8 @@ class WorkerConfig:
             raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
         if self.unix_socket and (self.tls_cert or self.discovery == "lan"):
             raise ConfigError("--unix-socket: serves this host only; drop --tls-cert and --discovery lan")
+        if self.no_secret and (self.secret or self.secret_file):
+            raise ConfigError("--no-secret: contradicts --secret-file / LEAKYPOOL_SECRET; give one or the other")
         if not (self.metrics_token or is_loopback(self.metrics_host)):
             raise ConfigError(
                 f"--metrics-host: expected a loopback address unless a metrics token is set, got {self.metrics_host!r}"
@@ -229,16 +241,19 @@ def worker_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def default_registry(environ: Mapping[str, str] = os.environ) -> str:
-    """The local-discovery registry when none is given.
+def secret_settings(
+    secret: str | None = None, secret_file: str | None = None, environ: Mapping[str, str] | None = os.environ
+) -> tuple[str, str]:
+    """A dispatching side's ``(secret, secret_file)``: explicit, else ``LEAKYPOOL_SECRET`` / ``_SECRET_FILE``, else "".
 
-    ``LEAKYPOOL_LOCAL_REGISTRY`` if set (workers and pools read the same
-    variable), else a per-user directory under the runtime or temp dir.
+    For what talks to workers outside a pool (`StaticDiscovery`'s probe).
+
+    Raises:
+        ConfigError: the file is not readable.
     """
-    if environ.get(PREFIX + "LOCAL_REGISTRY"):
-        return environ[PREFIX + "LOCAL_REGISTRY"]
-    base = environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return os.path.join(base, f"leakypool-{os.getuid()}")
+    table = [s for s in POOL_SETTINGS if s.name in ("secret", "secret_file")]
+    values = resolve(table, {"secret": secret, "secret_file": secret_file}, environ)
+    return values["secret"], values["secret_file"]
 
 
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
@@ -277,6 +292,8 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
     Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
+    Setting("secret", text, "a token", "", "the secret sent to workers over TCP (default: read from secret_file)"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret sent to workers over TCP (default: this user's own)"),
 )
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
@@ -308,6 +325,8 @@ class PoolConfig:
     provision_timeout: float | None = None
     max_tasks_per_worker: int | None = None
     max_memory_per_worker: int | None = None
+    secret: str = dataclasses.field(default="", repr=False)
+    secret_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:

@@ -18,8 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from backpressure import BackpressureLike
@@ -35,15 +34,15 @@ from ._dispatch._placement import Placement
 from ._dispatch._relay import NestedHost
 from ._errors import PoolClosed
 from ._fleet._provisioning import Provisioner, pool_capacity
-from ._observe._stats import PoolStats, WorkerSignals
+from ._places import default_secret_file
 from ._pool_executor import PoolExecutors
 from ._pool_jobs import PoolJobs, job_scheduler
+from ._pool_views import PoolViews
 from ._transport._calls import RemoteGenerator, call_routine
 from ._transport._connection import WorkerConnection
 from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
 from ._transport._outgoing import OutgoingCall
-from ._transport._proto import leakypool_pb2 as pb
-from ._transport._rpc import WorkerMetadata
+from ._transport._secret import SecretSource
 from ._transport._task import Task
 from ._transport._tls import TlsCredentials
 
@@ -57,7 +56,7 @@ POOL_SETTING_NAMES = frozenset(s.name for s in POOL_SETTINGS)
 """`WorkerPool` arguments that are settings (each also read from its ``LEAKYPOOL_*`` variable)."""
 
 
-class WorkerPool(PoolJobs, PoolExecutors):
+class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
     """Worker processes to run routines on, for the duration of an ``async with``.
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
@@ -135,6 +134,13 @@ class WorkerPool(PoolJobs, PoolExecutors):
         max_memory_per_worker: A spawned worker recycles the same way once a
             call leaves it this far above its resident memory when it became
             ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
+        secret: The secret to present to workers over TCP, which refuse
+            callers without theirs (``LEAKYPOOL_SECRET``; default: read from
+            ``secret_file``). Workers this pool starts over TCP or through a
+            provisioner get it too. See docs/lan-security.md.
+        secret_file: A file holding that secret (``LEAKYPOOL_SECRET_FILE``;
+            default: this user's own, ``~/.config/leakypool/secret``, which
+            workers of the same user make and require by default).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -176,6 +182,8 @@ class WorkerPool(PoolJobs, PoolExecutors):
         initargs: Iterable[Any] = (),
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | str | None = None,
+        secret: str | None = None,
+        secret_file: str | None = None,
         use_env: bool = True,
     ) -> None:
         if initializer is not None and not callable(initializer):
@@ -188,9 +196,11 @@ class WorkerPool(PoolJobs, PoolExecutors):
         minimum = config.spawn if config.spawn is not None else automatic
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
+        secret_source = SecretSource(config.secret, config.secret_file, default_path=default_secret_file())
         self._membership = Membership(
             NestedHost(self, self._tasks),
             credentials=credentials,
+            secret=secret_source,
             tags=tags,
             changed=self._capacity_changed,
             close=self._close_connections,
@@ -204,6 +214,7 @@ class WorkerPool(PoolJobs, PoolExecutors):
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             initializer=None if initializer is None else (initializer, tuple(initargs)),
+            secret=secret_source,
         )
         self._fleet.changed = self._capacity_changed
         placement = Placement(
@@ -341,59 +352,6 @@ class WorkerPool(PoolJobs, PoolExecutors):
         self._admission.capacity_changed()
         if self._scheduler is not None:
             self._scheduler.capacity_changed()
-
-    # -- introspection -------------------------------------------------------------
-
-    def stats(self) -> PoolStats:
-        """Load now: calls running and waiting, overall and per queue, key and workflow."""
-        limits = self._path.limits.stats()
-        return PoolStats(
-            workers=len(self._roster),
-            local_workers=len(self._fleet),
-            admitted=self._admission.admitted,
-            running=self.in_flight(),
-            waiting_for_worker=self._admission.waiting,
-            waiting_for_limits=sum(s.waiting for s in limits.values()),
-            dispatched=self._admission.placement.dispatched,
-            rejected=self._admission.rejected,
-            capacity_timeouts=self._path.capacity_timeouts,
-            grown=self._growth.grown,
-            provision_failures=self._growth.failures,
-            limits=limits,
-            shrunk=self._fleet.shrunk,
-            recycled=dict(self._fleet.recycled),
-            worker_signals={
-                c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
-                for c in self._roster.connections()
-                if (r := c.last_room) is not None
-            },
-        )
-
-    @property
-    def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
-        """The pool's workers now, by uid (a snapshot)."""
-        return {uid: entry[0] for uid, entry in self._roster.workers.items()}
-
-    @property
-    def metrics_address(self) -> tuple[str, int] | None:
-        """``(host, port)`` of ``/metrics`` and ``/status`` once open, or None without ``metrics_port``."""
-        return None if self._observer is None else self._observer.address
-
-    @property
-    def pids(self) -> list[int]:
-        """Pids of the worker processes this pool spawned and still runs."""
-        return self._fleet.pids
-
-    async def worker_states(self, timeout: float = 5.0) -> dict[uuid.UUID, pb.WorkerState]:
-        """Each worker's own report (State RPC): in flight, idle seconds, capacity...
-
-        Workers that do not answer within ``timeout`` are left out.
-        """
-        return await self._membership.states(timeout)
-
-    def in_flight(self) -> int:
-        """Calls dispatched through this pool that have not ended."""
-        return self._path.in_flight
 
     def __repr__(self) -> str:
         return f"<WorkerPool {self._path.state} [{self.stats().summary()}]>"

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import os
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 
@@ -21,6 +22,27 @@ from hypothesis import register_random
 from pool._base._random import RANDOM
 
 register_random(RANDOM)  # the one random generator (STYLE.md): a failing example replays with the same draws
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_secret() -> Iterator[str]:
+    """Point the per-user worker secret at a directory of this session's own (``XDG_CONFIG_HOME``).
+
+    Workers on TCP require it and pools find it there (pool._transport._secret);
+    every worker subprocess inherits the variable (``clean_env`` keeps it). So a
+    test run never writes the developer's own ``~/.config/leakypool/secret``, and
+    runs side by side do not share one. Returns the secret file's path.
+    """
+    saved = os.environ.get("XDG_CONFIG_HOME")
+    with tempfile.TemporaryDirectory(prefix="leakypool-test-config-") as home:
+        os.environ["XDG_CONFIG_HOME"] = home
+        try:
+            yield os.path.join(home, "leakypool", "secret")
+        finally:
+            if saved is None:
+                os.environ.pop("XDG_CONFIG_HOME", None)
+            else:
+                os.environ["XDG_CONFIG_HOME"] = saved
 
 
 @pytest.hookimpl(tryfirst=True)

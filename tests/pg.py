@@ -93,3 +93,49 @@ def server() -> Iterator[Server]:
             with contextlib.suppress(Exception):
                 srv.stop("immediate")
         shutil.rmtree(base, ignore_errors=True)
+
+
+class Standby(Server):
+    """A streaming standby of a `Server` (``pg_basebackup -R``), on its own port; promotable."""
+
+    def start(self) -> None:
+        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.base, "server.log"), "-w", "-t", "60",
+                 "-o", f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200 "
+                 "-c cluster_name=standby1", "start")
+
+    def promote(self) -> None:
+        self.run("pg_ctl", "-D", self.data, "-w", "-t", "60", "promote")
+
+
+def postmaster_pid(srv: Server) -> int:
+    """The server's postmaster pid (its first line of postmaster.pid)."""
+    with open(os.path.join(srv.data, "postmaster.pid")) as f:
+        return int(f.readline())
+
+
+@contextlib.contextmanager
+def replicated(primary: Server, *, synchronous: bool = True) -> Iterator[Standby]:
+    """A streaming standby of ``primary`` (running), synchronous by default; stopped and removed at the end."""
+    base = tempfile.mkdtemp(prefix="leakypool-pg-standby-")
+    if primary._as:
+        user = pwd.getpwnam("postgres")
+        os.chown(base, user.pw_uid, user.pw_gid)
+    standby = Standby(primary.bindir, base, _free_port(), primary._as)
+    started = False
+    try:
+        os.makedirs(standby.sockets, exist_ok=True)
+        if primary._as:
+            os.chown(standby.sockets, pwd.getpwnam("postgres").pw_uid, pwd.getpwnam("postgres").pw_gid)
+        standby.run("pg_basebackup", "-D", standby.data, "-h", primary.sockets, "-p", str(primary.port),
+                    "-U", "postgres", "-R", "-X", "stream", "--no-sync", "--checkpoint=fast")
+        standby.start()
+        started = True
+        if synchronous:
+            primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
+            primary.psql("SELECT pg_reload_conf()")
+        yield standby
+    finally:
+        if started:
+            with contextlib.suppress(Exception):
+                standby.stop("immediate")
+        shutil.rmtree(base, ignore_errors=True)

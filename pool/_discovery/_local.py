@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from .._config import default_registry
+from .._places import default_registry
 from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
 

@@ -7,7 +7,10 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
+from .._config import secret_settings
+from .._places import default_secret_file
 from .._transport._rpc import WorkerMetadata
+from .._transport._secret import SecretSource
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
@@ -25,12 +28,29 @@ class StaticDiscovery:
         addresses: ``host:port`` of plain (non-TLS) workers.
         workers: Worker records to announce as they are (no RPC).
         timeout: Seconds to wait for each address's State answer.
+        secret: The workers' secret, which they require of the State call
+            (default: ``LEAKYPOOL_SECRET``, else the file in
+            ``LEAKYPOOL_SECRET_FILE``, else this user's own; as a pool finds it).
+        secret_file: A file holding it.
+
+    Raises:
+        ConfigError: ``secret_file`` (or ``LEAKYPOOL_SECRET_FILE``) cannot be read.
     """
 
     def __init__(
-        self, addresses: Iterable[str] = (), *, workers: Iterable[WorkerMetadata] = (), timeout: float = 5.0
+        self,
+        addresses: Iterable[str] = (),
+        *,
+        workers: Iterable[WorkerMetadata] = (),
+        timeout: float = 5.0,
+        secret: str | None = None,
+        secret_file: str | None = None,
     ) -> None:
         self._addresses = list(addresses)
+        self._secret: SecretSource | None = None
+        if self._addresses:  # only a probe presents it: no file is read for an in-memory double
+            given, path = secret_settings(secret, secret_file)
+            self._secret = SecretSource(given, path, default_path=default_secret_file())
         self._known: dict[uuid.UUID, WorkerMetadata] = {w.uid: w for w in workers}
         self._timeout = timeout
         self._subscribers: list[asyncio.Queue[DiscoveryEvent]] = []
@@ -54,7 +74,7 @@ class StaticDiscovery:
     async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:
         """The known workers (resolving the addresses first), then changes."""
         for address in self._addresses:
-            worker = await probe(address, self._timeout)
+            worker = await probe(address, self._timeout, self._secret)
             if worker is not None and worker.uid not in self._known:
                 self._known[worker.uid] = worker
         queue: asyncio.Queue[DiscoveryEvent] = asyncio.Queue()
@@ -68,11 +88,11 @@ class StaticDiscovery:
             self._subscribers.remove(queue)
 
 
-async def probe(address: str, timeout: float) -> WorkerMetadata | None:
-    """Ask the (plain) worker at ``address`` who it is; None if it does not answer."""
+async def probe(address: str, timeout: float, secret: SecretSource | None = None) -> WorkerMetadata | None:
+    """Ask the (plain) worker at ``address`` who it is, presenting ``secret``; None if it does not answer."""
     from .._transport._connection import open_channel  # the client side loads only for a pool that probes
 
-    channel = open_channel(address)
+    channel = open_channel(address, secret=secret)
     try:
         state = await channel.state(timeout)
     except Exception as exc:

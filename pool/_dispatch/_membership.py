@@ -24,6 +24,7 @@ from .._discovery import DiscoveryEvent, DiscoveryLike
 from .._transport._connection import WorkerConnection
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import WorkerMetadata
+from .._transport._secret import SecretSource
 from .._transport._session import CallHost
 from .._transport._tls import TlsCredentials
 from ._roster import Roster
@@ -46,6 +47,7 @@ class Membership:
     Args:
         host: Serves the calls workers make back (nested dispatch).
         credentials: For workers that serve TLS.
+        secret: What to present to workers over TCP (they refuse callers without their secret).
         tags: Discovered workers must carry all of these to join.
         changed: Called whenever membership changes or a worker has room.
         close: Closes connections of departed workers (the pool starts and
@@ -60,6 +62,7 @@ class Membership:
         host: CallHost,
         *,
         credentials: TlsCredentials | None,
+        secret: SecretSource | None = None,
         tags: Iterable[str],
         changed: Callable[[], None],
         close: Callable[[Iterable[WorkerConnection]], None],
@@ -69,6 +72,7 @@ class Membership:
         self.roster = Roster()
         self._host = host
         self._credentials = credentials
+        self._secret = secret
         self._tags = frozenset(tags)
         self._changed = changed
         self._close = close
@@ -82,7 +86,7 @@ class Membership:
     def admit(self, metadata: WorkerMetadata) -> None:
         """Add a worker (a new connection to it)."""
         credentials = self._credentials if metadata.tls else None
-        self.roster.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room))
+        self.roster.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room, secret=self._secret))
         self._notify()
 
     def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> list[WorkerConnection]:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._base._process import watch_exit
-from .._config import PREFIX
+from .._parse import PREFIX
 from .._errors import WorkerInitError, WorkerStartError
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata

@@ -29,6 +29,7 @@ from .._config import PoolConfig, WorkerConfig
 from .._errors import ConfigError
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
+from .._transport._secret import SecretSource
 from ._local_fleet import LocalFleet
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
@@ -55,6 +56,7 @@ def worker_request(
     tags: Collection[str],
     idle_timeout: float,
     tls: Sequence[str] = (),
+    secret: str | None = None,
 ) -> WorkerRequest:
     """The request for worker ``uid``: the spawned workers' capacity settings, plus where and how to join.
 
@@ -66,6 +68,8 @@ def worker_request(
         tags: Tags the pool admits workers by.
         idle_timeout: Seconds the worker idles before it exits.
         tls: The worker's TLS files on its host (cert, key, client CA; see `TLS_SETTINGS`), or empty.
+        secret: The secret the worker requires of its callers (this pool's): in ``env`` only
+            (``LEAKYPOOL_SECRET``), never in ``args``, which every user of a host can read.
     """
     env = {f"LEAKYPOOL_{k}": spawned_env[f"LEAKYPOOL_{k}"] for k in FORWARDED if spawned_env.get(f"LEAKYPOOL_{k}")}
     env |= {f"LEAKYPOOL_{k}": path for k, path in zip(TLS_SETTINGS, tls, strict=False) if path}
@@ -81,6 +85,8 @@ def worker_request(
             args += [flag] if value == "1" else []
         else:
             args += [flag, value]
+    if secret:
+        env["LEAKYPOOL_SECRET"] = secret
     return WorkerRequest(uid=uid, env=env, args=tuple(args), seq=seq)
 
 
@@ -202,6 +208,7 @@ def pool_capacity(
     on_ready: Callable[[WorkerMetadata], None],
     on_exit: Callable[[uuid.UUID, str], None],
     initializer: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
+    secret: SecretSource | None = None,
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
@@ -221,6 +228,7 @@ def pool_capacity(
         on_ready: Admits a spawned worker.
         on_exit: Evicts a spawned worker that exited.
         initializer: ``(initializer, initargs)`` each spawned worker calls before its first call.
+        secret: The pool's secret, which provisioned workers get (``LEAKYPOOL_SECRET``) and require.
 
     Raises:
         SerializationError: the initializer or its arguments cannot be pickled.
@@ -256,7 +264,8 @@ def pool_capacity(
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
         return worker_request(
-            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls
+            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls,
+            secret=secret.get(create=True) if secret is not None else None,
         )
 
     growth = Growth(
@@ -287,5 +296,8 @@ def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dic
         shutdown_grace=config.shutdown_grace,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
         log_level="WARNING",
+        # over TCP, the secret the pool sends (given, or else the user's own, which the workers find too)
+        secret=config.secret if config.local_transport == "tcp" else "",
+        secret_file=config.secret_file if config.local_transport == "tcp" else "",
     )
     return worker.to_env()

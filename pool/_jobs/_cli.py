@@ -28,7 +28,7 @@ from typing import Any, Final, NoReturn
 from .._errors import ConfigError, StoreError
 from ._retention import PURGE_BATCH
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
-from ._stores._open import open_store
+from ._stores._open import open_store, open_waiting
 
 _UNITS: Final[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -115,7 +115,7 @@ async def run(args: argparse.Namespace) -> Any:
     assert store is not None
     if not isinstance(store, MaintainedStore):
         raise ConfigError(f"store {args.store}: does not support the jobs command")
-    await store.open()
+    await open_waiting(store)
     try:
         if args.verb == "list":
             if args.limit < 1:

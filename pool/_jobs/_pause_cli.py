@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from .._errors import ConfigError, StoreError
 from ._job import queue_name
-from ._stores._open import open_store
+from ._stores._open import open_store, open_waiting
 from ._stores._postgres_link import redacted
 
 USAGE = "usage: leakypool jobs STORE_URL pause NAME | resume NAME | paused"
@@ -53,7 +53,7 @@ async def _run(url: str, verb: str, name: str) -> str:
     store = open_store(url)
     if store is None or not hasattr(store, "pause"):
         raise ConfigError(f"store: expected a store URL (sqlite:///PATH or postgresql://...), got {redacted(url)!r}")
-    await store.open()
+    await open_waiting(store)
     try:
         if verb == "pause":
             await store.pause(name)

@@ -26,6 +26,7 @@ from ._calls import open_call
 from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
 from ._rpc import WorkerMetadata
+from ._secret import SecretSource
 from ._session import CallHost, Session
 from ._task import Task
 from ._tls import TlsCredentials
@@ -37,13 +38,19 @@ if TYPE_CHECKING:
 _log = logging.getLogger("leakypool.pool")
 
 
-def open_channel(address: str, credentials: TlsCredentials | None = None) -> GrpcChannel | UnixChannel:
-    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC)."""
+def open_channel(
+    address: str, credentials: TlsCredentials | None = None, secret: SecretSource | None = None
+) -> GrpcChannel | UnixChannel:
+    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC, with ``secret``).
+
+    Raises:
+        ConfigError: a secret file given explicitly cannot be read.
+    """
     if address.startswith("unix:"):
-        return UnixChannel(address.removeprefix("unix:"))
+        return UnixChannel(address.removeprefix("unix:"))  # a private directory guards it: no secret
     from ._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
 
-    return GrpcChannel(address, credentials)
+    return GrpcChannel(address, credentials, secret.get() if secret is not None else None)
 
 
 class WorkerConnection:
@@ -53,6 +60,7 @@ class WorkerConnection:
         metadata: The worker.
         host: Serves calls the worker opens back (nested dispatch).
         credentials: TLS client credentials, for a worker that serves TLS.
+        secret: Where the secret sent to a worker over TCP comes from.
         on_room: Called with the worker's uid when it says it has room again (its Room
             frame), or with None when a stream ends (what the worker knew of this pool is gone).
     """
@@ -63,12 +71,13 @@ class WorkerConnection:
         host: CallHost | None,
         credentials: TlsCredentials | None = None,
         on_room: Callable[[uuid.UUID, pb.Room | None], None] | None = None,
+        secret: SecretSource | None = None,
     ) -> None:
         self.metadata = metadata
         self._host = host
         self._on_room = on_room
         self.last_room: pb.Room | None = None  # the worker's load and signals when it last said "room"
-        self._channel = open_channel(metadata.address, credentials)
+        self._channel = open_channel(metadata.address, credentials, secret)
         self._session: Session | None = None
         self._label = f"worker {metadata.uid} at {metadata.address}"
         self._streams = TaskOwner(self._label, _log)
@@ -133,6 +142,8 @@ class WorkerConnection:
 
     def _describe(self, reason: BaseException) -> WorkerBroken:
         code, detail = self._channel.failure(reason)
+        if code == "UNAUTHENTICATED" and not self.closed:
+            _log.error("%s refused this pool: it requires a secret this pool does not have: %s", self._label, detail)
         return WorkerBroken(f"lost {self._label}: {code}: {detail}", code)
 
     async def state(self, timeout: float = 5.0) -> pb.WorkerState:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
+from .._base._lost import lost_connection
 from .._base._tasks import TaskOwner
 from .._discovery._local import record_to_json
 from .._discovery._registry import Registry, connect, redacted
@@ -32,6 +35,9 @@ _log = logging.getLogger("leakypool.worker")
 REFRESHES_PER_TTL: Final[int] = 3
 """Refreshes within one TTL: a record survives two lost refreshes."""
 
+START_BACKOFF_S: Final[tuple[float, ...]] = (0.1, 0.2, 0.5, 1.0)
+"""Waits between tries to reach a registry out of reach at start (then 1 s each, up to ``--store-retry``)."""
+
 REMOVE_TIMEOUT_S: Final[float] = 5.0
 """How long removing the row on exit may take before the worker exits anyway (the row then expires)."""
 
@@ -43,10 +49,12 @@ class RegistryRecord:
         url: The registry (``postgresql://...`` or ``sqlite:///PATH``).
         worker: The record.
         ttl: Seconds the row lives without a refresh.
+        retry: Seconds `start` waits for a registry out of reach (``--store-retry``; 0: one try).
     """
 
-    def __init__(self, url: str, worker: WorkerMetadata, ttl: float) -> None:
+    def __init__(self, url: str, worker: WorkerMetadata, ttl: float, retry: float = 0.0) -> None:
         self._url = url
+        self._retry = retry
         self._uid = str(worker.uid)
         self._record = record_to_json(worker)
         self._ttl = ttl
@@ -59,12 +67,28 @@ class RegistryRecord:
         """Write the row, then keep it fresh in a task ``tasks`` owns.
 
         Raises:
-            StoreError: the registry cannot be reached now (the worker does not start).
+            StoreError: the registry cannot be reached within ``retry`` s, or refuses
+                (the worker does not start).
             ConfigError: not a registry URL, or its driver is missing.
         """
-        self._registry = await connect(self._url)
+        self._registry = await self._connect()
         await self._registry.put(self._uid, self._record, self._ttl)
         tasks.spawn(self._refresh(), name="refresh the registry record")
+
+    async def _connect(self) -> Registry:
+        """The registry, waiting up to ``retry`` s (a log line per back-off) while it is out of reach."""
+        deadline = time.monotonic() + self._retry
+        for tries in itertools.count(1):
+            try:
+                return await connect(self._url)
+            except StoreError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0 or not lost_connection(exc):  # a refusal (credentials, a bad URL): at once
+                    raise
+                wait = min(left, START_BACKOFF_S[min(tries, len(START_BACKOFF_S)) - 1])
+                _log.warning("%s; try %d, again in %.2fs (gives up in %.1fs: --store-retry %gs)", exc, tries, wait, left, self._retry)
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
     async def _refresh(self) -> None:
         while not self._withdrawn:
@@ -147,7 +171,7 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
         uid=uuid.UUID(info["uid"]), address=address, pid=info["pid"],
         version=info["version"], tags=frozenset(config.tags), capacity=info["capacity"], tls=config.tls,
     )
-    record = RegistryRecord(config.registry, worker, config.registry_ttl)
+    record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry)
     try:
         await record.start(service.tasks)
     except StoreError as exc:

@@ -13,6 +13,7 @@ import pytest
 
 from pool._config import WORKER_SETTINGS
 from tests.integration.child import Child
+from tests.integration.workers import secret_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,7 @@ async def test_undecodable_frames_should_end_the_stream_with_invalid_argument_an
             raw = channel.stream_stream(
                 "/leakypool.v1.Worker/Dispatch", request_serializer=lambda b: b, response_deserializer=lambda b: b
             )
-            stream = raw()
+            stream = raw(metadata=secret_metadata())
             await stream.write(b"\xff\xff\xff\xff")
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await asyncio.wait_for(stream.read(), 30)

@@ -26,14 +26,14 @@ MAX_MODULE_LINES = 400
 """A module is one job (STYLE.md): past this, split it."""
 
 LEAVES = frozenset({
-    "pool._errors", "pool._config", "pool._parse", "pool._version", "pool._base._redact", "balancer", "backpressure",
+    "pool._errors", "pool._config", "pool._places", "pool._parse", "pool._version", "pool._base._redact", "balancer", "backpressure",
 })
 """Imported from anywhere: the error tree, settings, the version, password redaction (settings echo what they
 refuse), and the two embeddable leaf packages."""
 
 SURFACE = frozenset({
     "pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli",
-    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map", "pool._pool_executor",
+    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map", "pool._pool_executor", "pool._pool_views",
     "pool.joblib",
 })
 """The public surface: it wires the layers together, so it may import any of them."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ..._base._redact import redacted
+from ..._config import PoolConfig
 from ..._errors import ConfigError
 from .._store import JobStore
+from ._retry import retrying
 
 
 def open_store(store: object) -> JobStore | None:
@@ -28,3 +30,17 @@ def open_store(store: object) -> JobStore | None:
     if isinstance(store, JobStore):
         return store
     raise ConfigError(f"store: expected a store URL or a pool.JobStore, got {store!r}")
+
+
+async def open_waiting(store: JobStore) -> None:
+    """``store.open()``, waiting for a server out of reach up to ``LEAKYPOOL_STORE_RETRY`` (a log line per back-off).
+
+    For the ``leakypool jobs`` command: run during a database restart, it
+    waits it out as a pool does (`RetryingStore.open`).
+
+    Raises:
+        ConfigError: the store cannot work, or a bad ``LEAKYPOOL_STORE_RETRY``.
+        StoreError: still out of reach after ``store_retry`` seconds.
+    """
+    budget = PoolConfig.from_env().store_retry
+    await retrying("opening the store", budget, store.open, repr(store), log_each=True)

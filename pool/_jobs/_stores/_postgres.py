@@ -27,8 +27,9 @@ from . import _postgres_admin as admin
 from . import _postgres_sql as sql
 from ._batch import Batcher
 from ._pauses import PostgresPauses, create_paused_table
-from ._strays import PostgresStrays
 from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
+from ._retry import lost_connection
+from ._strays import PostgresStrays
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -85,8 +86,12 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         """Connect, create or check the schema.
 
         Raises:
-            ConfigError: unreachable server, refused credentials, missing
-                database, or a newer schema (one line, the password redacted).
+            StoreError: the server is out of reach for now (refused, silent,
+                starting up, shutting down, full): `lost_connection` says so,
+                and ``store_retry`` tries again (`RetryingStore.open`).
+            ConfigError: a store that cannot work: a bad URL, refused
+                credentials, a missing database, or a newer schema (one
+                line, the password redacted).
         """
         if self._pool is not None:
             return
@@ -96,13 +101,18 @@ class PostgresStore(PostgresPauses, PostgresStrays):
                 self.url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT_S, command_timeout=60
             )
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise ConfigError(f"store {redacted(self.url)}: cannot connect: {one_line(exc)}") from None
+            message = f"store {redacted(self.url)}: cannot connect: {one_line(exc)}"
+            if lost_connection(exc):
+                raise StoreError(message) from exc
+            raise ConfigError(message) from None
         try:
             async with self._pool.acquire() as db:
                 await admin.prepare(db, redacted(self.url))
                 await create_paused_table(db)  # added after schema 1: created on open, no migration
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if isinstance(exc, Exception) and lost_connection(exc):  # it went away while the schema was checked
+                raise StoreError(f"store {redacted(self.url)}: lost while opening: {one_line(exc)}") from exc
             raise
 
     async def close(self) -> None:

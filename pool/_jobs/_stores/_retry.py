@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from ..._base._lost import lost_connection as lost_connection
 from ..._base._random import RANDOM
 from ..._errors import StoreError
 from .._store import JobRecord, JobStore, MaintainedStore, NewJob
@@ -45,15 +46,6 @@ LAST_TRY_S: Final[float] = 1.0
 
 
 T = TypeVar("T")
-
-_LOST_TYPES: Final[frozenset[str]] = frozenset({
-    # asyncpg: the connection broke, or was handed out after it broke (its state error, issue #25)
-    "InternalClientError", "ConnectionDoesNotExistError", "ConnectionFailureError",
-    # PostgreSQL classes 08 (connection exception) and 57 (operator intervention: shutdown, restart)
-    "PostgresConnectionError", "OperatorInterventionError", "TooManyConnectionsError",
-})
-"""Names of asyncpg error classes (or their bases) that mean the connection, not the statement, failed."""
-
 
 def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> float | None:
     """Seconds to wait before try number ``tries + 1``, or None to give up (I/O-free).
@@ -75,37 +67,23 @@ def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> flo
     return min(remaining, base * (0.5 + jitter / 2))
 
 
-def lost_connection(exc: BaseException) -> bool:
-    """Whether ``exc`` (a `StoreError`, or the driver's own error) means the store was out of reach.
-
-    Then trying again may succeed (on a new connection). Looks at ``exc``
-    and its chain of causes: the network's errors, asyncpg's
-    connection-level errors, and SQLite's busy or locked database.
-    """
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, OSError | TimeoutError):
-            return True
-        names = {cls.__name__ for cls in type(seen).__mro__}
-        if type(seen).__module__.startswith("asyncpg") and (
-            names & _LOST_TYPES or ("InterfaceError" in names and "DataError" not in names and "closed" in str(seen))
-        ):
-            return True  # (an InterfaceError otherwise is a misuse, e.g. a bad argument: no retry can fix it)
-        if type(seen).__module__ == "sqlite3" and any(word in str(seen) for word in ("locked", "busy")):
-            return True
-        seen = seen.__cause__
-    return False
-
-
-async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store") -> T:
+async def retrying(
+    what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store", *, log_each: bool = False
+) -> T:
     """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
 
     The whole call ends within ``budget_s`` + `LAST_TRY_S` even when the
     store does not refuse but hangs (a server stopped, a network that drops
     packets): then the last error, or "no answer". A write that timed out
     may still commit: the caller cannot tell, as with any lost answer.
+
+    Args:
+        what: What the call does, for log lines ("opening the store").
+        budget_s: ``store_retry``.
+        call: The call.
+        store: The store's name, for the "no answer" error.
+        log_each: Log every back-off (a process starting while the store is
+            down says why it waits), not only the first.
 
     Raises:
         StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
@@ -116,7 +94,7 @@ async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]],
     bound = asyncio.timeout(budget_s + LAST_TRY_S)
     try:
         async with bound:
-            return await _tries(what, budget_s, call, errors)
+            return await _tries(what, budget_s, call, errors, log_each)
     except TimeoutError:
         if not bound.expired():
             raise
@@ -125,7 +103,9 @@ async def retrying(what: str, budget_s: float, call: Callable[[], Awaitable[T]],
         raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
 
 
-async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError]) -> T:
+async def _tries(
+    what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError], log_each: bool = False
+) -> T:
     tries, since = 0, 0.0
     while True:
         try:
@@ -140,7 +120,12 @@ async def _tries(what: str, budget_s: float, call: Callable[[], Awaitable[T]], e
             wait = delay_s(tries, now - since, budget_s, RANDOM.random())
             if wait is None:
                 raise
-            if tries == 1:
+            if log_each:
+                _log.warning(
+                    "%s (while %s); try %d, again in %.2fs (gives up %.1fs from now: store_retry %gs)",
+                    exc, what, tries, wait, max(0.0, budget_s - (now - since)), budget_s,
+                )
+            elif tries == 1:
                 _log.info("store out of reach while %s (%s); trying again for up to %gs", what, exc, budget_s)
             await asyncio.sleep(wait)
             continue
@@ -172,6 +157,20 @@ class RetryingStore:
 
     def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
         return retrying(what, self.budget_s, call, self._name)
+
+    async def open(self) -> None:
+        """Open the store, waiting (a log line per back-off) up to ``store_retry`` for a server out of reach.
+
+        A process started while the database restarts or fails over waits it
+        out like a running one (issue 35); a store that cannot work (a bad
+        URL, refused credentials, a missing database, a newer schema: a
+        `ConfigError`) fails at once.
+
+        Raises:
+            ConfigError: the store cannot work.
+            StoreError: still out of reach after ``store_retry`` seconds (one line, no password).
+        """
+        await retrying("opening the store", self.budget_s, self.inner.open, self._name, log_each=True)
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         tried = False

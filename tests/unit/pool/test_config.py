@@ -169,3 +169,46 @@ def test_a_refused_url_should_never_echo_its_password():
         with pytest.raises(pool.ConfigError, match=r"postgresq://app:\*\*\*@db/app") as info:
             make()
         assert "s3cret" not in str(info.value)
+
+
+class TestSecretSettings:
+    def test_the_secret_should_be_read_from_the_environment_only_and_kept_out_of_reprs(self):
+        """Test that LEAKYPOOL_SECRET has no flag (every user can read a command line) and never shows in a repr."""
+        from pool._config import worker_parser
+
+        config = WorkerConfig.from_argv(["--port", "1"], {"LEAKYPOOL_SECRET": "hush"})
+        assert config.secret == "hush" and "hush" not in repr(config)
+        assert "hush" not in repr(PoolConfig.from_env({"LEAKYPOOL_SECRET": "hush"}))
+        assert "--secret" not in worker_parser().format_help().replace("--secret-file", "")
+
+    def test_no_secret_should_contradict_an_explicit_secret(self):
+        with pytest.raises(pool.ConfigError, match="--no-secret"):
+            WorkerConfig.from_argv(["--no-secret"], {"LEAKYPOOL_SECRET": "hush"})
+
+    def test_default_secret_file_should_follow_an_owned_xdg_config_home_and_refuse_a_foreign_one(self, tmp_path):
+        """Test that the default secret is in the user's config directory, never in one another user owns."""
+        import os
+
+        from pool._places import default_secret_file
+
+        assert default_secret_file({"XDG_CONFIG_HOME": str(tmp_path)}) == str(tmp_path / "leakypool" / "secret")
+        if os.getuid() != 0:
+            assert not default_secret_file({"XDG_CONFIG_HOME": "/"}).startswith("/leakypool")
+        assert default_secret_file({"XDG_CONFIG_HOME": "relative"}).endswith(os.path.join(".config", "leakypool", "secret"))
+
+
+class TestSecretFile:
+    def test_a_default_secret_file_others_can_read_should_be_refused(self, tmp_path):
+        from pool._transport._secret import load_or_create
+
+        path = tmp_path / "secret"
+        path.write_text("token\n")
+        path.chmod(0o644)
+        with pytest.raises(pool.ConfigError, match="readable by other users"):
+            load_or_create(str(path))
+        path.chmod(0o600)
+        assert load_or_create(str(path)) == "token"
+
+    def test_a_pool_given_an_unreadable_secret_file_should_fail_at_construction(self, tmp_path):
+        with pytest.raises(pool.ConfigError, match="secret_file"):
+            pool.WorkerPool(spawn=0, secret_file=str(tmp_path / "missing"), use_env=False)

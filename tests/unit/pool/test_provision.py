@@ -226,3 +226,10 @@ async def test_a_provision_cancelled_before_its_command_is_watched_should_kill_a
             await asyncio.sleep(0.01)
     assert provisioner.pids == []
     await provisioner.aclose()
+
+
+def test_worker_request_should_carry_the_secret_in_its_environment_only():
+    """Test that the pool's secret reaches a provisioned worker as LEAKYPOOL_SECRET, never as a flag (ps shows flags)."""
+    request = worker_request(uuid.uuid4(), 0, {}, registry="sqlite:///r.db", tags=(), idle_timeout=2.0, secret="hush")
+    assert request.env["LEAKYPOOL_SECRET"] == "hush"
+    assert not any("hush" in arg for arg in request.args)

@@ -76,13 +76,17 @@ class TestSQLiteFiles:
 
 class TestPostgresStore:
     async def test_open_should_fail_in_one_line_when_unreachable_or_refused(self, postgres_server, postgres_url):
-        """Test an unreachable server and wrong credentials: one ConfigError line, the password redacted."""
+        """Test an unreachable server (StoreError: out of reach, for now) and wrong credentials (ConfigError:
+        it cannot work): one line each, the password redacted."""
         from tests import pg
 
         closed_port = f"postgresql://{pg.USER}:{pg.PASSWORD}@127.0.0.1:1/nope"
         wrong_password = postgres_server.url(postgres_url.rsplit("/", 1)[1], password="wrong-password")
-        for url, message in [(closed_port, "cannot connect"), (wrong_password, "password authentication failed")]:
-            with pytest.raises(pool.ConfigError, match=message) as info:
+        for url, error, message in [
+            (closed_port, pool.StoreError, "cannot connect"),
+            (wrong_password, pool.ConfigError, "password authentication failed"),
+        ]:
+            with pytest.raises(error, match=message) as info:
                 await PostgresStore(url).open()
             text = str(info.value)
             assert "\n" not in text and pg.PASSWORD not in text and "wrong-password" not in text
