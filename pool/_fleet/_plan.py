@@ -15,7 +15,7 @@ plan answers how many workers to request now, given:
   whose workers never join keeps its back-off: only a worker proves it works).
 
 Time is passed in (``now``, monotonic seconds), so the plan is a pure
-state machine that hypothesis can drive (``PlanMachine`` in tests/unit/pool/test_provision.py).
+state machine that hypothesis can drive (``PlanMachine`` in tests/unit/pool/_fleet/test_provision.py).
 """
 
 from __future__ import annotations

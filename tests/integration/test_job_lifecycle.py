@@ -222,7 +222,7 @@ async def test_a_schedule_shared_by_three_processes_should_run_each_slot_exactly
             slot_jobs = [j for j in await observer.jobs.list(limit=1000) if j.id.startswith(name)]
     slots = [int(j.id.rsplit("@", 1)[1]) for j in slot_jobs]
     # Each slot that ran, once. Not necessarily every second: a slot all three processes reach over 1 s late
-    # (a loaded machine) is skipped, with a warning (tests/unit/pool/jobs/test_periodic.py).
+    # (a loaded machine) is skipped, with a warning (tests/unit/pool/_jobs/test_periodic.py).
     assert len(set(slots)) == len(slots)
     done = [j for j in slot_jobs if j.state == "succeeded"]
     assert all(j.attempts == 1 for j in done) and len(done) >= 6

@@ -1,6 +1,6 @@
 """Opening a job store: files and URLs that are not a store, newer schemas, unreachable servers.
 
-The contract of a store once open is in test_store_contract.py; these are the ways `open` refuses,
+The contract of a store once open is in ../test_store.py (the contract suite); these are the ways `open` refuses,
 and the ways it must not (several processes creating one file at once).
 """
 
@@ -16,7 +16,7 @@ import pool
 from pool._jobs._store import NewJob
 from pool._jobs._stores._postgres import PostgresStore
 from pool._jobs._stores._sqlite import SCHEMA_VERSION, SQLiteStore
-from tests.unit.pool.jobs.test_store_contract import NOW, job, opened
+from tests.unit.pool._jobs.test_store import NOW, job, opened
 
 
 class TestSQLiteFiles:

@@ -10,7 +10,7 @@ import sys
 
 from pool._discovery._registry import connect
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 async def test_a_write_to_a_locked_sqlite_registry_should_wait_off_the_event_loop(tmp_path):

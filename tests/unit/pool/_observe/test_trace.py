@@ -37,7 +37,7 @@ def test_opentelemetry_should_be_imported_by_no_module_of_pool():
     import pathlib
     import subprocess
 
-    root = pathlib.Path(__file__).resolve().parents[3]
+    root = pathlib.Path(__file__).resolve().parents[4]
     check = (
         "import sys, pool, pool._worker._main, pool._worker._runner; "
         "sys.exit(any(m.startswith('opentelemetry') for m in sys.modules))"
