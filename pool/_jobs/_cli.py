@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
+from .._base._columns import Column, one_line_table
 from .._errors import ConfigError, StoreError
 from ._retention import PURGE_BATCH
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
@@ -142,25 +143,39 @@ async def run(args: argparse.Namespace) -> Any:
         await store.close()
 
 
-def render(result: Any) -> Any:
-    """A rich renderable for ``result`` (rich imported here: only a table needs it)."""
-    from rich.table import Table
+LIST_COLUMNS: Final[tuple[Column, ...]] = (
+    Column("id"), Column("routine"), Column("state"),
+    Column("attempts", drop=2, justify="right"), Column("priority", drop=5, justify="right"),
+    Column("created (UTC)", drop=4), Column("run at (UTC)", drop=3), Column("error", drop=1, cut_to=12),
+)
+"""``list``'s columns. id, routine and state are never cut; the error is cut with an ellipsis; when the
+terminal is narrow, priority goes first, then the creation time (the list is newest first anyway), the
+run-at time, the attempts and last the error (80 columns keep id, routine, state, and the error, cut)."""
+
+SHOW_COLUMNS: Final[tuple[Column, ...]] = (Column("field"), Column("value", cut_to=8))
+"""``show``'s two columns: a value too long for the terminal is cut (the full error follows the table)."""
+
+
+def render(result: Any, width: int = 80) -> Any:
+    """A rich renderable for ``result``, one line per row at ``width`` columns (rich imported here)."""
+    from rich.console import Group
+    from rich.text import Text
 
     if isinstance(result, dict):
         return f"purged {result['purged']} finished job(s) that ended before {result['finished_before']}"
     if isinstance(result, JobRecord):
-        table = Table(show_header=False, title=f"job {result.id}")
-        for field, value in as_dict(result).items():
-            table.add_row(field, "" if value is None else str(value))
+        fields = [(field, "" if value is None else " ".join(str(value).split()))
+                  for field, value in as_dict(result).items()]
+        table = one_line_table(SHOW_COLUMNS, fields, width, show_header=False, title=f"job {result.id}")
+        value_width = table.columns[1].width or 0
+        if result.error and (len(result.error) > value_width or "\n" in result.error):
+            return Group(table, Text(f"error: {result.error}"))  # cut in the table: here in full, wrapped
         return table
-    table = Table(title=f"{len(result)} job(s), newest first")
-    for column in ("id", "routine", "state", "attempts", "priority", "created (UTC)", "run at (UTC)", "error"):
-        table.add_column(column, overflow="fold", no_wrap=column == "id" or column.endswith("(UTC)"))
-    for record in result:
-        error = record.error.splitlines()[0] if record.error else ""
-        table.add_row(record.id, record.routine, record.state, f"{record.attempts}/{record.max_attempts}",
-                      str(record.priority), _short(record.created_at), _short(record.next_at), error)
-    return table
+    rows = [(record.id, record.routine, record.state, f"{record.attempts}/{record.max_attempts}",
+             str(record.priority), _short(record.created_at), _short(record.next_at),
+             record.error.splitlines()[0] if record.error else "")
+            for record in result]
+    return one_line_table(LIST_COLUMNS, rows, width, title=f"{len(result)} job(s), newest first")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,5 +199,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("leakypool jobs: tables need rich: pip install 'leakypool[status]' (or use --json)", file=sys.stderr)
         return 2
-    Console().print(render(result))
+    console = Console()
+    console.print(render(result, console.width))
     return 0

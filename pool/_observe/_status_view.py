@@ -19,10 +19,31 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .._base._columns import Column, one_line_table
+
 REFRESH_S: Final[float] = 1.0
 """How often the live view reads the pool again."""
 
 BAR_WIDTH: Final[int] = 20
+"""The occupancy bar's cells in a terminal of `WIDE_COLUMNS` or more."""
+
+NARROW_BAR_WIDTH: Final[int] = 10
+"""The bar's cells in a narrower terminal (80 columns: the bar must leave room for the other columns)."""
+
+WIDE_COLUMNS: Final[int] = 100
+
+WORKER_COLUMNS: Final[tuple[Column, ...]] = (
+    Column("uid"), Column("address", drop=2, cut_to=12), Column("in flight / capacity"),
+    Column("idle s", drop=5, justify="right"), Column("memory", drop=4, justify="right"),
+    Column("pid", drop=3, justify="right"),
+)
+"""The workers table: uid and occupancy are never cut; the address is cut with an ellipsis; in a narrow
+terminal the idle time goes first, then memory, the pid, the address (80 columns drop the idle time)."""
+
+QUEUE_COLUMNS: Final[tuple[Column, ...]] = (
+    Column("limit", cut_to=16), Column("running", justify="right"), Column("waiting", justify="right"),
+)
+"""The queues table: a long queue or key name is cut with an ellipsis; the counts never."""
 
 
 def status_url(address: str) -> str:
@@ -49,52 +70,49 @@ def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
         raise OSError(f"{url}: not JSON ({exc})") from None
 
 
-def _bar(used: int, capacity: int) -> str:
+def _bar(used: int, capacity: int, cells: int = BAR_WIDTH) -> str:
     if capacity <= 0:
         return f"{used} (no cap)"
-    filled = round(BAR_WIDTH * min(used, capacity) / capacity)
-    return "█" * filled + "░" * (BAR_WIDTH - filled) + f" {used}/{capacity}"
+    filled = round(cells * min(used, capacity) / capacity)
+    return "█" * filled + "░" * (cells - filled) + f" {used}/{capacity}"
 
 
 def _mib(value: Any) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
-def render(status: dict[str, Any], source: str) -> Any:
-    """One frame of the view, as a rich renderable."""
+def render(status: dict[str, Any], source: str, width: int = 80) -> Any:
+    """One frame of the view, as a rich renderable: every table one line per row at ``width`` columns."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     calls, rates = status.get("calls", {}), status.get("rates", {})
-    header = Text.assemble(
-        ("leakypool ", "bold"), (source, "cyan"), "  ",
+    counts = (
         f"{len(status.get('workers', []))} workers · {calls.get('running', 0)} running · "
         f"{calls.get('waiting_for_worker', 0) + calls.get('waiting_for_limits', 0)} waiting · "
-        f"{rates.get('calls_per_s', 0):.1f} calls/s · {calls.get('rejected', 0)} rejected",
+        f"{rates.get('calls_per_s', 0):.1f} calls/s · {calls.get('rejected', 0)} rejected"
     )
-    workers = Table(title="workers (lowest uid first; * spawned by the pool)", title_justify="left")
-    for column in ("uid", "address", "in flight / capacity", "idle s", "memory", "pid"):
-        workers.add_column(column)
+    gap = "  " if len("leakypool ") + len(source) + 2 + len(counts) <= width else "\n"
+    header = Text.assemble(("leakypool ", "bold"), (source, "cyan"), gap, counts)
+    cells = BAR_WIDTH if width >= WIDE_COLUMNS else NARROW_BAR_WIDTH
+    rows = []
     for w in status.get("workers", []):
         in_flight = w.get("in_flight")
-        workers.add_row(
+        rows.append((
             f"{w['uid'][:8]}…{w['uid'][-4:]}" + ("*" if w.get("local") else ""),
             w.get("address", ""),
-            "?" if in_flight is None else _bar(in_flight, w.get("capacity") or 0),
+            "?" if in_flight is None else _bar(in_flight, w.get("capacity") or 0, cells),
             "-" if w.get("idle_s") is None else f"{w['idle_s']:.1f}",
             _mib(w.get("memory")),
             str(w.get("pid", "")),
-        )
+        ))
+    workers = one_line_table(WORKER_COLUMNS, rows, width,
+                             title="workers (lowest uid first; * spawned by the pool)", title_justify="left")
     parts: list[Any] = [header, workers]
     queues = status.get("queues") or {}
     if queues:
-        table = Table(title="queues and keys", title_justify="left")
-        for column in ("limit", "running", "waiting"):
-            table.add_column(column)
-        for name, q in sorted(queues.items()):
-            table.add_row(name, str(q["running"]), str(q["waiting"]))
-        parts.append(table)
+        limits = [(name, str(q["running"]), str(q["waiting"])) for name, q in sorted(queues.items())]
+        parts.append(one_line_table(QUEUE_COLUMNS, limits, width, title="queues and keys", title_justify="left"))
     jobs = status.get("jobs")
     if jobs is not None:
         parts.append(Text("jobs: " + "  ".join(f"{state} {n}" for state, n in sorted(jobs.items()))))
@@ -126,12 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         console = Console()
         if args.once:
-            console.print(render(fetch(url), args.address))
+            console.print(render(fetch(url), args.address, console.width))
             return 0
-        with Live(render(fetch(url), args.address), console=console, auto_refresh=False, screen=False) as live:
+        first = render(fetch(url), args.address, console.width)
+        with Live(first, console=console, auto_refresh=False, screen=False) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render(fetch(url), args.address), refresh=True)
+                live.update(render(fetch(url), args.address, console.width), refresh=True)
     except OSError as exc:
         print(f"leakypool status: {exc}", file=sys.stderr)
         return 1

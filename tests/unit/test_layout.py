@@ -115,7 +115,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}test_capacity.py",
     "pool/_fleet/_template.py": f"forking from the template: {IT}test_template.py",
     # _jobs
-    "pool/_jobs/_cli.py": f"`leakypool jobs` in a subprocess: {IT}test_job_lifecycle.py",
     "pool/_jobs/_pause_cli.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
     "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
     "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
@@ -137,7 +136,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_observe/_observer.py": f"/metrics and /status of a real pool: {IT}test_metrics.py, {IT}test_grafana.py",
     "pool/_observe/_progress.py": f"progress= of pool.map: {UT}_dispatch/test_fanout.py",
     "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}test_admission.py",
-    "pool/_observe/_status_view.py": f"in a real terminal: {IT}test_status_view.py",
     # _transport
     "pool/_transport/_buffers.py": f"1 GiB values over memfd regions: {IT}test_large_values.py",
     "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}test_large_values.py",
