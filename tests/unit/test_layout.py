@@ -22,8 +22,12 @@ POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
 PACKAGES = ("pool", "balancer", "backpressure")
 
-MAX_MODULE_LINES = 400
-"""A module is one job (STYLE.md): past this, split it."""
+MAX_MODULE_LINES = 440
+"""A module is one job (STYLE.md): past this, split it.
+
+Measured on the tree as `ruff format` lays it out: the formatter puts a call that does not fit on one
+line one argument a line, which adds up to ~8% to a module against the hand-wrapped tree the first
+bound (400) was set on; the settings tables in pool/_config.py stay one setting a line (`# fmt: off`)."""
 
 LEAVES = frozenset({
     "pool._errors", "pool._config", "pool._places", "pool._parse", "pool._version", "pool._base._redact", "balancer", "backpressure",
