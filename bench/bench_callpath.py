@@ -209,9 +209,22 @@ def _child(kind: str, calls: int, tp_calls: int) -> None:
 
 def _round(kind: str, python: str, cwd: pathlib.Path, calls: int, tp_calls: int) -> dict[str, Any]:
     out = subprocess.run(
-        [python, "-m", "bench.bench_callpath", "--child", "floor" if kind == "floor" else "leakypool",
-         "--calls", str(calls), "--tp-calls", str(tp_calls)],
-        capture_output=True, text=True, timeout=900, cwd=cwd, check=False,
+        [
+            python,
+            "-m",
+            "bench.bench_callpath",
+            "--child",
+            "floor" if kind == "floor" else "leakypool",
+            "--calls",
+            str(calls),
+            "--tp-calls",
+            str(tp_calls),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        check=False,
     )
     if out.returncode:
         sys.exit(f"{kind} failed: {out.stderr[-2000:]}")

@@ -72,7 +72,9 @@ async def submitter(n: int, stop: asyncio.Event, ok: list, raised: collections.C
         await asyncio.sleep(0.005)
 
 
-async def run(server, url: str, submitters: int, restarts: int, interval: float, store_retry: float, split: bool) -> dict:
+async def run(
+    server, url: str, submitters: int, restarts: int, interval: float, store_retry: float, split: bool
+) -> dict:
     ok: list = []
     raised: collections.Counter = collections.Counter()
     retries = Retries()
@@ -97,8 +99,10 @@ async def run(server, url: str, submitters: int, restarts: int, interval: float,
                 await asyncio.to_thread(server.stop, mode)
                 await asyncio.to_thread(server.start)
                 downtimes.append(round(time.monotonic() - down, 3))
-                log(f"restart {k + 1}/{restarts} ({mode}): {downtimes[-1]:.2f}s; {len(ok)} submitted, "
-                    f"{sum(raised.values())} raised")
+                log(
+                    f"restart {k + 1}/{restarts} ({mode}): {downtimes[-1]:.2f}s; {len(ok)} submitted, "
+                    f"{sum(raised.values())} raised"
+                )
             await asyncio.sleep(interval)
         finally:
             stop.set()
@@ -148,8 +152,17 @@ def main() -> None:
 
     with pg.server() as server:
         server.psql(f"CREATE DATABASE bench_restart OWNER {pg.USER}")
-        result = uvloop.run(run(server, server.url("bench_restart"), args.submitters, args.restarts, args.interval,
-                                args.store_retry, args.split))
+        result = uvloop.run(
+            run(
+                server,
+                server.url("bench_restart"),
+                args.submitters,
+                args.restarts,
+                args.interval,
+                args.store_retry,
+                args.split,
+            )
+        )
     print(json.dumps(result, indent=2))
 
 

@@ -57,8 +57,13 @@ async def run(balancer: Any, scale: float) -> dict[str, Any]:
     samples: list[tuple[float, dict[str, int]]] = []
     phase_starts: list[float] = []
     async with pool.WorkerPool(
-        spawn=1, max_workers=MAX_WORKERS, idle_timeout=IDLE_TIMEOUT, backpressure=TaskCountBackpressure(CAPACITY),
-        loadbalancer=balancer, queue_depth=1000, dispatch_deadline=600,
+        spawn=1,
+        max_workers=MAX_WORKERS,
+        idle_timeout=IDLE_TIMEOUT,
+        backpressure=TaskCountBackpressure(CAPACITY),
+        loadbalancer=balancer,
+        queue_depth=1000,
+        dispatch_deadline=600,
     ) as p:
         t0 = time.monotonic()
         done = asyncio.Event()
@@ -123,8 +128,12 @@ def draw(results: dict[str, dict[str, Any]], out: str) -> None:
         uids = sorted({uid for _, s in samples for uid in s})
         times = [t for t, _ in samples]
         for rank, uid in enumerate(uids):
-            ax.plot(times, [s.get(uid, float("nan")) for _, s in samples], lw=1.2,
-                    label=f"worker {rank + 1} (uid …{uid[-4:]})")
+            ax.plot(
+                times,
+                [s.get(uid, float("nan")) for _, s in samples],
+                lw=1.2,
+                label=f"worker {rank + 1} (uid …{uid[-4:]})",
+            )
         ax.step(times, [len(s) for _, s in samples], where="post", color="black", lw=2, label="workers alive")
         for start in result["phases"]:
             ax.axvline(start, color="grey", lw=0.5, ls=":")

@@ -1,13 +1,13 @@
 """leakypool: run async functions on a pool of worker processes, cheaply and safely.
 
-    import pool
+import pool
 
-    @pool.routine
-    async def add(x, y):
-        return x + y
+@pool.routine
+async def add(x, y):
+    return x + y
 
-    async with pool.WorkerPool(spawn=2):
-        assert await add(1, 2) == 3
+async with pool.WorkerPool(spawn=2):
+    assert await add(1, 2) == 3
 """
 
 from __future__ import annotations

@@ -376,4 +376,3 @@ def _check_explicit(setting: Setting, value: Any) -> None:
     if isinstance(value, bool):
         raise ConfigError(f"{setting.name}: expected {setting.expect}, got {value!r}")
     setting.convert(repr(value) if isinstance(value, float) else str(value), setting.name)
-

@@ -384,4 +384,3 @@ class PoolExecutor(FeedExecutor):
     def _stop(self, wait: bool) -> None:
         if wait and not self._feed.on_loop():
             self._feed.wait_idle()
-

@@ -209,8 +209,14 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         )
         self._roster = self._membership.roster
         self._fleet, self._growth = pool_capacity(
-            config, backpressure, provisioner, minimum=minimum, provision_timeout=config.provision_timeout, tags=tags,
-            members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
+            config,
+            backpressure,
+            provisioner,
+            minimum=minimum,
+            provision_timeout=config.provision_timeout,
+            tags=tags,
+            members=lambda: self._roster.workers.keys(),
+            registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             initializer=None if initializer is None else (initializer, tuple(initargs)),

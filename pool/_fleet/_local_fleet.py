@@ -217,7 +217,9 @@ class LocalFleet:
         """
         await self.prepare()
         self._open = True
-        results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True
+        )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
@@ -358,8 +360,12 @@ class LocalFleet:
                 except WorkerInitError as exc:
                     self._owed += 1
                     self._crashes += 1
-                    _log.error("could not replace worker %s: its initializer raised; retrying after %gs\n%s",
-                               dead, RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)], exc.traceback)
+                    _log.error(
+                        "could not replace worker %s: its initializer raised; retrying after %gs\n%s",
+                        dead,
+                        RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)],
+                        exc.traceback,
+                    )
                 except Exception:
                     self._owed += 1
                     self._crashes += 1

@@ -182,7 +182,9 @@ class Growth:
             if self.plan.failed(request.uid, time.monotonic()):
                 _log.warning(
                     "provisioner %s failed (%s); work keeps waiting, next request in %.0fs",
-                    redacted(repr(self.provisioner)), redacted(str(exc)), self.plan.resume_at - time.monotonic(),
+                    redacted(repr(self.provisioner)),
+                    redacted(str(exc)),
+                    self.plan.resume_at - time.monotonic(),
                 )
             return
         _log.debug("provisioner %s is starting worker %s", redacted(repr(self.provisioner)), request.uid)
@@ -264,7 +266,13 @@ def pool_capacity(
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
         return worker_request(
-            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls,
+            uid,
+            seq,
+            env,
+            registry=registry,
+            tags=tags,
+            idle_timeout=config.idle_timeout,
+            tls=worker_tls,
             secret=secret.get(create=True) if secret is not None else None,
         )
 

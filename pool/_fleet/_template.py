@@ -86,7 +86,9 @@ class WorkerTemplate:
             else:
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
-                    env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                    env=self._env,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
                 )
         except BaseException:
             ours.close()

@@ -1,9 +1,9 @@
 """One attempt of a job, and what to do with its outcome: the scheduler's I/O-free decisions.
 
-    outcome ──> decide() ──> succeeded                   (a value, within RESULT_LIMIT_BYTES)
-                         ├─> failed                      (the routine's error, or ours)
-                         └─> retry in N s                (WorkerBroken, or a type in retry_on,
-                                                          while attempts remain: exponential, jittered)
+outcome ──> decide() ──> succeeded                   (a value, within RESULT_LIMIT_BYTES)
+                     ├─> failed                      (the routine's error, or ours)
+                     └─> retry in N s                (WorkerBroken, or a type in retry_on,
+                                                      while attempts remain: exponential, jittered)
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ def expired(waiting: list[Attempt], now: float) -> tuple[list[Attempt], list[tup
             keep.append(attempt)
             continue
         waited = attempt.job.deadline - attempt.job.created_at
-        gone.append((attempt, CapacityTimeout(
-            f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"
-        )))
+        gone.append(
+            (attempt, CapacityTimeout(f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"))
+        )
     return keep, gone
 
 

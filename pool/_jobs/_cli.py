@@ -78,12 +78,23 @@ def _short(timestamp: float) -> str:
 def as_dict(record: JobRecord) -> dict[str, Any]:
     """A job as JSON-ready data (times in ISO 8601 UTC; the payload and the pickled result left out)."""
     return {
-        "id": record.id, "routine": record.routine, "state": record.state, "attempts": record.attempts,
-        "max_attempts": record.max_attempts, "priority": record.priority, "error": record.error,
-        "created_at": _when(record.created_at), "run_at": _when(record.next_at),
-        "started_at": _when(record.started_at), "finished_at": _when(record.finished_at),
-        "deadline": _when(record.deadline), "owner": record.owner, "queue": record.queue, "key": record.key,
-        "workflow": record.workflow, "cancel_requested": record.cancel_requested,
+        "id": record.id,
+        "routine": record.routine,
+        "state": record.state,
+        "attempts": record.attempts,
+        "max_attempts": record.max_attempts,
+        "priority": record.priority,
+        "error": record.error,
+        "created_at": _when(record.created_at),
+        "run_at": _when(record.next_at),
+        "started_at": _when(record.started_at),
+        "finished_at": _when(record.finished_at),
+        "deadline": _when(record.deadline),
+        "owner": record.owner,
+        "queue": record.queue,
+        "key": record.key,
+        "workflow": record.workflow,
+        "cancel_requested": record.cancel_requested,
         "result_bytes": None if record.outcome is None else len(record.outcome),
     }
 
@@ -97,8 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--state", choices=sorted(ACTIVE_STATES | TERMINAL_STATES))
     listing.add_argument("--routine", help="the routine's qualified name, e.g. app.convert")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    for verb, text in [("show", "one job in full"), ("retry", "run a failed or cancelled job again"),
-                       ("cancel", "cancel a pending or running job")]:
+    for verb, text in [
+        ("show", "one job in full"),
+        ("retry", "run a failed or cancelled job again"),
+        ("cancel", "cancel a pending or running job"),
+    ]:
         verbs.add_parser(verb, help=text).add_argument("job_id")
     purge = verbs.add_parser("purge", help="delete finished jobs older than an age")
     purge.add_argument("--older-than", required=True, type=_age, help="e.g. 30d, 12h, 90s")
@@ -109,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> Any:
     """Do the verb against the store; what to print (records, a record, or a summary)."""
-    if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///"):].lstrip("/")):
+    if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///") :].lstrip("/")):
         raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(args.store)
     assert store is not None
@@ -158,8 +172,16 @@ def render(result: Any) -> Any:
         table.add_column(column, overflow="fold", no_wrap=column == "id" or column.endswith("(UTC)"))
     for record in result:
         error = record.error.splitlines()[0] if record.error else ""
-        table.add_row(record.id, record.routine, record.state, f"{record.attempts}/{record.max_attempts}",
-                      str(record.priority), _short(record.created_at), _short(record.next_at), error)
+        table.add_row(
+            record.id,
+            record.routine,
+            record.state,
+            f"{record.attempts}/{record.max_attempts}",
+            str(record.priority),
+            _short(record.created_at),
+            _short(record.next_at),
+            error,
+        )
     return table
 
 
@@ -175,8 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"leakypool jobs: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        data = result if isinstance(result, dict) else (
-            as_dict(result) if isinstance(result, JobRecord) else [as_dict(r) for r in result])
+        data = (
+            result
+            if isinstance(result, dict)
+            else (as_dict(result) if isinstance(result, JobRecord) else [as_dict(r) for r in result])
+        )
         print(json.dumps(data, indent=2))
         return 0
     try:

@@ -104,8 +104,9 @@ class Scheduler(LeaseUpkeep):
         self._recorder = Recorder(store, self.owner)
         self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
-        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running,
-                                  pauses_changed=self.paused.changed)
+        self._presence = Presence(
+            store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running, pauses_changed=self.paused.changed
+        )
         self.jobs = Jobs(
             store,
             claim=self._claim,

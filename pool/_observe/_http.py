@@ -112,7 +112,11 @@ async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
 
 
 _REASONS: Final[dict[int, str]] = {
-    200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+    200: "OK",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
 }
 
 PAGE_POLICY: Final[str] = (

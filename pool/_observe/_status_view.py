@@ -68,7 +68,9 @@ def render(status: dict[str, Any], source: str) -> Any:
 
     calls, rates = status.get("calls", {}), status.get("rates", {})
     header = Text.assemble(
-        ("leakypool ", "bold"), (source, "cyan"), "  ",
+        ("leakypool ", "bold"),
+        (source, "cyan"),
+        "  ",
         f"{len(status.get('workers', []))} workers · {calls.get('running', 0)} running · "
         f"{calls.get('waiting_for_worker', 0) + calls.get('waiting_for_limits', 0)} waiting · "
         f"{rates.get('calls_per_s', 0):.1f} calls/s · {calls.get('rejected', 0)} rejected",
@@ -121,8 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rich.console import Console
             from rich.live import Live
         except ImportError:
-            print("leakypool status: the view needs rich: pip install 'leakypool[status]' (or use --json)",
-                  file=sys.stderr)
+            print(
+                "leakypool status: the view needs rich: pip install 'leakypool[status]' (or use --json)",
+                file=sys.stderr,
+            )
             return 2
         console = Console()
         if args.once:

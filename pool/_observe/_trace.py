@@ -97,8 +97,11 @@ class Attempt:
             if task.workflow:
                 attributes["leakypool.workflow"] = task.workflow
             self.span = self._tracer.start_span(
-                f"{self._kind} {task.name}", context=self._parent, kind=SpanKind.CLIENT,
-                attributes=attributes, start_time=self._start_ns,
+                f"{self._kind} {task.name}",
+                context=self._parent,
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                start_time=self._start_ns,
             )
         return self.span
 

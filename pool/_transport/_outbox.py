@@ -32,7 +32,15 @@ class Outbox:
     """
 
     __slots__ = (
-        "_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written", "writing",
+        "_batch",
+        "_ready",
+        "_closing",
+        "_write_now",
+        "_flush_soon",
+        "_backstop",
+        "_taken",
+        "written",
+        "writing",
         "wrote_at",
     )
 

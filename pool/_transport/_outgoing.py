@@ -47,7 +47,16 @@ class OutgoingCall:
     """
 
     __slots__ = (
-        "id", "session", "name", "finished", "final", "cancelled_here", "answered", "batch", "_inbox", "_waiter",
+        "id",
+        "session",
+        "name",
+        "finished",
+        "final",
+        "cancelled_here",
+        "answered",
+        "batch",
+        "_inbox",
+        "_waiter",
         "_on_finish",
     )
 

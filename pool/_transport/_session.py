@@ -211,7 +211,9 @@ class Session:
         """The open call this end made with id ``call_id``, if any."""
         return self._outgoing.get(call_id)
 
-    def room(self, in_flight: int, capacity: int, memory_fraction: float | None = None, loop_lag_s: float = 0.0) -> None:
+    def room(
+        self, in_flight: int, capacity: int, memory_fraction: float | None = None, loop_lag_s: float = 0.0
+    ) -> None:
         """Tell the peer this end has room again (a worker that turned it away), with its resource signals."""
         room = self._frame(0).room
         room.SetInParent()
@@ -329,5 +331,3 @@ class Session:
             writer.cancel()
             self.fail(describe(reason))
         return reason
-
-

@@ -91,7 +91,9 @@ class _Big:
         self.data = data
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        rebuild = _as_bytes if type(self.data) is bytes else _as_bytearray if type(self.data) is bytearray else _as_memoryview
+        rebuild = (
+            _as_bytes if type(self.data) is bytes else _as_bytearray if type(self.data) is bytearray else _as_memoryview
+        )
         return rebuild, (pickle.PickleBuffer(self.data),)
 
 

@@ -241,7 +241,8 @@ def _reset_logging() -> None:
     """
     logging.disable(logging.NOTSET)
     loggers = [logging.getLogger()] + [
-        logger for name, logger in logging.Logger.manager.loggerDict.items()
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
         if isinstance(logger, logging.Logger) and (name == "leakypool" or name.startswith("leakypool."))
     ]
     for logger in loggers:

@@ -198,7 +198,9 @@ class UnixServer:
             else:
                 reply = self._service.stop(pb.StopRequest.FromString(request))
             await stream.send(reply.SerializeToString())
-        except Exception as exc:  # a broken or silent peer (TimeoutError included): its connection ends, the worker goes on
+        except (
+            Exception
+        ) as exc:  # a broken or silent peer (TimeoutError included): its connection ends, the worker goes on
             _log.warning("closing a unix-socket connection: %s", exc)
         finally:
             self._streams.discard(stream)

@@ -32,7 +32,10 @@ def test_example_should_run_to_completion(script):
     args, expected = SMOKE[script]
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     assert expected in result.stdout
@@ -48,7 +51,10 @@ def test_ci_should_run_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     marker = "# install PostgreSQL (for the store tests) and the test extras"
     assert marker in readme
-    assert "awk '/^# install PostgreSQL \\(for the store tests\\) and the test extras/" in (ROOT / ".ci" / "run").read_text()
+    assert (
+        "awk '/^# install PostgreSQL \\(for the store tests\\) and the test extras/"
+        in (ROOT / ".ci" / "run").read_text()
+    )
 
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

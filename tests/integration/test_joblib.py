@@ -81,7 +81,10 @@ def test_an_existing_executor_should_run_the_tasks():
 
 
 def test_a_timeout_should_end_the_parallel_call():
-    with parallel_config(backend="leakypool", n_jobs=2), pytest.raises((TimeoutError, cf.TimeoutError, multiprocessing.TimeoutError)):  # joblib's own
+    with (
+        parallel_config(backend="leakypool", n_jobs=2),
+        pytest.raises((TimeoutError, cf.TimeoutError, multiprocessing.TimeoutError)),
+    ):  # joblib's own
         Parallel(timeout=0.5, batch_size=1)(delayed(tasks.slow)(s) for s in (0.0, 5.0, 5.0))
 
 

@@ -89,7 +89,17 @@ async def test_leaky_bucket_across_four_hosts():
             workers = [
                 await stack.enter_async_context(
                     worker(
-                        *lan_flags(host.ip, kind, "--insecure", "--max-concurrent-tasks", "1", "--idle-timeout", "2", "--uid", uid),
+                        *lan_flags(
+                            host.ip,
+                            kind,
+                            "--insecure",
+                            "--max-concurrent-tasks",
+                            "1",
+                            "--idle-timeout",
+                            "2",
+                            "--uid",
+                            uid,
+                        ),
                         wrap=host.command,
                     )
                 )

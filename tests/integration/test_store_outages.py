@@ -164,8 +164,9 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
 
     import pool
 
-    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{tmp_path / 'j.db'}",
-                               metrics_port=0) as p:
+    async with pool.WorkerPool(
+        spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{tmp_path / 'j.db'}", metrics_port=0
+    ) as p:
         host, port = p.metrics_address
         await p.jobs.pause(pool.Queue("mail", concurrency=1))
         async with httpx.AsyncClient() as client:
@@ -174,8 +175,11 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
             assert status["paused"] == ["mail"]
             assert 'leakypool_queue_paused{queue="mail"} 1.0' in metrics
             view = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
-                capture_output=True, text=True, timeout=60,
+                subprocess.run,
+                [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             assert view.returncode == 0 and "paused queues: mail" in view.stdout
             await p.jobs.resume("mail")

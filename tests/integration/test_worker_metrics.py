@@ -68,7 +68,9 @@ async def test_a_worker_over_its_memory_limit_should_reject_and_the_balancer_sho
     hook = AnyOf(TaskCountBackpressure(4), MemoryBackpressure(0.001))  # any host uses more than 0.1% of its memory
     async with worker("--uid", HIGHEST_UID, "--max-concurrent-tasks", "4") as spare:
         async with pool.WorkerPool(
-            spawn=1, backpressure=hook, loadbalancer=PriorityLoadBalancer(),
+            spawn=1,
+            backpressure=hook,
+            loadbalancer=PriorityLoadBalancer(),
             discovery=pool.StaticDiscovery([f"127.0.0.1:{spare.port}"]),
         ) as p:
             await p.wait_for_workers(2, timeout=30)

@@ -21,8 +21,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
-TOPICS = {"concepts", "admission", "limits", "jobs", "stores", "lan-security", "observability",
-          "configuration", "errors", "architecture", "performance"}
+TOPICS = {
+    "concepts",
+    "admission",
+    "limits",
+    "jobs",
+    "stores",
+    "lan-security",
+    "observability",
+    "configuration",
+    "errors",
+    "architecture",
+    "performance",
+}
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.M | re.S)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -60,7 +71,9 @@ def test_readme_should_be_a_landing_page():
 
 def test_configuration_should_have_a_table_row_for_every_variable():
     """Test that each LEAKYPOOL_* variable has a row in a configuration table."""
-    rows = set(re.findall(r"^\| `(LEAKYPOOL_[A-Z_]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), flags=re.M))
+    rows = set(
+        re.findall(r"^\| `(LEAKYPOOL_[A-Z_]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), flags=re.M)
+    )
     assert {s.env for s in POOL_SETTINGS + WORKER_SETTINGS} <= rows
 
 

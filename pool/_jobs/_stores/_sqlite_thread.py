@@ -61,7 +61,9 @@ class SQLiteThread:
         """Open the file in WAL mode; another process switching it at the same moment is waited for."""
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
-            connection = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            connection = sqlite3.connect(
+                self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             try:
                 connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 # Switching to WAL takes an exclusive lock and does not wait for it

@@ -91,7 +91,10 @@ async def test_a_call_opened_while_another_batch_was_written_should_be_rejected_
         call = await asyncio.wait_for(first, 5)
         with pytest.raises(pool.WorkerBroken):
             await asyncio.wait_for(call.receive(), 5)
-        assert [[frame.call.routine.name for frame in batch.frames] for batch in stream.writes] == [["first"], ["second"]]
+        assert [[frame.call.routine.name for frame in batch.frames] for batch in stream.writes] == [
+            ["first"],
+            ["second"],
+        ]
 
 
 async def test_a_hard_status_after_the_call_left_should_be_broken_at_once():

@@ -17,9 +17,17 @@ from pool._transport._task import Task
 
 def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> Task:
     return Task(
-        name=name, generator=False, digest=b"", blob=b"", args=b"",
-        queue=queue.name if queue else "", concurrency=queue.concurrency if queue else 0,
-        total=(queue.total or 0) if queue else 0, key=key, workflow=workflow, halt_on_error=halt_on_error,
+        name=name,
+        generator=False,
+        digest=b"",
+        blob=b"",
+        args=b"",
+        queue=queue.name if queue else "",
+        concurrency=queue.concurrency if queue else 0,
+        total=(queue.total or 0) if queue else 0,
+        key=key,
+        workflow=workflow,
+        halt_on_error=halt_on_error,
     )
 
 
@@ -29,10 +37,15 @@ async def settle():
 
 
 class TestQueue:
-    @pytest.mark.parametrize(("kwargs", "error"), [
-        ({"name": ""}, TypeError), ({"name": "q", "concurrency": 0}, ValueError),
-        ({"name": "q", "concurrency": 1.5}, TypeError), ({"name": "q", "total": 0}, ValueError),
-    ])
+    @pytest.mark.parametrize(
+        ("kwargs", "error"),
+        [
+            ({"name": ""}, TypeError),
+            ({"name": "q", "concurrency": 0}, ValueError),
+            ({"name": "q", "concurrency": 1.5}, TypeError),
+            ({"name": "q", "total": 0}, ValueError),
+        ],
+    )
     def test_init_should_validate(self, kwargs, error):
         """Test that a bad queue fails where it is made."""
         with pytest.raises(error):

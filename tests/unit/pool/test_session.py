@@ -150,7 +150,6 @@ class TestSession:
             await asyncio.wait_for(call.receive(), 5)
             assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"last"
 
-
     async def test_a_held_accept_should_leave_with_the_outcome_in_one_message(self):
         """Test the worker's quick path: Accept and Outcome of a call that ends at once cost one write."""
         host = Host()

@@ -21,8 +21,10 @@ from pool._jobs._stores._retry import RetryingStore
 
 def _terminate_all(server, url: str) -> None:
     database = url.rsplit("/", 1)[1]
-    server.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
-                "AND pid <> pg_backend_pid()")
+    server.psql(
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
+        "AND pid <> pg_backend_pid()"
+    )
 
 
 class TestBrokenConnections:
