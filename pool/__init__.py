@@ -39,10 +39,15 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._discovery import LocalDiscovery as LocalDiscovery
     from ._discovery import StaticDiscovery as StaticDiscovery
     from ._discovery._lan import LanDiscovery as LanDiscovery
+    from ._discovery._store import StoreDiscovery as StoreDiscovery
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
     from ._dispatch._rates import RateLimit as RateLimit
     from ._executor import Executor as Executor
+    from ._fleet._provision import CommandProvisioner as CommandProvisioner
+    from ._fleet._provision import Provisioner as Provisioner
+    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
+    from ._fleet._provision import WorkerRequest as WorkerRequest
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -56,11 +61,6 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._transport._rpc import WorkerMetadata as WorkerMetadata
     from ._transport._task import Task as Task
     from ._transport._tls import TlsCredentials as TlsCredentials
-    from ._discovery._store import StoreDiscovery as StoreDiscovery
-    from ._fleet._provision import CommandProvisioner as CommandProvisioner
-    from ._fleet._provision import Provisioner as Provisioner
-    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
-    from ._fleet._provision import WorkerRequest as WorkerRequest
 
 __all__ = sorted(
     [

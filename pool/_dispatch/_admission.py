@@ -72,7 +72,7 @@ class DeadlinePassed(Exception):
 
 
 class _Waiter:
-    __slots__ = ("ticket", "placed", "served")
+    __slots__ = ("placed", "served", "ticket")
 
     def __init__(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
         self.ticket = ticket

@@ -28,7 +28,7 @@ _log = logging.getLogger("leakypool.pool")
 
 
 class _Relay:
-    __slots__ = ("session", "id", "task", "parent", "steps", "runner")
+    __slots__ = ("id", "parent", "runner", "session", "steps", "task")
 
     def __init__(self, session: Session, call_id: int, task: Task, parent: OutgoingCall | None) -> None:
         self.session = session

@@ -45,7 +45,7 @@ T = TypeVar("T")
 class Attempt:
     """One leased job on its way to a worker, and back."""
 
-    __slots__ = ("job", "task", "policy", "runner", "cancel_requested", "blocked_at", "started")
+    __slots__ = ("blocked_at", "cancel_requested", "job", "policy", "runner", "started", "task")
 
     def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
         self.job = job

@@ -69,7 +69,7 @@ class _Histogram:
 class _Routine:
     """What one routine's calls did."""
 
-    __slots__ = ("outcomes", "duration", "wait", "rejected", "timeouts")
+    __slots__ = ("duration", "outcomes", "rejected", "timeouts", "wait")
 
     def __init__(self) -> None:
         self.outcomes = dict.fromkeys(OUTCOMES, 0)

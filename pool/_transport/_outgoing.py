@@ -47,17 +47,17 @@ class OutgoingCall:
     """
 
     __slots__ = (
-        "id",
-        "session",
-        "name",
-        "finished",
-        "final",
-        "cancelled_here",
+        "_inbox",
+        "_on_finish",
+        "_waiter",
         "answered",
         "batch",
-        "_inbox",
-        "_waiter",
-        "_on_finish",
+        "cancelled_here",
+        "final",
+        "finished",
+        "id",
+        "name",
+        "session",
     )
 
     def __init__(self, session: CallStream, call_id: int, name: str) -> None:

@@ -56,7 +56,7 @@ PARK_AFTER_S: Final[float] = 1.0
 class Guard:
     """Who may touch the worker's streams and books now: the main thread, or the watch while user code runs."""
 
-    __slots__ = ("lock", "since", "watch", "parked", "wake")
+    __slots__ = ("lock", "parked", "since", "wake", "watch")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -123,7 +123,7 @@ class Here:
     cancels, runs there anyway).
     """
 
-    __slots__ = ("_loop", "_guard", "_context")
+    __slots__ = ("_context", "_guard", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, guard: Guard) -> None:
         self._loop = loop

@@ -34,7 +34,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class Hop:
     """Runs callbacks on ``loop`` from any thread, many per wake-up."""
 
-    __slots__ = ("_loop", "_lock", "_items", "_scheduled")
+    __slots__ = ("_items", "_lock", "_loop", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -61,7 +61,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROGRAMS = [
     pytest.param(body, id=f"{page.name}-{index}")
     for page in PAGES
-    for index, body in enumerate(re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.M | re.S))
+    for index, body in enumerate(re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.MULTILINE | re.DOTALL))
     if "asyncio.run(" in body
 ]
 """Blocks that are whole programs (they call ``asyncio.run``); the others are fragments, compiled by test_readme."""

@@ -8,11 +8,10 @@ import json
 import httpx
 import pytest
 
-import pool
 from tests.integration import routines
 from tests.integration.browser import chromium_page
-from tests.integration.signals import Signals
 from tests.integration.child import Child
+from tests.integration.signals import Signals
 from tests.integration.workers import WORKER, clean_env, worker
 
 pytestmark = pytest.mark.integration

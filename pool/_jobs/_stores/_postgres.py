@@ -248,24 +248,23 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         never count the same slot free. Jobs without limits need no lock.
         """
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                free = await db.fetch(sql.FREE_DUE, now, limit)
-                limited = []
-                if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
-                    limited = await db.fetch(sql.LIMITED_DUE, now, limit)
-                chosen = sorted(
-                    [tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (-r[3], r[1], r[2], r[0])
-                )
-                rows = await db.fetch(
-                    f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
-                    f"AND state = 'pending' RETURNING {sql.COLUMNS}",
-                    owner,
-                    [r[0] for r in chosen[:limit]],
-                )
-                if checked:  # rate limits: count these leases, hold back what they leave no room for
-                    await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            free = await db.fetch(sql.FREE_DUE, now, limit)
+            limited = []
+            if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
+                limited = await db.fetch(sql.LIMITED_DUE, now, limit)
+            chosen = sorted(
+                [tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (-r[3], r[1], r[2], r[0])
+            )
+            rows = await db.fetch(
+                f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
+                f"AND state = 'pending' RETURNING {sql.COLUMNS}",
+                owner,
+                [r[0] for r in chosen[:limit]],
+            )
+            if checked:  # rate limits: count these leases, hold back what they leave no room for
+                await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
@@ -360,31 +359,29 @@ class PostgresStore(PostgresPauses, PostgresStrays):
 
     async def recover(self, now: float) -> list[str]:
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                rows = await db.fetch(
-                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
-                    f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
-                    now,
-                )
-                held = await db.fetch(sql.RECOVER_HELD, now)
-                await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            rows = await db.fetch(
+                "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
+                f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
+                now,
+            )
+            held = await db.fetch(sql.RECOVER_HELD, now)
+            await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
         if rows or held:
             await self._notify("due")
         return [row[0] for row in rows]
 
     async def release_owner(self, owner: str, now: float) -> None:
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                await db.execute(
-                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
-                    "WHERE state = 'running' AND owner = $1",
-                    owner,
-                    now,
-                )
-                await db.execute(sql.RELEASE_HELD, owner)
-                await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            await db.execute(
+                "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
+                "WHERE state = 'running' AND owner = $1",
+                owner,
+                now,
+            )
+            await db.execute(sql.RELEASE_HELD, owner)
+            await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
         await self._notify("due")
 
     # -- maintenance, and a submit in the caller's transaction ---------------------------

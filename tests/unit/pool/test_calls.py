@@ -45,7 +45,7 @@ class Stream:
         self.inbound.put_nowait(grpc.aio.EOF)
 
     async def __aenter__(self) -> Stream:
-        lost = lambda exc: pool.WorkerBroken(f"lost worker w: {exc}", self._code)  # noqa: E731
+        lost = lambda exc: pool.WorkerBroken(f"lost worker w: {exc}", self._code)
         self._task = asyncio.ensure_future(self.session.run(self.inbound.get, self._write, lost))
         return self
 

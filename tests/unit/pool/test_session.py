@@ -55,7 +55,7 @@ class Link:
             self.messages_to_caller += 1
             self.to_caller.put_nowait(pb.Frames.FromString(message.SerializeToString()))
 
-        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")  # noqa: E731
+        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
         self.tasks = [
             asyncio.ensure_future(self.caller.run(self.to_caller.get, to_callee, lost)),
             asyncio.ensure_future(self.callee.run(self.to_callee.get, to_caller, lost)),

@@ -49,10 +49,9 @@ class TestBrokenConnections:
             first = await guarded.fetchval("SELECT pg_backend_pid()")
             _terminate_all(postgres_server, postgres_url)
             with pytest.raises(pool.StoreError) as raised:  # one try, no RetryingStore: the error is seen
-                async with store._errors():
-                    async with guarded.acquire() as db:
-                        await asyncio.sleep(0.2)  # the FATAL and the end of the stream arrive
-                        await db.fetchval("SELECT 1")
+                async with store._errors(), guarded.acquire() as db:
+                    await asyncio.sleep(0.2)  # the FATAL and the end of the stream arrive
+                    await db.fetchval("SELECT 1")
             assert "\n" not in str(raised.value)
             assert await guarded.fetchval("SELECT pg_backend_pid()") != first
         finally:

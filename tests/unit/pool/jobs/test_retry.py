@@ -176,7 +176,6 @@ class _FlakyMaintained(_Flaky):
 
     async def schedule_slot(self, name, slot, job):
         self._once("schedule_slot")
-        return None
 
     async def requeue(self, job_id, now):
         self.calls.append("requeue")
