@@ -33,6 +33,7 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from bench import routines
+import itertools
 
 CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, SAMPLE_S = 4, 6, 2.0, 0.05, 0.1
 PHASES = [(4, 6.0), (12, 10.0), (20, 10.0), (8, 10.0), (0, 6.0)]  # (clients, seconds)
@@ -83,7 +84,7 @@ async def run(balancer: Any, scale: float) -> dict[str, Any]:
                 await asyncio.sleep(seconds * scale)
         finally:
             done.set()
-            for task, stop in clients:
+            for _task, stop in clients:
                 stop.set()
             await asyncio.gather(*(t for t, _ in clients), return_exceptions=True)
             with contextlib.suppress(Exception):
@@ -98,8 +99,8 @@ def figures(result: dict[str, Any], scale: float) -> dict[str, Any]:
     steady = [s for t, s in samples if steady_from <= t < phases[2]]
     busy = sum(sum(1 for n in s.values() if n > 0) for s in steady) / max(1, len(steady))
     alive = [len(s) for _, s in samples]
-    grew = sum(1 for a, b in zip(alive, alive[1:]) if b > a)
-    shrank = sum(1 for a, b in zip(alive, alive[1:]) if b < a)
+    grew = sum(1 for a, b in itertools.pairwise(alive) if b > a)
+    shrank = sum(1 for a, b in itertools.pairwise(alive) if b < a)
     needed = -(-PHASES[3][0] // CAPACITY)
     exit_s = None
     for t, s in samples:

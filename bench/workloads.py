@@ -26,7 +26,7 @@ def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     if not ordered:
         return float("nan")
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1)))))
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[rank]
 
 

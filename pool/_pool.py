@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
@@ -259,7 +259,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
 
     # -- lifecycle -------------------------------------------------------------
 
-    async def __aenter__(self) -> WorkerPool:
+    async def __aenter__(self) -> Self:
         if self._path.state != "new":
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
         self._path.state = "starting"

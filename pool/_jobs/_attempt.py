@@ -104,7 +104,7 @@ def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
         return Verdict("succeeded", outcome, "")
     _, exc = outcome_result(outcome, job.routine)
     attempts = job.attempts + 1
-    if (isinstance(exc, WorkerBroken) or isinstance(exc, policy.retry_on)) and attempts < job.max_attempts:
+    if isinstance(exc, (WorkerBroken, policy.retry_on)) and attempts < job.max_attempts:
         delay = min(MAX_BACKOFF_S, policy.retry_backoff * 2 ** (attempts - 1))
         delay *= 0.5 + RANDOM.random()  # jitter: retries of a burst do not land together
         return Verdict("pending", None, describe(exc), retry_in=delay)

@@ -26,8 +26,9 @@ CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 )
 """Options for every channel to a worker (and, mirrored, for its server)."""
 
-SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = CHANNEL_OPTIONS + (
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    *CHANNEL_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.so_reuseport", 0),
 )
 """Server options: the channel's, plus accepting its keepalive pings."""

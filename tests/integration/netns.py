@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from tests.integration.child import Child
+from typing import Self
 
 BRIDGE_IP = "10.77.0.1"
 
@@ -60,7 +61,7 @@ class Lan:
         self.hosts: list[Host] = []
         self.bridge = "lpbr" + uuid.uuid4().hex[:6]
 
-    def __enter__(self) -> Lan:
+    def __enter__(self) -> Self:
         require_private_net()
         try:
             ip("link", "add", self.bridge, "type", "bridge", "mcast_snooping", "0")

@@ -51,7 +51,7 @@ async def test_the_live_view_should_show_a_busy_pool_and_refresh_in_place(one_sl
     async with Signals() as signals, one_slot_pool(spawn=2, metrics_port=0, queue_depth=10) as p:
         busy = [asyncio.ensure_future(routines.sleep(600, signals.address, f"b{i}")) for i in range(3)]
         try:
-            for i in range(2):
+            for _i in range(2):
                 await signals.wait("started")
             host, port = p.metrics_address
             terminal.start([*CLI, f"{host}:{port}", "--interval", "0.2"])

@@ -210,7 +210,7 @@ async def test_jobs_of_a_lease_whose_answer_was_lost_should_still_run(tmp_path):
     path = str(tmp_path / "jobs.db")
     store = LosesOneLeaseAnswer(path)
     async with pool.WorkerPool(spawn=1, store=store, lease_ttl=3) as runner:
-        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{path}") as api:
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{path}"):
             jobs = [await routines.echo.submit(i) for i in range(5)]  # left in the store for the runner to lease
             assert [await job.result(timeout=30) for job in jobs] == list(range(5))
         assert store.lost and (await runner.jobs.counts())["succeeded"] == 5
@@ -234,7 +234,7 @@ async def test_a_store_that_stops_answering_should_fail_submits_within_the_bound
     import pool
     from tests.integration import routines
 
-    async with pool.WorkerPool(spawn=1, store=postgres_url, store_retry=1.5, lease_ttl=60) as p:
+    async with pool.WorkerPool(spawn=1, store=postgres_url, store_retry=1.5, lease_ttl=60):
         assert await (await routines.add.submit(1, 2)).result(timeout=30) == 3
         frozen = _cluster_pids(postgres_server)
         for pid in frozen:

@@ -18,6 +18,7 @@ from pool._transport._calls import open_call
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 from pool._transport._task import Task
+from typing import Self
 
 
 class Stream:
@@ -44,7 +45,7 @@ class Stream:
         """The worker is gone (its process died): the stream ends under the dispatcher."""
         self.inbound.put_nowait(grpc.aio.EOF)
 
-    async def __aenter__(self) -> Stream:
+    async def __aenter__(self) -> Self:
         lost = lambda exc: pool.WorkerBroken(f"lost worker w: {exc}", self._code)
         self._task = asyncio.ensure_future(self.session.run(self.inbound.get, self._write, lost))
         return self

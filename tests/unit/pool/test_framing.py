@@ -16,6 +16,7 @@ from pool._transport import _rpc
 from pool._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._unix_channel import UnixChannel
+import itertools
 
 
 class Transport:
@@ -50,7 +51,7 @@ def framed(messages: list[bytes]) -> bytes:
 
 def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    return [data[a:b] for a, b in zip(edges, edges[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 async def drain(stream: MessageStream, count: int) -> list[bytes]:

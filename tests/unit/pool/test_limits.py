@@ -76,7 +76,7 @@ class TestGate:
     async def test_acquire_should_let_a_higher_limit_pass_waiters_that_do_not_fit(self):
         """Test a per-call override: a call allowed 3 starts while calls allowed 2 wait."""
         gate = Gate(("queue", "q", ""))
-        for i in range(2):
+        for _i in range(2):
             await gate.acquire(Ticket(task(), None, 0), 2)
         low = asyncio.ensure_future(gate.acquire(Ticket(task("low"), None, 0), 2))
         await settle()

@@ -138,7 +138,7 @@ class TestRoutine:
         with dispatching_to(recorder):
             counter.plus(1).close()
         (task,) = recorder.tasks
-        args, kwargs = pool._transport._wire.unpack_args(task.args, task.name)
+        args, _kwargs = pool._transport._wire.unpack_args(task.args, task.name)
         assert args[0].start == 5 and args[1:] == (1,)
 
 

@@ -65,7 +65,7 @@ class TestJobStore:
             again, created = await store.submit(job(created=NOW + 5))
             assert not created and again == first
             await store.heartbeat("me", NOW, 10)
-            (leased,) = await store.lease("me", 10, NOW)
+            (_leased,) = await store.lease("me", 10, NOW)
             assert await store.mark_running("a", "me", NOW)
             assert not (await store.submit(job(created=NOW + 6)))[1]  # running: still attaches
             assert await store.finish("a", "me", "succeeded", NOW + 1, outcome=b"out")
@@ -299,7 +299,7 @@ class TestJobStore:
             assert again.max_attempts == 2 and again.finished_at is None and again.deadline > NOW + 100
             assert (await store.requeue("f", NOW + 101)).state == "pending"  # not final: left as it is
             assert await store.requeue("nope", NOW) is None
-            (leased,) = await store.lease("me", 1, NOW + 100)
+            (_leased,) = await store.lease("me", 1, NOW + 100)
             assert await store.mark_running("f", "me", NOW + 100)
             assert (await store.get("f")).attempts == 2
 
