@@ -334,7 +334,7 @@ class Admission:
                 call = await self._place(waiter.ticket.task)
             except NoWorkersAvailable:
                 return False
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a placement fault reaches the waiting caller through its future
                 self._leave(waiter)
                 if not waiter.served.done():
                     waiter.served.set_exception(exc)

@@ -118,7 +118,7 @@ class Membership:
             try:
                 async for event in discovery.subscribe():
                     self.apply(event)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user discovery's fault is logged and it is resubscribed, never fatal to the pool
                 _log.exception("discovery %r failed; resubscribing in %.1fs", discovery, RESUBSCRIBE_S)
             await asyncio.sleep(RESUBSCRIBE_S)
 

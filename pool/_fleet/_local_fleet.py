@@ -245,7 +245,7 @@ class LocalFleet:
         try:
             await self._spawn(elastic=True)
             self.grown += 1
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed spawn is logged and retried after a back-off
             _log.exception("could not grow the pool by one worker")
             self._grow_after = time.monotonic() + GROW_BACKOFF_S
         finally:
@@ -338,7 +338,7 @@ class LocalFleet:
     async def _replace_retired(self, worker: LocalWorker) -> None:
         try:
             await self._spawn(elastic=worker.elastic)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed spawn is logged and retried after a back-off
             _log.exception("could not replace retired worker %s; retrying after a back-off", worker.uid)
             if not worker.elastic:
                 self._crashes += 1
@@ -366,7 +366,7 @@ class LocalFleet:
                         RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)],
                         exc.traceback,
                     )
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failed respawn is owed and retried after a back-off
                     self._owed += 1
                     self._crashes += 1
                     _log.exception("could not replace worker %s; retrying", dead)

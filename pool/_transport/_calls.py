@@ -216,7 +216,7 @@ def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
     if kind == pb.Outcome.RETURN:
         try:
             return True, _wire.loads(outcome.value, what=f"the result of {name}()")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result is the call's outcome, raised to its caller
             return False, exc
     if kind == pb.Outcome.RAISE:
         return False, _wire.unpack_exception(outcome.value, outcome.traceback, name)

@@ -192,7 +192,7 @@ class MessageStream(asyncio.Protocol):
         while messages and self._ended is None:
             try:
                 sink(messages.popleft())  # type: ignore[misc]
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a sink's fault ends the stream with that reason
                 self._fail(exc)
 
     async def receive(self) -> bytes | memoryview | None:

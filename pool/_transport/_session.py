@@ -324,7 +324,7 @@ class Session:
                 raise
             reader.uncancel()
             reason = writer.exception() or ConnectionResetError(f"{self.label}: stream finished")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any end of the stream is the reason every open call is failed with
             reason = exc
         finally:
             writer.remove_done_callback(writer_done)

@@ -186,7 +186,7 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     try:
         search = not all(type(a) in _ATOMIC for a in args) or not all(type(v) in _ATOMIC for v in kwargs.values())
         data = _plain((args, kwargs), search=search, buffers=buffers) or _cloud((args, kwargs), buffers)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the fast plain pickle failed: fall through to cloudpickle below
         pass
     else:
         if buffers:
@@ -215,7 +215,7 @@ def _plain(value: Any, *, search: bool = True, buffers: list[memoryview] | None 
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         else:
             data = pickle.dumps(_wrap(value), protocol=5, buffer_callback=_taker(buffers))
-    except Exception:
+    except Exception:  # noqa: BLE001 - plain pickle refused it: cloudpickle's job
         return None  # a lambda, a closure, a local class...: cloudpickle's job
     if search and _MAIN in data:
         return None  # names something of __main__, which the worker cannot import (or a string that looks so)
@@ -267,12 +267,12 @@ def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
     """
     try:
         tb = "".join(traceback.format_exception(exc))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user exception whose traceback cannot be formatted still crosses
         tb = f"{type(exc).__qualname__} (its traceback could not be formatted)"
     try:
         value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(value)  # an exception whose __init__ cannot take its args fails here
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - an unpicklable user exception crosses as a SerializationError stand-in
         stand_in = SerializationError(
             f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "
             f"it cannot be sent back to the caller: {_describe(err)}"
@@ -301,13 +301,13 @@ def _describe(exc: BaseException) -> str:
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user __str__ that raises must not hide the original error
         return f"<{type(exc).__qualname__}: str() failed>"
 
 
 def _short_repr(value: Any, limit: int = 80) -> str:
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user __repr__ that raises must not hide the original error
         text = f"<{type(value).__qualname__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

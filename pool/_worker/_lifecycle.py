@@ -150,7 +150,7 @@ class Lifecycle:
         for callback in self._on_drain:
             try:
                 callback()
-            except Exception:
+            except Exception:  # noqa: BLE001 - one drain callback's fault is logged; the others still run
                 _log.exception("drain callback failed")
         if not await self._wait_idle_until_deadline():
             _log.warning("%d call(s) still running when the grace ended; cancelling them", self._admission.in_flight)

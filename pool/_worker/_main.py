@@ -93,7 +93,7 @@ def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
     if config.backpressure:
         try:
             hook = _wire.loads(base64.b64decode(config.backpressure), what="the shipped backpressure hook")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any fault unpickling the hook is a bad setting, said in one line
             raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: {exc}") from None
         if not callable(hook):
             raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: expected a callable hook, got {hook!r}")

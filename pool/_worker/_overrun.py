@@ -95,7 +95,7 @@ def unlocked(guard: Guard, coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any
         except GeneratorExit:
             coro.close()
             raise
-        except BaseException as exc:  # a cancellation, thrown in by the task: into the routine
+        except BaseException as exc:  # noqa: BLE001 - a cancellation, thrown in by the task: into the routine
             error = exc
 
 
@@ -193,7 +193,7 @@ class Watch:
         asyncio.events._set_running_loop(self._loop)  # what it runs schedules onto the main loop
         try:
             self._serve()
-        except Exception:
+        except Exception:  # noqa: BLE001 - logged; the overrun thread must hand the loop back in the finally
             _log.exception("answering the streams while a routine overran failed")
         finally:
             asyncio.events._set_running_loop(None)

@@ -264,7 +264,7 @@ class WorkerService:
     async def _vet(self, peer: Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
         try:
             rejected, error = await pending, None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a user backpressure hook's fault rejects the call and is reported
             rejected, error = True, exc
         verdict = self.admission.settle(rejected, error)
         peer.hosted.pop(hosted.id, None)

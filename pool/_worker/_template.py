@@ -135,7 +135,7 @@ def _run_then_exit(run: Callable[[], int]) -> NoReturn:
         code = run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the forked child prints any fault and exits with the code below
         traceback.print_exc()
     finally:
         try:

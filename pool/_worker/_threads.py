@@ -61,7 +61,7 @@ class Hop:
         for fn, args in items:
             try:
                 fn(*args)
-            except Exception:
+            except Exception:  # noqa: BLE001 - one callback's fault is logged; the rest still run
                 _log.exception("callback %r failed", fn)
 
 

@@ -36,7 +36,7 @@ async def _submitters(routine, count: int, stop: asyncio.Event, jobs: list) -> t
         while not stop.is_set():
             try:
                 jobs.append((f"{n}-{i}", await routine.submit(f"{n}-{i}")))
-            except Exception as exc:  # counted: the test asserts there are none
+            except Exception as exc:  # noqa: BLE001 - counted: the test asserts there are none
                 errors.append(exc)
             i += 1
             await asyncio.sleep(0.01)

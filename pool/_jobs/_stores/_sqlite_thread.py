@@ -117,7 +117,7 @@ class SQLiteThread:
                     connection.execute("SAVEPOINT op")
                 try:
                     results.append((future, True, op(connection)))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the op's fault is translated and handed to its caller's future
                     if not connection.in_transaction:  # some errors roll back the whole transaction
                         self._fail(work, _translate(exc, self._url), exc)
                         return
