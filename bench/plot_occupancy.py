@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from typing import Any
@@ -33,7 +34,6 @@ import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from bench import routines
-import itertools
 
 CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, SAMPLE_S = 4, 6, 2.0, 0.05, 0.1
 PHASES = [(4, 6.0), (12, 10.0), (20, 10.0), (8, 10.0), (0, 6.0)]  # (clients, seconds)

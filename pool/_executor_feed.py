@@ -236,7 +236,7 @@ class Feed:
             raise
 
     async def _settle(self, future: cf.Future[Any], task: Task) -> None:
-        assert self._call is not None and self._room is not None
+        assert self._call is not None and self._room is not None  # noqa: S101 - an invariant, stated for the type checker
         while True:
             try:
                 value = await self._call(task)

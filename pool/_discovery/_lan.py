@@ -47,7 +47,7 @@ def advertised_addresses(host: str, advertise: str) -> list[str]:
     """The IPv4 addresses to publish for a worker bound to ``host``."""
     if advertise:
         return [advertise]
-    if host not in ("0.0.0.0", "::", ""):
+    if host not in ("0.0.0.0", "::", ""):  # noqa: S104 - tells a wildcard bind apart, binds nothing
         return [socket.gethostbyname(host)]
     import ifaddr  # a zeroconf dependency
 

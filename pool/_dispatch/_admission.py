@@ -205,7 +205,7 @@ class Admission:
             except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
                 if (error := self._stranded()) is not None:
-                    raise error  # its own cause (the initializer's exception) stays
+                    raise error  # noqa: B904 - its own cause (the initializer's exception) stays
                 if not (self.queue_depth or plain) and not self._coming():
                     raise
         loop = asyncio.get_running_loop()

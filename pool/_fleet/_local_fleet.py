@@ -389,5 +389,5 @@ def socket_directory() -> str:
     """
     base = tempfile.gettempdir()
     if len(base) > 40:
-        base = "/tmp"
+        base = "/tmp"  # noqa: S108 - only the directory mkdtemp makes its private 0700 folder in
     return tempfile.mkdtemp(prefix="leakypool-", dir=base)

@@ -161,7 +161,7 @@ class LocalWorker:
 
     async def wait(self) -> int:
         """Wait for the child to exit; its exit status (it is reaped)."""
-        assert self._exited is not None
+        assert self._exited is not None  # noqa: S101 - an invariant, stated for the type checker
         code = await asyncio.shield(self._exited)
         self._close_lifeline()
         self._read_status()  # a line written just before the exit (`retire_now`)

@@ -328,7 +328,7 @@ class _Tail(asyncio.Protocol):
     @classmethod
     async def attach(cls, process: subprocess.Popen[bytes]) -> _Tail:
         tail = cls()
-        assert process.stderr is not None
+        assert process.stderr is not None  # noqa: S101 - an invariant, stated for the type checker
         tail._transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: tail, process.stderr)
         return tail
 

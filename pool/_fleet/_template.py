@@ -144,7 +144,7 @@ class WorkerTemplate:
 
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._channel is not None
+        assert self._channel is not None  # noqa: S101 - an invariant, stated for the type checker
         try:
             while True:
                 try:
@@ -214,7 +214,7 @@ async def _send_fds(channel: socket.socket, data: bytes, fds: tuple[int, int]) -
             return
         except BlockingIOError:
             writable = loop.create_future()
-            loop.add_writer(channel, lambda: writable.done() or writable.set_result(None))
+            loop.add_writer(channel, lambda fut=writable: fut.done() or fut.set_result(None))
             try:
                 await writable
             finally:

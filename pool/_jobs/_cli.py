@@ -126,7 +126,7 @@ async def run(args: argparse.Namespace) -> Any:
     if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///") :].lstrip("/")):
         raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(args.store)
-    assert store is not None
+    assert store is not None  # noqa: S101 - an invariant, stated for the type checker
     if not isinstance(store, MaintainedStore):
         raise ConfigError(f"store {args.store}: does not support the jobs command")
     await open_waiting(store)

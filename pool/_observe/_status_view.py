@@ -39,7 +39,7 @@ def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
         OSError: unreachable, or not a pool's observation port (one line).
     """
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - the URL the user typed for their own pool's /status
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         raise OSError(f"{url}: HTTP {exc.code} (is this a pool's metrics port?)") from None

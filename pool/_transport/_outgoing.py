@@ -143,7 +143,7 @@ class OutgoingCall:
             async with asyncio.timeout(timeout):
                 while not self.finished:
                     await self.receive()
-        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - best-effort drain at close; the finally releases the call either way
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001, S110 - best-effort drain at close; the finally releases the call either way
             pass
         finally:
             if not self.finished:

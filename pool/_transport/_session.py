@@ -299,7 +299,7 @@ class Session:
             the error reading or writing raised (e.g. an undecodable message).
         """
         reader = asyncio.current_task()
-        assert reader is not None
+        assert reader is not None  # noqa: S101 - an invariant, stated for the type checker
         self.holds_accepts = write_now is not None
         self._transport_busy_at = busy_at
         self._side = side

@@ -152,13 +152,13 @@ def loads(data: bytes, *, what: str) -> Any:
     if data[0] == _buffers.MARK:
         try:
             pickled, buffers = _buffers.unpack(data)
-            return pickle.loads(pickled, buffers=buffers)
+            return pickle.loads(pickled, buffers=buffers)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
         except Exception as exc:
             raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
     if len(data) >= _malloc.LARGE_BYTES:
         _malloc.tune()
     try:
-        return pickle.loads(data)
+        return pickle.loads(data)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
     except Exception as exc:
         raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
 
@@ -186,7 +186,7 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     try:
         search = not all(type(a) in _ATOMIC for a in args) or not all(type(v) in _ATOMIC for v in kwargs.values())
         data = _plain((args, kwargs), search=search, buffers=buffers) or _cloud((args, kwargs), buffers)
-    except Exception:  # noqa: BLE001 - the fast plain pickle failed: fall through to cloudpickle below
+    except Exception:  # noqa: BLE001, S110 - the fast plain pickle failed: fall through to cloudpickle below
         pass
     else:
         if buffers:
@@ -271,7 +271,7 @@ def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
         tb = f"{type(exc).__qualname__} (its traceback could not be formatted)"
     try:
         value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(value)  # an exception whose __init__ cannot take its args fails here
+        pickle.loads(value)  # noqa: S301 - our own bytes, just made: an exception whose __init__ cannot take its args fails here
     except Exception as err:  # noqa: BLE001 - an unpicklable user exception crosses as a SerializationError stand-in
         stand_in = SerializationError(
             f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("leakypool.worker")
 
-WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})
+WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})  # noqa: S104 - names the wildcard binds to tell them apart
 """Binds to every address: no one address to publish."""
 
 
@@ -335,7 +335,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
 
     Returns what to await before exiting (the withdrawal, finished).
     """
-    local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host  # noqa: S104 - tells a wildcard bind apart, binds nothing
     worker = WorkerMetadata(
         uid=uuid.UUID(info["uid"]),
         address=bind_address(config.advertise or local_host, info["port"]),

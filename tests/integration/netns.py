@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from typing import Self
 
 import pytest
 
 from tests.integration.child import Child
-from typing import Self
 
 BRIDGE_IP = "10.77.0.1"
 

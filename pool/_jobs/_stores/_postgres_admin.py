@@ -139,7 +139,7 @@ async def schedule_slot(pool: Any, name: str, slot: float, job: NewJob | None) -
             )
         inserted = False
         if claim:
-            assert job is not None
+            assert job is not None  # noqa: S101 - an invariant, stated for the type checker
             status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *insert_values(job, ""))
             inserted = status.endswith(" 1")
     return previous, inserted

@@ -100,7 +100,7 @@ async def retrying(
         if not bound.expired():
             raise
         if errors:
-            raise errors[-1]  # (its cause, the lost connection, kept)
+            raise errors[-1]  # noqa: B904 - (its cause, the lost connection, kept)
         raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
 
 

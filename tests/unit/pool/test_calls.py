@@ -9,6 +9,7 @@ second run elsewhere.
 from __future__ import annotations
 
 import asyncio
+from typing import Self
 
 import grpc
 import pytest
@@ -18,7 +19,6 @@ from pool._transport._calls import open_call
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 from pool._transport._task import Task
-from typing import Self
 
 
 class Stream:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 
@@ -16,7 +17,6 @@ from pool._transport import _rpc
 from pool._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, hello, method_of
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._unix_channel import UnixChannel
-import itertools
 
 
 class Transport:
