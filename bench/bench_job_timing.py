@@ -49,8 +49,8 @@ async def delayed(store: str, n: int) -> dict[str, object]:
         jobs = await asyncio.gather(
             *(routines.stamp.options(run_at=datetime.datetime.fromtimestamp(d, datetime.UTC)).submit() for d in dues)
         )
-        late_submits = sum(1 for job, due in zip(jobs, dues) if job.created_at.timestamp() > due)
-        late = [await job.result(timeout=120) - due for job, due in zip(jobs, dues)]
+        late_submits = sum(1 for job, due in zip(jobs, dues, strict=False) if job.created_at.timestamp() > due)
+        late = [await job.result(timeout=120) - due for job, due in zip(jobs, dues, strict=False)]
 
         async def call_at(due: float) -> float:
             await asyncio.sleep(max(0.0, due - time.time()))

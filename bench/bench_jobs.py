@@ -62,7 +62,7 @@ async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, objec
             jobs.append(total / elapsed)
             errors.append({"calls": call_errors, "jobs": job_errors})
         counts = await p.jobs.counts()
-    ratios = sorted(j / c for j, c in zip(jobs, calls))
+    ratios = sorted(j / c for j, c in zip(jobs, calls, strict=False))
     return {
         "n": total,
         "concurrency": TP_CONCURRENCY,
@@ -174,10 +174,10 @@ async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> d
             h[kind].extend(await latency_samples(stores[kind], 1000 // scale // rounds))
     jobs = {kind: [r["jobs_per_s_median"] for r in g[kind]] for kind in g}
     calls = {kind: [r["calls_per_s_median"] for r in g[kind]] for kind in g}
-    ratios = sorted(f / e for f, e in zip(jobs["full"], jobs["empty"]))  # type: ignore[operator]
+    ratios = sorted(f / e for f, e in zip(jobs["full"], jobs["empty"], strict=False))  # type: ignore[operator]
     vs_calls = sorted(
         (f / fc) / (e / ec)
-        for f, fc, e, ec in zip(jobs["full"], calls["full"], jobs["empty"], calls["empty"])  # type: ignore[operator]
+        for f, fc, e, ec in zip(jobs["full"], calls["full"], jobs["empty"], calls["empty"], strict=False)  # type: ignore[operator]
     )
     latency_ms = {kind: summarize_us(h[kind]) for kind in h}
     return {

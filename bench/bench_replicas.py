@@ -88,7 +88,7 @@ async def main(stores: dict[str, str], total: int, rounds: int) -> dict[str, obj
         result[name] = {
             "one_process_jobs_per_s_median": round(statistics.median(one), 1),
             "two_processes_jobs_per_s_median": round(statistics.median(two), 1),
-            "two_over_one_median": round(statistics.median(t / o for t, o in zip(two, one)), 3),
+            "two_over_one_median": round(statistics.median(t / o for t, o in zip(two, one, strict=False)), 3),
         }
     return result
 

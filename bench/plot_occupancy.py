@@ -124,7 +124,7 @@ def draw(results: dict[str, dict[str, Any]], out: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
-    for ax, (name, result) in zip(axes, results.items()):
+    for ax, (name, result) in zip(axes, results.items(), strict=False):
         samples = result["samples"]
         uids = sorted({uid for _, s in samples for uid in s})
         times = [t for t, _ in samples]

@@ -304,7 +304,7 @@ class FeedExecutor(cf.Executor):
         """
         check_map_arguments(chunksize, buffersize)
         shipped = Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
-        chunks = batched(zip(*iterables), chunksize)
+        chunks = batched(zip(*iterables, strict=False), chunksize)
         if chunksize == 1:
             return ordered_results(
                 functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize

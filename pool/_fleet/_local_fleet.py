@@ -196,7 +196,7 @@ class LocalFleet:
             self._socket_dir = socket_directory()
         if self._initializer and self._socket_dir is not None:
             path = os.path.join(self._socket_dir, "initializer.pickle")
-            with open(path, "wb") as f:  # the directory is this user's only (0700)
+            with open(path, "wb") as f:  # noqa: ASYNC230 - once at start, the pickled initializer into this user's own 0700 directory
                 f.write(self._initializer)
             self._env["LEAKYPOOL_INITIALIZER_FILE"] = path
         if self._use_template and self.maximum > 0 and template_supported():

@@ -111,7 +111,7 @@ class LocalWorker:
                 self._process = ForkedWorker(pid, template)
                 self._exited = self._process.exited
             else:
-                self._process = subprocess.Popen(
+                self._process = subprocess.Popen(  # noqa: ASYNC220 - returns once forked; the pool then awaits the READY pipe without blocking
                     [sys.executable, "-m", "worker_main"],
                     env=env,
                     stdin=subprocess.DEVNULL,

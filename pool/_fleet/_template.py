@@ -84,7 +84,7 @@ class WorkerTemplate:
                 self._process = _fork(ours, theirs, self._preload)
                 self.forked = True
             else:
-                self._process = subprocess.Popen(
+                self._process = subprocess.Popen(  # noqa: ASYNC220 - returns once forked; the pool then awaits its socket without blocking
                     [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
                     env=self._env,
                     stdin=subprocess.DEVNULL,

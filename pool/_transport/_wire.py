@@ -132,7 +132,7 @@ def _wrap(value: Any, depth: int = 2) -> Any:
         items = {k: _wrap(v, depth - 1) for k, v in value.items()}
         return items if any(items[k] is not v for k, v in value.items()) else value
     wrapped = [_wrap(v, depth - 1) for v in value]
-    if all(w is v for w, v in zip(wrapped, value)):
+    if all(w is v for w, v in zip(wrapped, value, strict=False)):
         return value
     return wrapped if t is list else tuple(wrapped)
 

@@ -107,4 +107,4 @@ class Lan:
             host.holder.wait(30)
             if host.holder.stdout is not None:
                 host.holder.stdout.close()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30, check=False)

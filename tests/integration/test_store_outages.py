@@ -241,7 +241,7 @@ async def test_a_store_that_stops_answering_should_fail_submits_within_the_bound
             os.kill(pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            with pytest.raises(pool.StoreError, match="no answer within 2.5s") as raised:
+            with pytest.raises(pool.StoreError, match=r"no answer within 2\.5s") as raised:
                 await asyncio.wait_for(routines.add.submit(2, 3), 60)
             waited = time.monotonic() - started
         finally:

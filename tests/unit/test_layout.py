@@ -311,7 +311,7 @@ def test_grpc_should_be_imported_by_the_grpc_transport_modules_only():
 def test_no_grpc_should_load_for_local_work(code):
     """Test that neither side of a pool of local workers pays for importing grpc (~20-50 ms at start-up)."""
     check = f"import sys; {code}; sys.exit('grpc' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120, check=False).returncode == 0
 
 
 def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_process():

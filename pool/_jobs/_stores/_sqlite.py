@@ -82,7 +82,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         """
         if self._thread is not None:
             return
-        if os.path.isdir(self.path):
+        if os.path.isdir(self.path):  # noqa: ASYNC240 - one stat at open, before the store has its thread
             raise ConfigError(f"store {self.url}: is a directory, not a database file")
         self._thread = SQLiteThread(self.path, self.url, self._synchronous)
         try:

@@ -210,7 +210,7 @@ class TestLimits:
             pending = [asyncio.ensure_future(limits.acquire(t)) for t in tickets]
             await settle()
             peak = max(peak, len(limits))
-            for ticket, future in zip(tickets, pending):
+            for ticket, future in zip(tickets, pending, strict=False):
                 await future
                 limits.release(ticket)
             assert len(limits) == 0

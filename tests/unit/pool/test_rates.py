@@ -40,7 +40,7 @@ def test_rate_limit_should_refuse_bad_values_in_one_line():
     ]:
         with pytest.raises(ValueError, match=message):
             pool.RateLimit(*args)
-    with pytest.raises(TypeError, match="rate: expected a pool.RateLimit"):
+    with pytest.raises(TypeError, match=r"rate: expected a pool\.RateLimit"):
         pool.Queue("q", rate=5)
 
 

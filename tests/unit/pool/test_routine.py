@@ -103,7 +103,7 @@ class TestRoutine:
         assert routines.add.options(retry_on=KeyError).call_options.retry_on == (KeyError,)
         with pytest.raises(ValueError, match="dispatch_deadline: expected seconds > 0"):
             routines.add.options(dispatch_deadline=0)
-        with pytest.raises(TypeError, match="queue: expected a pool.Queue"):
+        with pytest.raises(TypeError, match=r"queue: expected a pool\.Queue"):
             routines.add.options(queue="db")
         with pytest.raises(ValueError, match="a concurrency key needs a queue"):
             routines.add.options(key="tenant-1")

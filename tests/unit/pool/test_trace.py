@@ -43,4 +43,4 @@ def test_opentelemetry_should_be_imported_by_no_module_of_pool():
         "import sys, pool, pool._worker._main, pool._worker._runner; "
         "sys.exit(any(m.startswith('opentelemetry') for m in sys.modules))"
     )
-    assert subprocess.run([sys.executable, "-c", check], cwd=root, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", check], cwd=root, timeout=120, check=False).returncode == 0
