@@ -58,7 +58,7 @@ class PriorityLoadBalancer:
                 continue
             try:
                 accepted = yield uid
-            except Exception:
+            except Exception:  # noqa: BLE001, S112 - a worker's rejection or fault thrown in by the pool: offer the next one
                 continue  # rejected or broken; eviction is the pool's business
             if accepted is not None:
                 return

@@ -68,9 +68,7 @@ class LoadBalancerLike(Protocol):
     ``BaseException``: cancellation and ``GeneratorExit`` must pass.
     """
 
-    def delegate(
-        self, task: Any, *, context: LoadBalancerContextView
-    ) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
+    def delegate(self, task: Any, *, context: LoadBalancerContextView) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yield candidate uids for ``task`` from ``context.workers``."""
         ...
 

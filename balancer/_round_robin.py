@@ -56,7 +56,7 @@ class RoundRobinLoadBalancer:
                 continue
             try:
                 accepted = yield uid
-            except Exception:
+            except Exception:  # noqa: BLE001, S112 - a worker's rejection or fault thrown in by the pool: offer the next one
                 continue
             if accepted is not None:
                 return

@@ -46,7 +46,10 @@ async def first_candidate_us(balancer, context) -> dict[str, float]:
         samples.append(time.perf_counter() - t0)
         await gen.aclose()
     samples.sort()
-    return {"p50_us": round(samples[len(samples) // 2] * 1e6, 2), "p99_us": round(samples[int(len(samples) * 0.99)] * 1e6, 2)}
+    return {
+        "p50_us": round(samples[len(samples) // 2] * 1e6, 2),
+        "p99_us": round(samples[int(len(samples) * 0.99)] * 1e6, 2),
+    }
 
 
 async def main() -> dict[str, object]:

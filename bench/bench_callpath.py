@@ -142,7 +142,7 @@ async def _floor_client(path: str, server_pid: int, calls: int, tp_calls: int) -
 def run_floor(calls: int, tp_calls: int) -> dict[str, Any]:
     import uvloop
 
-    path = tempfile.mktemp(suffix=".sock")
+    path = tempfile.mktemp(suffix=".sock")  # noqa: S306 - a unix socket path: bind() creates it, and fails if anyone got there first
     pid = os.fork()
     if pid == 0:
         try:
@@ -209,9 +209,22 @@ def _child(kind: str, calls: int, tp_calls: int) -> None:
 
 def _round(kind: str, python: str, cwd: pathlib.Path, calls: int, tp_calls: int) -> dict[str, Any]:
     out = subprocess.run(
-        [python, "-m", "bench.bench_callpath", "--child", "floor" if kind == "floor" else "leakypool",
-         "--calls", str(calls), "--tp-calls", str(tp_calls)],
-        capture_output=True, text=True, timeout=900, cwd=cwd, check=False,
+        [
+            python,
+            "-m",
+            "bench.bench_callpath",
+            "--child",
+            "floor" if kind == "floor" else "leakypool",
+            "--calls",
+            str(calls),
+            "--tp-calls",
+            str(tp_calls),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        check=False,
     )
     if out.returncode:
         sys.exit(f"{kind} failed: {out.stderr[-2000:]}")

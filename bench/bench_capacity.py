@@ -57,8 +57,13 @@ async def timed(calls: int) -> tuple[list[float], float, int]:
 async def one_size(n: int, calls: int, transport: str) -> dict[str, object]:
     t0 = time.perf_counter()
     async with pool.WorkerPool(
-        spawn=n, backpressure=TaskCountBackpressure(1), loadbalancer=PriorityLoadBalancer(),
-        queue_depth=10_000, local_transport=transport, startup_timeout=300, shutdown_grace=1,
+        spawn=n,
+        backpressure=TaskCountBackpressure(1),
+        loadbalancer=PriorityLoadBalancer(),
+        queue_depth=10_000,
+        local_transport=transport,
+        startup_timeout=300,
+        shutdown_grace=1,
     ) as p:
         await p.wait_for_workers(n, timeout=300)
         started = time.perf_counter() - t0
@@ -101,14 +106,19 @@ async def main(args: argparse.Namespace) -> None:
         runs.append(await one_size(args.tcp, args.calls, "tcp"))
     local = [r for r in runs if r["transport"] == "unix"]
     cpu = [r["cpu_us_per_call_behind_full"] for r in local]
-    print(json.dumps({
-        "workload": "k_behind_full_workers",
-        "python": platform.python_version(),
-        "runs": runs,
-        "worst_p50_ratio": max(r["p50_ratio"] for r in runs),
-        "cpu_per_call_spread": round(max(cpu) / min(cpu), 3) if cpu else None,
-        "targets": {"p50_ratio": "<= 1.3 at every N", "cpu_per_call_spread": "<= 1.5 from N = 2 to 128"},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "workload": "k_behind_full_workers",
+                "python": platform.python_version(),
+                "runs": runs,
+                "worst_p50_ratio": max(r["p50_ratio"] for r in runs),
+                "cpu_per_call_spread": round(max(cpu) / min(cpu), 3) if cpu else None,
+                "targets": {"p50_ratio": "<= 1.3 at every N", "cpu_per_call_spread": "<= 1.5 from N = 2 to 128"},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

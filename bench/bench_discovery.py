@@ -48,7 +48,11 @@ async def one(discovery: pool.DiscoveryLike, flags: list[str]) -> dict[str, floa
             if proc.returncode is None:
                 proc.kill()
             await exited
-    return {"start_to_found_s": t_found - t0, "start_to_first_task_s": t_first - t0, "exit_to_removed_s": t_gone - t_exit}
+    return {
+        "start_to_found_s": t_found - t0,
+        "start_to_first_task_s": t_first - t0,
+        "exit_to_removed_s": t_gone - t_exit,
+    }
 
 
 def medians(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -64,7 +68,16 @@ async def main() -> dict[str, object]:
     if os.environ.get("LEAKYPOOL_IN_PRIVATE_NET") == "1":
         kind = f"_lp{uuid.uuid4().hex[:8]}._tcp.local."
         lan = pool.LanDiscovery(interfaces=["127.0.0.1"], service_type=kind)
-        flags = ["--discovery", "lan", "--interfaces", "127.0.0.1", "--service-type", kind, "--max-concurrent-tasks", "0"]
+        flags = [
+            "--discovery",
+            "lan",
+            "--interfaces",
+            "127.0.0.1",
+            "--service-type",
+            kind,
+            "--max-concurrent-tasks",
+            "0",
+        ]
         result["lan"] = medians([await one(lan, flags) for _ in range(RUNS)])
     else:
         result["lan"] = "skipped: run through tools/private_net.sh (zeroconf multicasts)"

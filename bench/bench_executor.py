@@ -50,17 +50,24 @@ def main() -> None:
     args = parser.parse_args()
     leaky = measure(pool.Executor, args.workers, args.items)
     peer = measure(cf.ProcessPoolExecutor, args.workers, args.items)
-    ratios = {f"chunksize_{c}_ratio": round(leaky[f"chunksize_{c}_items_per_s"] / peer[f"chunksize_{c}_items_per_s"], 2)
-              for c in CHUNKSIZES}
-    print(json.dumps({
-        "bench": "q_executor_map",
-        "items": args.items,
-        "workers": args.workers,
-        "leakypool": leaky,
-        "ProcessPoolExecutor": peer,
-        "leakypool_over_processpool": ratios,
-        "targets": {"chunksize_1_ratio": ">= 1.5", "chunksize_64_ratio": ">= 1.0"},
-    }, indent=2))
+    ratios = {
+        f"chunksize_{c}_ratio": round(leaky[f"chunksize_{c}_items_per_s"] / peer[f"chunksize_{c}_items_per_s"], 2)
+        for c in CHUNKSIZES
+    }
+    print(
+        json.dumps(
+            {
+                "bench": "q_executor_map",
+                "items": args.items,
+                "workers": args.workers,
+                "leakypool": leaky,
+                "ProcessPoolExecutor": peer,
+                "leakypool_over_processpool": ratios,
+                "targets": {"chunksize_1_ratio": ">= 1.5", "chunksize_64_ratio": ">= 1.0"},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

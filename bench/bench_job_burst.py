@@ -29,8 +29,9 @@ from bench import routines
 from bench.workloads import log
 
 
-async def burst_trial(p: pool.WorkerPool, jobs: int = 1000, producers: int = 256, sample_s: float = 0.02,
-                      timeout: float = 60.0) -> dict[str, float]:
+async def burst_trial(
+    p: pool.WorkerPool, jobs: int = 1000, producers: int = 256, sample_s: float = 0.02, timeout: float = 60.0
+) -> dict[str, float]:
     """One burst on an open pool with a store; its drain time and longest stall, in seconds."""
     samples: list[tuple[float, int, int]] = []
     submitted = asyncio.Event()

@@ -33,8 +33,11 @@ from bench.workloads import WORKERS, log, summarize_us
 
 def _ms(samples: list[float]) -> dict[str, float]:
     s = summarize_us(samples)
-    return {"p50_ms": round(s["p50_us"] / 1e3, 2), "p99_ms": round(s["p99_us"] / 1e3, 2),
-            "max_ms": round(max(samples) * 1e3, 2)}
+    return {
+        "p50_ms": round(s["p50_us"] / 1e3, 2),
+        "p99_ms": round(s["p99_us"] / 1e3, 2),
+        "max_ms": round(max(samples) * 1e3, 2),
+    }
 
 
 async def delayed(store: str, n: int) -> dict[str, object]:
@@ -43,20 +46,27 @@ async def delayed(store: str, n: int) -> dict[str, object]:
             await (await routines.stamp.submit()).result(timeout=60)
         t0 = time.time() + 1.0
         dues = [t0 + 2.0 * i / n for i in range(n)]
-        jobs = await asyncio.gather(*(
-            routines.stamp.options(run_at=datetime.datetime.fromtimestamp(d, datetime.UTC)).submit() for d in dues
-        ))
-        late_submits = sum(1 for job, due in zip(jobs, dues) if job.created_at.timestamp() > due)
-        late = [await job.result(timeout=120) - due for job, due in zip(jobs, dues)]
+        jobs = await asyncio.gather(
+            *(routines.stamp.options(run_at=datetime.datetime.fromtimestamp(d, datetime.UTC)).submit() for d in dues)
+        )
+        late_submits = sum(1 for job, due in zip(jobs, dues, strict=False) if job.created_at.timestamp() > due)
+        late = [await job.result(timeout=120) - due for job, due in zip(jobs, dues, strict=False)]
 
         async def call_at(due: float) -> float:
             await asyncio.sleep(max(0.0, due - time.time()))
             return await routines.stamp() - due
+
         t0 = time.time() + 0.5
         in_memory = await asyncio.gather(*(call_at(t0 + 2.0 * i / n) for i in range(n)))
         counts = await p.jobs.counts()
-    return {"jobs": n, "job_start_minus_due": _ms(late), "call_start_minus_due": _ms(list(in_memory)),
-            "early": sum(1 for x in late if x < 0), "submitted_after_due": late_submits, "store_counts": counts}
+    return {
+        "jobs": n,
+        "job_start_minus_due": _ms(late),
+        "call_start_minus_due": _ms(list(in_memory)),
+        "early": sum(1 for x in late if x < 0),
+        "submitted_after_due": late_submits,
+        "store_counts": counts,
+    }
 
 
 async def periodic(store: str, seconds: int) -> dict[str, object]:
@@ -92,10 +102,15 @@ async def periodic(store: str, seconds: int) -> dict[str, object]:
             await asyncio.sleep(slot - time.time())
             in_memory.append(await routines.stamp() - slot)
     return {
-        "processes": 3, "seconds": seconds, "slots": len(slots), "succeeded": len(done),
-        "executions": executions, "ran_more_than_once": executions - len(done) + sum(j.attempts - 1 for j in done),
+        "processes": 3,
+        "seconds": seconds,
+        "slots": len(slots),
+        "succeeded": len(done),
+        "executions": executions,
+        "ran_more_than_once": executions - len(done) + sum(j.attempts - 1 for j in done),
         "skipped_between_first_and_last": (slots[-1] - slots[0] + 1 - len(slots)) if slots else None,
-        "job_start_minus_slot": _ms(late) if late else None, "call_start_minus_slot": _ms(in_memory),
+        "job_start_minus_slot": _ms(late) if late else None,
+        "call_start_minus_slot": _ms(in_memory),
     }
 
 
@@ -117,8 +132,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200, help="delayed jobs (default 200)")
     parser.add_argument("--seconds", type=int, default=20, help="periodic run length (default 20)")
-    parser.add_argument("--postgres", help="also on PostgreSQL: 'auto' (a throwaway server) or a URL prefix: "
-                        "databases PREFIX_d and PREFIX_p must exist")
+    parser.add_argument(
+        "--postgres",
+        help="also on PostgreSQL: 'auto' (a throwaway server) or a URL prefix: "
+        "databases PREFIX_d and PREFIX_p must exist",
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         postgres = args.postgres

@@ -63,13 +63,24 @@ def main() -> None:
     pool.joblib.shutdown()
     lp_q2, lk_q2 = (statistics.median(rows[b]["q2"]) for b in ("leakypool", "loky"))
     lp_r, lk_r = (statistics.median(rows[b]["r"]) for b in ("leakypool", "loky"))
-    print(json.dumps({
-        "machine": platform.machine(), "python": platform.python_version(), "rounds": args.rounds,
-        "q2_items_per_s": {"leakypool": round(lp_q2), "loky": round(lk_q2), "ratio": round(lp_q2 / lk_q2, 3)},
-        "r_grid_search_s": {"leakypool": round(lp_r, 3), "loky": round(lk_r, 3), "ratio": round(lp_r / lk_r, 3),
-                            "same_scores": scores["leakypool"] == scores["loky"]},
-        "rounds_detail": rows,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "machine": platform.machine(),
+                "python": platform.python_version(),
+                "rounds": args.rounds,
+                "q2_items_per_s": {"leakypool": round(lp_q2), "loky": round(lk_q2), "ratio": round(lp_q2 / lk_q2, 3)},
+                "r_grid_search_s": {
+                    "leakypool": round(lp_r, 3),
+                    "loky": round(lk_r, 3),
+                    "ratio": round(lp_r / lk_r, 3),
+                    "same_scores": scores["leakypool"] == scores["loky"],
+                },
+                "rounds_detail": rows,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -130,7 +130,10 @@ async def run_case(name: str, kind: str, call_kind: str, size: int, runner: Any,
         times, error = [], f"{type(exc).__name__}: {exc}"
     del value, call
     row = {
-        "runner": name, "payload": kind, "call": call_kind, "mib": size // MIB,
+        "runner": name,
+        "payload": kind,
+        "call": call_kind,
+        "mib": size // MIB,
         "p50_ms": round(statistics.median(times) * 1e3, 2) if times else None,
         "rss_peak_mib": {"dispatcher": _hwm_kib(os.getpid()) // 1024, "worker": max(_hwm_kib(p) for p in pids) // 1024},
     }
@@ -163,8 +166,10 @@ def ppe_runner(ex: concurrent.futures.ProcessPoolExecutor) -> Callable[..., Call
 async def main(quick: bool) -> dict[str, Any]:
     cases = [("array", s) for s in ARRAY_SIZES if not (quick and s > 128 * MIB)] + [("bytes", BYTES_SIZE)]
     rows: list[dict[str, Any]] = []
-    floors = {s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
-              for s in sorted({s for _, s in cases})}
+    floors = {
+        s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
+        for s in sorted({s for _, s in cases})
+    }
     async with pool.WorkerPool(spawn=2) as p:
         pids = list(p.pids)
         for kind, size in cases:

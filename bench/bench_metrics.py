@@ -80,10 +80,17 @@ async def main(total: int, n_seq: int, rounds: int) -> dict[str, object]:
         "rounds": rounds,
         "off": {k: med(off_runs, k) for k in ("tps", "cpu_us_per_call", "p50_us")},
         "on": {k: med(on_runs, k) for k in ("tps", "cpu_us_per_call", "p50_us")},
-        "on_over_off_tps_median": round(statistics.median(b["tps"] / a["tps"] for a, b in zip(off_runs, on_runs)), 3),
-        "on_over_off_p50_median": round(statistics.median(b["p50_us"] / a["p50_us"] for a, b in zip(off_runs, on_runs)), 3),
+        "on_over_off_tps_median": round(
+            statistics.median(b["tps"] / a["tps"] for a, b in zip(off_runs, on_runs, strict=False)), 3
+        ),
+        "on_over_off_p50_median": round(
+            statistics.median(b["p50_us"] / a["p50_us"] for a, b in zip(off_runs, on_runs, strict=False)), 3
+        ),
         "cpu_us_per_call_added_median": round(
-            statistics.median(b["cpu_us_per_call"] - a["cpu_us_per_call"] for a, b in zip(off_runs, on_runs)), 2
+            statistics.median(
+                b["cpu_us_per_call"] - a["cpu_us_per_call"] for a, b in zip(off_runs, on_runs, strict=False)
+            ),
+            2,
         ),
         "calls_counted_by_metrics": calls_counted,
         "update_us_per_call": update_cost_us(),

@@ -46,8 +46,12 @@ async def leakypool_round(iterations: int, calls: int, lat_calls: int, tp_calls:
         await sequential(plain_noop, LAT_WARMUP)
         lat = summarize_us(await sequential(plain_noop, lat_calls))
         elapsed, errors = await concurrent(plain_noop, tp_calls, TP_CONCURRENCY)
-    return {"p_wall_s": round(p_wall, 3), "a_plain_noop": lat, "b_plain_noop_per_s": round(tp_calls / elapsed, 1),
-            "b_errors": errors}
+    return {
+        "p_wall_s": round(p_wall, 3),
+        "a_plain_noop": lat,
+        "b_plain_noop_per_s": round(tp_calls / elapsed, 1),
+        "b_errors": errors,
+    }
 
 
 def processpool_round(iterations: int, calls: int, lat_calls: int, tp_calls: int) -> dict[str, object]:
@@ -90,17 +94,34 @@ def main() -> None:
         return statistics.median(float(row[key]) for row in rows)  # type: ignore[arg-type]
 
     lp, pp = median(ours, "p_wall_s"), median(peers, "p_wall_s")
-    print(json.dumps({
-        "machine": platform.machine(), "python": platform.python_version(), "rounds": args.rounds,
-        "p": {"calls": calls, "one_call_s": round(one_burn_s, 4), "ideal_s": round(ideal, 3),
-              "leakypool_s": lp, "processpool_s": pp, "leakypool_vs_ideal": round(lp / ideal, 3),
-              "leakypool_vs_processpool": round(lp / pp, 3)},
-        "a_plain_noop_p50_us": {"leakypool": statistics.median(r["a_plain_noop"]["p50_us"] for r in ours),
-                                "processpool": statistics.median(r["a_plain_noop"]["p50_us"] for r in peers)},
-        "b_plain_noop_per_s": {"leakypool": median(ours, "b_plain_noop_per_s"),
-                               "processpool": median(peers, "b_plain_noop_per_s")},
-        "rounds_detail": {"leakypool": ours, "processpool": peers},
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "machine": platform.machine(),
+                "python": platform.python_version(),
+                "rounds": args.rounds,
+                "p": {
+                    "calls": calls,
+                    "one_call_s": round(one_burn_s, 4),
+                    "ideal_s": round(ideal, 3),
+                    "leakypool_s": lp,
+                    "processpool_s": pp,
+                    "leakypool_vs_ideal": round(lp / ideal, 3),
+                    "leakypool_vs_processpool": round(lp / pp, 3),
+                },
+                "a_plain_noop_p50_us": {
+                    "leakypool": statistics.median(r["a_plain_noop"]["p50_us"] for r in ours),
+                    "processpool": statistics.median(r["a_plain_noop"]["p50_us"] for r in peers),
+                },
+                "b_plain_noop_per_s": {
+                    "leakypool": median(ours, "b_plain_noop_per_s"),
+                    "processpool": median(peers, "b_plain_noop_per_s"),
+                },
+                "rounds_detail": {"leakypool": ours, "processpool": peers},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

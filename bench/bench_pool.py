@@ -66,7 +66,7 @@ async def throughput(call, total: int, concurrency: int, warmup: int, pids: list
         "tasks_per_s": round(total / elapsed, 1),
         "errors": errors,
         "client_cpu_us_per_call": round((cpu1 - cpu0) / total * 1e6, 1),
-        "workers_cpu_us_per_call": round(sum(b - a for a, b in zip(w0, w1)) / total * 1e6, 1),
+        "workers_cpu_us_per_call": round(sum(b - a for a, b in zip(w0, w1, strict=False)) / total * 1e6, 1),
     }
 
 
@@ -122,16 +122,24 @@ async def main(quick: bool) -> dict[str, object]:
         log("(a) latency")
         result["a_noop_latency"] = summarize_us(await sequential(routines.noop, max(10, LAT_CALLS // scale)))
         log("(b) no-op throughput")
-        result["b_noop_throughput"] = await throughput(routines.noop, TP_CALLS // scale, TP_CONCURRENCY, TP_WARMUP // scale, pids)
+        result["b_noop_throughput"] = await throughput(
+            routines.noop, TP_CALLS // scale, TP_CONCURRENCY, TP_WARMUP // scale, pids
+        )
         log("(c) sleep throughput")
-        c = await throughput(partial(routines.sleeper, IO_SLEEP_S), IO_CALLS // scale, IO_CONCURRENCY, IO_WARMUP // scale, pids)
+        c = await throughput(
+            partial(routines.sleeper, IO_SLEEP_S), IO_CALLS // scale, IO_CONCURRENCY, IO_WARMUP // scale, pids
+        )
         c["ideal_tasks_per_s_if_unbounded"] = IO_CONCURRENCY / IO_SLEEP_S
         result["c_sleep_throughput"] = c
         log("(d) 1 MiB echo")
         call = partial(routines.echo, os.urandom(PAYLOAD_BYTES))
         await sequential(call, PAYLOAD_WARMUP)
         s = summarize_us(await sequential(call, max(10, PAYLOAD_CALLS // scale)))
-        result["d_echo_1mib"] = {"n": s["n"], "p50_ms": round(s["p50_us"] / 1e3, 3), "p99_ms": round(s["p99_us"] / 1e3, 3)}
+        result["d_echo_1mib"] = {
+            "n": s["n"],
+            "p50_ms": round(s["p50_us"] / 1e3, 3),
+            "p99_ms": round(s["p99_us"] / 1e3, 3),
+        }
     log("(e) cold start repeats")
     reps = sorted([await cold_start() for _ in range(COLD_REPEATS)], key=lambda r: r["first_result_s"])
     result["e_cold_start_repeats"] = reps

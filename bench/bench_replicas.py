@@ -45,8 +45,15 @@ async def run(url: str, processes: int, total: int) -> float:
     """Jobs/s of ``processes`` processes sharing ``total`` jobs and two workers, started together."""
     children = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.bench_replicas", "--child", url, str(total // processes),
-            str(2 // processes), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "bench.bench_replicas",
+            "--child",
+            url,
+            str(total // processes),
+            str(2 // processes),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
         for _ in range(processes)
     ]
@@ -81,7 +88,7 @@ async def main(stores: dict[str, str], total: int, rounds: int) -> dict[str, obj
         result[name] = {
             "one_process_jobs_per_s_median": round(statistics.median(one), 1),
             "two_processes_jobs_per_s_median": round(statistics.median(two), 1),
-            "two_over_one_median": round(statistics.median(t / o for t, o in zip(two, one)), 3),
+            "two_over_one_median": round(statistics.median(t / o for t, o in zip(two, one, strict=False)), 3),
         }
     return result
 
@@ -93,8 +100,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--postgres", help="also PostgreSQL: 'auto' (a throwaway server) or a URL prefix "
-                        "(databases PREFIX0, PREFIX0b, PREFIX1, ... must exist)")
+    parser.add_argument(
+        "--postgres",
+        help="also PostgreSQL: 'auto' (a throwaway server) or a URL prefix "
+        "(databases PREFIX0, PREFIX0b, PREFIX1, ... must exist)",
+    )
     args = parser.parse_args()
     total = TP_CALLS // (10 if args.quick else 1)
     with tempfile.TemporaryDirectory(prefix="leakypool-bench-") as directory:

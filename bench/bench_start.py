@@ -62,12 +62,18 @@ def main() -> None:
         for n in args.spawn:
             for mode in MODES:
                 runs[str(n)][mode].append(round(measure(n, mode), 4))
-    print(json.dumps({
-        "rounds": args.rounds,
-        "first_result_s": {
-            n: {m: {"median": statistics.median(v), "rounds": v} for m, v in modes.items()} for n, modes in runs.items()
-        },
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "rounds": args.rounds,
+                "first_result_s": {
+                    n: {m: {"median": statistics.median(v), "rounds": v} for m, v in modes.items()}
+                    for n, modes in runs.items()
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -101,7 +101,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_json(cmd: list[str], cwd: pathlib.Path, env: dict[str, str] | None = None, timeout: float = 1800) -> dict[str, Any]:
+def run_json(
+    cmd: list[str], cwd: pathlib.Path, env: dict[str, str] | None = None, timeout: float = 1800
+) -> dict[str, Any]:
     print(f"[compare] {' '.join(cmd)}", file=sys.stderr, flush=True)
     out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True, env=env).stdout
     return json.loads(out[out.index("{") :])
@@ -147,7 +149,10 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             values = [read(r[name]) for r in rounds]
             if all(v is not None for v in values):
                 per_runtime[name] = values  # type: ignore[assignment]
-        entry: dict[str, Any] = {"better": spec["better"], "median": {k: statistics.median(v) for k, v in per_runtime.items()}}
+        entry: dict[str, Any] = {
+            "better": spec["better"],
+            "median": {k: statistics.median(v) for k, v in per_runtime.items()},
+        }
         ours = [k for k in per_runtime if k.startswith("leakypool")]
         ratios: dict[str, Any] = {}
         for mine in ours:
@@ -171,16 +176,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--quick", action="store_true", help="1/10 sizes")
     parser.add_argument("--tcp-too", action="store_true", help="also leakypool with local workers over TCP")
-    parser.add_argument("--no-template-too", action="store_true", help="also leakypool with each worker a fresh interpreter")
     parser.add_argument(
-        "--baseline", metavar="DIR",
+        "--no-template-too", action="store_true", help="also leakypool with each worker a fresh interpreter"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
         help="also leakypool from another checkout (e.g. `git worktree add DIR <commit>`): before/after in one run",
     )
-    parser.add_argument("--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)")
+    parser.add_argument(
+        "--peer-python", help="python of a venv with wool==0.15.7 and uvloop (default: this one, no wool)"
+    )
     parser.add_argument("--make-peer-venv", metavar="DIR", help="create that venv and exit")
     parser.add_argument("--skip-wool", action="store_true")
-    parser.add_argument("--ray-dask-python", metavar="PY",
-                        help="python of a venv with ray, dask, distributed, uvloop and psutil: also Ray and Dask")
+    parser.add_argument(
+        "--ray-dask-python",
+        metavar="PY",
+        help="python of a venv with ray, dask, distributed, uvloop and psutil: also Ray and Dask",
+    )
     args = parser.parse_args()
     if args.make_peer_venv:
         subprocess.run([sys.executable, "-m", "venv", args.make_peer_venv], check=True)
@@ -195,8 +208,18 @@ def main() -> None:
         print(f"[compare] round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
         rounds.append({name: run_json(cmd, cwd, env) for name, (cmd, cwd, env) in runs.items()})
         print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)  # kept even if the summary fails
-    print(json.dumps({"rounds": args.rounds, "quick": args.quick, "runtimes": list(runs),
-                      "workloads": summarize(rounds), "raw": rounds}, indent=2))
+    print(
+        json.dumps(
+            {
+                "rounds": args.rounds,
+                "quick": args.quick,
+                "runtimes": list(runs),
+                "workloads": summarize(rounds),
+                "raw": rounds,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

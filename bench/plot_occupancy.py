@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from typing import Any
@@ -57,8 +58,13 @@ async def run(balancer: Any, scale: float) -> dict[str, Any]:
     samples: list[tuple[float, dict[str, int]]] = []
     phase_starts: list[float] = []
     async with pool.WorkerPool(
-        spawn=1, max_workers=MAX_WORKERS, idle_timeout=IDLE_TIMEOUT, backpressure=TaskCountBackpressure(CAPACITY),
-        loadbalancer=balancer, queue_depth=1000, dispatch_deadline=600,
+        spawn=1,
+        max_workers=MAX_WORKERS,
+        idle_timeout=IDLE_TIMEOUT,
+        backpressure=TaskCountBackpressure(CAPACITY),
+        loadbalancer=balancer,
+        queue_depth=1000,
+        dispatch_deadline=600,
     ) as p:
         t0 = time.monotonic()
         done = asyncio.Event()
@@ -78,7 +84,7 @@ async def run(balancer: Any, scale: float) -> dict[str, Any]:
                 await asyncio.sleep(seconds * scale)
         finally:
             done.set()
-            for task, stop in clients:
+            for _task, stop in clients:
                 stop.set()
             await asyncio.gather(*(t for t, _ in clients), return_exceptions=True)
             with contextlib.suppress(Exception):
@@ -93,8 +99,8 @@ def figures(result: dict[str, Any], scale: float) -> dict[str, Any]:
     steady = [s for t, s in samples if steady_from <= t < phases[2]]
     busy = sum(sum(1 for n in s.values() if n > 0) for s in steady) / max(1, len(steady))
     alive = [len(s) for _, s in samples]
-    grew = sum(1 for a, b in zip(alive, alive[1:]) if b > a)
-    shrank = sum(1 for a, b in zip(alive, alive[1:]) if b < a)
+    grew = sum(1 for a, b in itertools.pairwise(alive) if b > a)
+    shrank = sum(1 for a, b in itertools.pairwise(alive) if b < a)
     needed = -(-PHASES[3][0] // CAPACITY)
     exit_s = None
     for t, s in samples:
@@ -118,13 +124,17 @@ def draw(results: dict[str, dict[str, Any]], out: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
-    for ax, (name, result) in zip(axes, results.items()):
+    for ax, (name, result) in zip(axes, results.items(), strict=False):
         samples = result["samples"]
         uids = sorted({uid for _, s in samples for uid in s})
         times = [t for t, _ in samples]
         for rank, uid in enumerate(uids):
-            ax.plot(times, [s.get(uid, float("nan")) for _, s in samples], lw=1.2,
-                    label=f"worker {rank + 1} (uid …{uid[-4:]})")
+            ax.plot(
+                times,
+                [s.get(uid, float("nan")) for _, s in samples],
+                lw=1.2,
+                label=f"worker {rank + 1} (uid …{uid[-4:]})",
+            )
         ax.step(times, [len(s) for _, s in samples], where="post", color="black", lw=2, label="workers alive")
         for start in result["phases"]:
             ax.axvline(start, color="grey", lw=0.5, ls=":")

@@ -53,9 +53,14 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
     calls = failed = 0
     provisioner = pool.CommandProvisioner([sys.executable, "worker_main.py", "{worker_args}", "--log-level", "WARNING"])
     async with pool.WorkerPool(
-        provisioner=provisioner, max_workers=MAX_WORKERS, idle_timeout=IDLE_TIMEOUT,
-        discovery=pool.StoreDiscovery(registry, poll_interval=0.2), backpressure=TaskCountBackpressure(CAPACITY),
-        loadbalancer=PriorityLoadBalancer(), queue_depth=1000, dispatch_deadline=120,
+        provisioner=provisioner,
+        max_workers=MAX_WORKERS,
+        idle_timeout=IDLE_TIMEOUT,
+        discovery=pool.StoreDiscovery(registry, poll_interval=0.2),
+        backpressure=TaskCountBackpressure(CAPACITY),
+        loadbalancer=PriorityLoadBalancer(),
+        queue_depth=1000,
+        dispatch_deadline=120,
     ) as p:
         t0 = time.monotonic()
         done = asyncio.Event()
@@ -87,8 +92,15 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 await sampler
         left = await records(registry)
-    return {"samples": samples, "burst_at": burst_at, "quiet_at": quiet_at, "calls": calls, "failed": failed,
-            "records_left": left, "provision_failures": p.stats().provision_failures}
+    return {
+        "samples": samples,
+        "burst_at": burst_at,
+        "quiet_at": quiet_at,
+        "calls": calls,
+        "failed": failed,
+        "records_left": left,
+        "provision_failures": p.stats().provision_failures,
+    }
 
 
 async def records(url: str) -> int:
@@ -132,14 +144,15 @@ def draw(result: dict[str, Any], out: str) -> None:
     fig, ax = plt.subplots(figsize=(12, 4))
     times = [t for t, _ in samples]
     for rank, uid in enumerate(sorted({uid for _, s in samples for uid in s})):
-        ax.plot(times, [s.get(uid, float("nan")) for _, s in samples], lw=1.2,
-                label=f"worker {rank + 1} (…{uid[-4:]})")
+        ax.plot(times, [s.get(uid, float("nan")) for _, s in samples], lw=1.2, label=f"worker {rank + 1} (…{uid[-4:]})")
     ax.step(times, [len(s) for _, s in samples], where="post", color="black", lw=2, label="provisioned workers alive")
     for at, text in ((result["burst_at"], "burst starts"), (result["quiet_at"], "load ends")):
         ax.axvline(at, color="grey", lw=0.8, ls=":")
         ax.text(at, MAX_WORKERS + 0.3, text, fontsize=8, color="grey")
-    ax.set_title(f"{CLIENTS} clients, CommandProvisioner up to {MAX_WORKERS} workers "
-                 f"(capacity {CAPACITY}, idle timeout {IDLE_TIMEOUT:g}s)")
+    ax.set_title(
+        f"{CLIENTS} clients, CommandProvisioner up to {MAX_WORKERS} workers "
+        f"(capacity {CAPACITY}, idle timeout {IDLE_TIMEOUT:g}s)"
+    )
     ax.set_xlabel("seconds")
     ax.set_ylabel("in flight / workers")
     ax.set_ylim(0, max(CAPACITY, MAX_WORKERS) + 1)

@@ -13,9 +13,7 @@ import time
 
 from pool._jobs import open_store
 
-_COLUMNS = (
-    "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, payload, outcome"
-)
+_COLUMNS = "id, routine, state, attempts, max_attempts, created_at, started_at, finished_at, deadline, next_at, payload, outcome"
 
 
 async def prefill(url: str, count: int) -> float:
@@ -28,7 +26,7 @@ async def prefill(url: str, count: int) -> float:
     if count <= 0:
         return 0.0
     if url.startswith("sqlite:///"):
-        db = sqlite3.connect("/" + url[len("sqlite:///"):].lstrip("/"))
+        db = sqlite3.connect("/" + url[len("sqlite:///") :].lstrip("/"))
         db.execute(
             f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
             f"INSERT INTO jobs ({_COLUMNS}) SELECT 'done-' || i, 'bench.routines.noop', 'succeeded', 1, 1, "
@@ -47,7 +45,8 @@ async def prefill(url: str, count: int) -> float:
                 f"INSERT INTO leakypool_jobs ({_COLUMNS}) SELECT 'done-' || i, 'bench.routines.noop', 'succeeded', "
                 f"1, 1, $2::float8, $2::float8, $2::float8, $2::float8 + 300, $2::float8, '\\x00'::bytea, "
                 f"'\\x00'::bytea FROM generate_series(0, $1::int - 1) AS i",
-                count, now,
+                count,
+                now,
             )
             await db.execute("VACUUM ANALYZE leakypool_jobs")  # a store of steady state: its history vacuumed
         finally:

@@ -128,12 +128,21 @@ class Dispatcher:
         self.generation += 1
         name = f"d{self.index}g{self.generation}"
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.soak_jobs", "--child", self.url, name, self.log, str(self.rate),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "bench.soak_jobs",
+            "--child",
+            self.url,
+            name,
+            self.log,
+            str(self.rate),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
-        self.reader = asyncio.ensure_future(asyncio.gather(
-            self._read(self.process, acked, nacked), self._read_log(self.process, requeued)
-        ))
+        self.reader = asyncio.ensure_future(
+            asyncio.gather(self._read(self.process, acked, nacked), self._read_log(self.process, requeued))
+        )
 
     @staticmethod
     async def _read_log(process: asyncio.subprocess.Process, requeued: list[float]) -> None:
@@ -251,8 +260,10 @@ async def drain(url: str, acked: set[str]) -> float | None:
         with contextlib.suppress(OSError, asyncpg.PostgresError):
             db = await asyncpg.connect(url)
             try:
-                open_ids = {r["id"] for r in await db.fetch(
-                    "SELECT id FROM leakypool_jobs WHERE state IN ('pending', 'running')")}
+                open_ids = {
+                    r["id"]
+                    for r in await db.fetch("SELECT id FROM leakypool_jobs WHERE state IN ('pending', 'running')")
+                }
             finally:
                 await db.close()
             if not open_ids & acked:
@@ -261,9 +272,17 @@ async def drain(url: str, acked: set[str]) -> float | None:
     return None
 
 
-async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: dict[str, int],
-                 events: list[tuple[float, float]], requeued: list[float], drained_in: float | None,
-                 duration: float) -> dict[str, Any]:
+async def report(
+    url: str,
+    log: str,
+    acked: set[str],
+    nacked: list[str],
+    chaos: dict[str, int],
+    events: list[tuple[float, float]],
+    requeued: list[float],
+    drained_in: float | None,
+    duration: float,
+) -> dict[str, Any]:
     import asyncpg
 
     db = await asyncpg.connect(url)
@@ -314,8 +333,12 @@ async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: 
 def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[float]) -> dict[str, Any]:
     """A job run twice with no kill or outage near: its starts and the lease re-queues around them."""
     first = min(starts)
-    return {"job": job_id, "pids": pids, "starts_s": [round(t - first, 3) for t in starts],
-            "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10]}
+    return {
+        "job": job_id,
+        "pids": pids,
+        "starts_s": [round(t - first, 3) for t in starts],
+        "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10],
+    }
 
 
 def chaos_between(events: list[tuple[float, float]], first: float, last: float) -> bool:
@@ -330,8 +353,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="submits per second per dispatching process")
     parser.add_argument("--postgres", default="auto", help="auto (a throwaway server) or a URL (then no restart)")
     parser.add_argument("--seed", type=int, default=20)
-    parser.add_argument("--pg-restart-every", type=float, default=90.0,
-                        help="seconds between PostgreSQL restarts, alternately fast and immediate (0: once, half-way)")
+    parser.add_argument(
+        "--pg-restart-every",
+        type=float,
+        default=90.0,
+        help="seconds between PostgreSQL restarts, alternately fast and immediate (0: once, half-way)",
+    )
     parser.add_argument("--child", nargs=4, metavar=("URL", "NAME", "LOG", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -345,9 +372,17 @@ def main() -> None:
 
         with pg.server() as server:
             server.psql(f"CREATE DATABASE soak OWNER {pg.USER}")
-            result = uvloop.run(soak(
-                server.url("soak"), server, args.duration, args.dispatchers, args.rate, args.seed, args.pg_restart_every
-            ))
+            result = uvloop.run(
+                soak(
+                    server.url("soak"),
+                    server,
+                    args.duration,
+                    args.dispatchers,
+                    args.rate,
+                    args.seed,
+                    args.pg_restart_every,
+                )
+            )
     print(json.dumps(result, indent=2))
 
 

@@ -90,9 +90,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=3, help="worker processes, one task each (default 3)")
     parser.add_argument("--ceiling", type=int, default=15, help="calls admitted at once, running + queued (default 15)")
-    parser.add_argument("--deadline", type=float, default=60.0, help="seconds a call may wait for a worker (default 60)")
-    parser.add_argument("--discover", choices=["none", "lan", "local"], default="none",
-                        help="use workers found on the LAN / this machine instead of spawning")
+    parser.add_argument(
+        "--deadline", type=float, default=60.0, help="seconds a call may wait for a worker (default 60)"
+    )
+    parser.add_argument(
+        "--discover",
+        choices=["none", "lan", "local"],
+        default="none",
+        help="use workers found on the LAN / this machine instead of spawning",
+    )
     parser.add_argument("--interfaces", action="append", default=[], help="with --discover lan: interface address")
     parser.add_argument("--tls-ca", help="CA of the workers' certificates (mutual TLS)")
     parser.add_argument("--tls-cert", help="this client's certificate")

@@ -106,7 +106,9 @@ if __name__ == "__main__":
     parser.add_argument("--store", default="jobs.db", help="SQLite file for the jobs (default ./jobs.db)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one task each (default 2)")
     parser.add_argument("--ceiling", type=int, default=100, help="active jobs at most, pending + running (default 100)")
-    parser.add_argument("--deadline", type=float, default=600.0, help="seconds a job may wait for a worker (default 600)")
+    parser.add_argument(
+        "--deadline", type=float, default=600.0, help="seconds a job may wait for a worker (default 600)"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()

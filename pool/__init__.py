@@ -1,13 +1,13 @@
 """leakypool: run async functions on a pool of worker processes, cheaply and safely.
 
-    import pool
+import pool
 
-    @pool.routine
-    async def add(x, y):
-        return x + y
+@pool.routine
+async def add(x, y):
+    return x + y
 
-    async with pool.WorkerPool(spawn=2):
-        assert await add(1, 2) == 3
+async with pool.WorkerPool(spawn=2):
+    assert await add(1, 2) == 3
 """
 
 from __future__ import annotations
@@ -39,10 +39,15 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._discovery import LocalDiscovery as LocalDiscovery
     from ._discovery import StaticDiscovery as StaticDiscovery
     from ._discovery._lan import LanDiscovery as LanDiscovery
+    from ._discovery._store import StoreDiscovery as StoreDiscovery
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
     from ._dispatch._rates import RateLimit as RateLimit
     from ._executor import Executor as Executor
+    from ._fleet._provision import CommandProvisioner as CommandProvisioner
+    from ._fleet._provision import Provisioner as Provisioner
+    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
+    from ._fleet._provision import WorkerRequest as WorkerRequest
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
@@ -56,60 +61,53 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._transport._rpc import WorkerMetadata as WorkerMetadata
     from ._transport._task import Task as Task
     from ._transport._tls import TlsCredentials as TlsCredentials
-    from ._discovery._store import StoreDiscovery as StoreDiscovery
-    from ._fleet._provision import CommandProvisioner as CommandProvisioner
-    from ._fleet._provision import Provisioner as Provisioner
-    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
-    from ._fleet._provision import WorkerRequest as WorkerRequest
 
-__all__ = sorted(
-    [
-        "AdmissionRejected",
-        "CapacityTimeout",
-        "ConfigError",
-        "DiscoveryEvent",
-        "DiscoveryLike",
-        "Executor",
-        "LanDiscovery",
-        "LocalDiscovery",
-        "StaticDiscovery",
-        "TlsCredentials",
-        "Deadlock",
-        "NoWorkersAvailable",
-        "PoolClosed",
-        "PoolError",
-        "PoolWarning",
-        "RemoteTraceback",
-        "Routine",
-        "SerializationError",
-        "StoreError",
-        "Job",
-        "JobStore",
-        "PostgresStore",
-        "SQLiteStore",
-        "Task",
-        "WorkerBroken",
-        "WorkerMetadata",
-        "WorkerPool",
-        "WorkerRejected",
-        "WorkerInitError",
-        "WorkerStartError",
-        "WorkflowHalted",
-        "GateStats",
-        "PoolStats",
-        "Progress",
-        "Queue",
-        "map",
-        "routine",
-        "RateLimit",
-        "CommandProvisioner",
-        "ProvisionError",
-        "Provisioner",
-        "StoreDiscovery",
-        "SubprocessProvisioner",
-        "WorkerRequest",
-    ]
-)
+__all__ = [
+    "AdmissionRejected",
+    "CapacityTimeout",
+    "CommandProvisioner",
+    "ConfigError",
+    "Deadlock",
+    "DiscoveryEvent",
+    "DiscoveryLike",
+    "Executor",
+    "GateStats",
+    "Job",
+    "JobStore",
+    "LanDiscovery",
+    "LocalDiscovery",
+    "NoWorkersAvailable",
+    "PoolClosed",
+    "PoolError",
+    "PoolStats",
+    "PoolWarning",
+    "PostgresStore",
+    "Progress",
+    "ProvisionError",
+    "Provisioner",
+    "Queue",
+    "RateLimit",
+    "RemoteTraceback",
+    "Routine",
+    "SQLiteStore",
+    "SerializationError",
+    "StaticDiscovery",
+    "StoreDiscovery",
+    "StoreError",
+    "SubprocessProvisioner",
+    "Task",
+    "TlsCredentials",
+    "WorkerBroken",
+    "WorkerInitError",
+    "WorkerMetadata",
+    "WorkerPool",
+    "WorkerRejected",
+    "WorkerRequest",
+    "WorkerStartError",
+    "WorkflowHalted",
+    "map",
+    "routine",
+]
 
 
 _LAZY: dict[str, str] = {

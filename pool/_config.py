@@ -42,6 +42,7 @@ from ._parse import (
     uid_or_empty,
 )
 
+# fmt: off
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
     Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
@@ -93,19 +94,24 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret every caller over TCP must present (default: this user's own, made on first use; not needed with --tls-client-ca)"),
     Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "accept callers over TCP without the secret: any local user can run code here (a machine with one user)"),
 )
+# fmt: on
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
+# fmt: off
 WORKER_ENV_ONLY: Final[tuple[Setting, ...]] = (
     Setting("secret", text, "a token", "", "the secret itself, instead of --secret-file (a variable only: every user can read a command line)"),
 )
+# fmt: on
 """Settings read only from ``LEAKYPOOL_*`` variables, never from flags."""
 
+# fmt: off
 WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
     Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
     Setting("lifeline_fd", integer(-1), "a file descriptor", -1, "internal: exit when this pipe closes"),
     Setting("backpressure", text, "a pickled hook", "", "internal: the hook a pool ships (base64 cloudpickle)"),
     Setting("initializer_file", text, "a file path", "", "internal: (initializer, initargs) a pool ships, pickled in a file of its private directory"),
 )
+# fmt: on
 """Settings a spawning pool passes; hidden from ``--help``."""
 
 
@@ -256,6 +262,7 @@ def secret_settings(
     return values["secret"], values["secret_file"]
 
 
+# fmt: off
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
     Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
@@ -295,6 +302,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("secret", text, "a token", "", "the secret sent to workers over TCP (default: read from secret_file)"),
     Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret sent to workers over TCP (default: this user's own)"),
 )
+# fmt: on
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
 
@@ -368,4 +376,3 @@ def _check_explicit(setting: Setting, value: Any) -> None:
     if isinstance(value, bool):
         raise ConfigError(f"{setting.name}: expected {setting.expect}, got {value!r}")
     setting.convert(repr(value) if isinstance(value, float) else str(value), setting.name)
-

@@ -236,7 +236,7 @@ class Feed:
             raise
 
     async def _settle(self, future: cf.Future[Any], task: Task) -> None:
-        assert self._call is not None and self._room is not None
+        assert self._call is not None and self._room is not None  # noqa: S101 - an invariant, stated for the type checker
         while True:
             try:
                 value = await self._call(task)
@@ -304,7 +304,7 @@ class FeedExecutor(cf.Executor):
         """
         check_map_arguments(chunksize, buffersize)
         shipped = Shipped(fn)  # once for every chunk (a SerializationError here, as for an argument)
-        chunks = batched(zip(*iterables), chunksize)
+        chunks = batched(zip(*iterables, strict=False), chunksize)
         if chunksize == 1:
             return ordered_results(
                 functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize
@@ -384,4 +384,3 @@ class PoolExecutor(FeedExecutor):
     def _stop(self, wait: bool) -> None:
         if wait and not self._feed.on_loop():
             self._feed.wait_idle()
-

@@ -87,7 +87,6 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
     return env
 
 
-
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     """A parser for an int within ``[low, high]``."""
 
@@ -101,10 +100,20 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 _SIZE_UNITS: Final[dict[str, int]] = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 """Byte units a size may carry (case-insensitive): SI (``MB``) or binary (``MiB``; ``M`` alone is binary)."""
 
@@ -208,7 +217,12 @@ def tag_list(raw: str) -> tuple[str, ...]:
 def dns_sd_type(raw: str) -> str:
     """A DNS-SD service type such as ``_leakypool._tcp.local.`` (RFC 6763 §7: name up to 15 chars)."""
     parts = raw.split(".")
-    if len(parts) != 4 or parts[1:] != ["_tcp", "local", ""] or not parts[0].startswith("_") or not 2 <= len(parts[0]) <= 16:
+    if (
+        len(parts) != 4
+        or parts[1:] != ["_tcp", "local", ""]
+        or not parts[0].startswith("_")
+        or not 2 <= len(parts[0]) <= 16
+    ):
         raise ValueError(raw)
     return raw
 

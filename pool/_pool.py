@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
@@ -209,8 +209,14 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         )
         self._roster = self._membership.roster
         self._fleet, self._growth = pool_capacity(
-            config, backpressure, provisioner, minimum=minimum, provision_timeout=config.provision_timeout, tags=tags,
-            members=lambda: self._roster.workers.keys(), registry=getattr(discovery, "worker_url", ""),
+            config,
+            backpressure,
+            provisioner,
+            minimum=minimum,
+            provision_timeout=config.provision_timeout,
+            tags=tags,
+            members=lambda: self._roster.workers.keys(),
+            registry=getattr(discovery, "worker_url", ""),
             on_ready=self._membership.admit,
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             initializer=None if initializer is None else (initializer, tuple(initargs)),
@@ -253,7 +259,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
 
     # -- lifecycle -------------------------------------------------------------
 
-    async def __aenter__(self) -> WorkerPool:
+    async def __aenter__(self) -> Self:
         if self._path.state != "new":
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
         self._path.state = "starting"

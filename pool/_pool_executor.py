@@ -41,5 +41,7 @@ class PoolExecutors:
         """Attach an executor's waiting line to this open pool (on its loop); its runners are the pool's tasks."""
         if self._path.state != "open":
             raise PoolClosed(f"executor() needs an open pool; this one is {self._path.state}")
-        feed.attach(self.call, self._tasks.spawn, is_open=lambda: self._path.state == "open", workers=self._roster.__len__)
+        feed.attach(
+            self.call, self._tasks.spawn, is_open=lambda: self._path.state == "open", workers=self._roster.__len__
+        )
         return feed

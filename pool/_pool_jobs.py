@@ -43,7 +43,7 @@ def job_scheduler(
     from ._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
 
     job_store = open_store(given)
-    assert job_store is not None
+    assert job_store is not None  # noqa: S101 - an invariant, stated for the type checker
     return Scheduler(
         job_store,
         path.place_job,

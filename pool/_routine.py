@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallOptions:
     """Per-routine (and per-call) settings; see `routine` and `Routine.options`."""
@@ -207,7 +208,9 @@ class Routine(Generic[P, R]):
         dispatcher = current_dispatcher(self.__qualname__)
         submit = getattr(dispatcher, "submit", None)
         if submit is None:
-            raise ConfigError(f"{self.__qualname__}.submit(): jobs are submitted from a dispatching process, not a worker")
+            raise ConfigError(
+                f"{self.__qualname__}.submit(): jobs are submitted from a dispatching process, not a worker"
+            )
         return await submit(self.task(args, kwargs), self._call_options)
 
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
@@ -294,7 +297,9 @@ class BoundRoutine:
 
 def _job_only(options: CallOptions) -> str:
     """The options set that only a job can honour (``delay=30``...), or "" (a call would ignore them)."""
-    named = [f"{name}={getattr(options, name)!r}" for name in ("delay", "run_at", "connection") if getattr(options, name)]
+    named = [
+        f"{name}={getattr(options, name)!r}" for name in ("delay", "run_at", "connection") if getattr(options, name)
+    ]
     return ", ".join(named)
 
 
@@ -384,4 +389,3 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     if fn is None:
         return lambda f: Routine(f, call_options)
     return Routine(fn, call_options)
-

@@ -50,15 +50,39 @@ class Server:
         )
 
     def psql(self, sql: str, database: str = "postgres") -> str:
-        return self.run("psql", "-h", self.sockets, "-p", str(self.port), "-U", "postgres", "-d", database,
-                        "-v", "ON_ERROR_STOP=1", "-Atc", sql).stdout
+        return self.run(
+            "psql",
+            "-h",
+            self.sockets,
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            sql,
+        ).stdout
 
     def url(self, database: str, password: str = PASSWORD) -> str:
         return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
-        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.base, "server.log"), "-w", "-t", "60",
-                 "-o", f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200", "start")
+        self.run(
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            os.path.join(self.base, "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self.run("pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
@@ -82,8 +106,18 @@ def server() -> Iterator[Server]:
         os.makedirs(srv.sockets, exist_ok=True)
         if as_user:
             os.chown(srv.sockets, pwd.getpwnam("postgres").pw_uid, pwd.getpwnam("postgres").pw_gid)
-        srv.run("initdb", "-D", srv.data, "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
-                "--no-sync", "-E", "UTF8")
+        srv.run(
+            "initdb",
+            "-D",
+            srv.data,
+            "-U",
+            "postgres",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
         srv.start()
         started = True
         srv.psql(f"CREATE USER {USER} PASSWORD '{PASSWORD}' CREATEDB")
@@ -99,9 +133,19 @@ class Standby(Server):
     """A streaming standby of a `Server` (``pg_basebackup -R``), on its own port; promotable."""
 
     def start(self) -> None:
-        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.base, "server.log"), "-w", "-t", "60",
-                 "-o", f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200 "
-                 "-c cluster_name=standby1", "start")
+        self.run(
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            os.path.join(self.base, "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200 -c cluster_name=standby1",
+            "start",
+        )
 
     def promote(self) -> None:
         self.run("pg_ctl", "-D", self.data, "-w", "-t", "60", "promote")
@@ -126,8 +170,22 @@ def replicated(primary: Server, *, synchronous: bool = True) -> Iterator[Standby
         os.makedirs(standby.sockets, exist_ok=True)
         if primary._as:
             os.chown(standby.sockets, pwd.getpwnam("postgres").pw_uid, pwd.getpwnam("postgres").pw_gid)
-        standby.run("pg_basebackup", "-D", standby.data, "-h", primary.sockets, "-p", str(primary.port),
-                    "-U", "postgres", "-R", "-X", "stream", "--no-sync", "--checkpoint=fast")
+        standby.run(
+            "pg_basebackup",
+            "-D",
+            standby.data,
+            "-h",
+            primary.sockets,
+            "-p",
+            str(primary.port),
+            "-U",
+            "postgres",
+            "-R",
+            "-X",
+            "stream",
+            "--no-sync",
+            "--checkpoint=fast",
+        )
         standby.start()
         started = True
         if synchronous:

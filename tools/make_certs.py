@@ -45,7 +45,9 @@ def _write(path: pathlib.Path, data: bytes, private: bool = False) -> None:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _name(common: str) -> x509.Name:
@@ -56,7 +58,7 @@ def make_certs(out: str | os.PathLike[str], worker_ips: list[str] = [], days: in
     """Write the CA, worker and client files into ``out``; their paths by role."""
     directory = pathlib.Path(out)
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
 
     ca_key = _key()

@@ -91,8 +91,7 @@ def one_line_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], wid
     fitted = fit(columns, rows, width)
     result = Table(**table)
     for f in fitted:
-        result.add_column(f.column.header, width=f.width, no_wrap=True, overflow="ellipsis",
-                          justify=f.column.justify)
+        result.add_column(f.column.header, width=f.width, no_wrap=True, overflow="ellipsis", justify=f.column.justify)
     for row in rows:
         result.add_row(*(row[f.index] for f in fitted))
     return result

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Final
 
-_LOST_TYPES: Final[frozenset[str]] = frozenset({
-    # asyncpg: the connection broke, or was handed out after it broke (its state error, issue #25)
-    "InternalClientError", "ConnectionDoesNotExistError", "ConnectionFailureError",
-    # PostgreSQL classes 08 (connection exception) and 57 (operator intervention: shutdown, restart)
-    "PostgresConnectionError", "OperatorInterventionError", "TooManyConnectionsError",
-})
+_LOST_TYPES: Final[frozenset[str]] = frozenset(
+    {
+        # asyncpg: the connection broke, or was handed out after it broke (its state error, issue #25)
+        "InternalClientError",
+        "ConnectionDoesNotExistError",
+        "ConnectionFailureError",
+        # PostgreSQL classes 08 (connection exception) and 57 (operator intervention: shutdown, restart)
+        "PostgresConnectionError",
+        "OperatorInterventionError",
+        "TooManyConnectionsError",
+    }
+)
 """Names of asyncpg error classes (or their bases) that mean the connection, not the statement, failed."""
 
 

@@ -47,7 +47,7 @@ def advertised_addresses(host: str, advertise: str) -> list[str]:
     """The IPv4 addresses to publish for a worker bound to ``host``."""
     if advertise:
         return [advertise]
-    if host not in ("0.0.0.0", "::", ""):
+    if host not in ("0.0.0.0", "::", ""):  # noqa: S104 - tells a wildcard bind apart, binds nothing
         return [socket.gethostbyname(host)]
     import ifaddr  # a zeroconf dependency
 
@@ -114,7 +114,7 @@ class LanPublisher:
             # behind (an unawaited one is "destroyed but pending" at exit).
             announced = await self._zc.async_register_service(self._info)
             await announced
-        except Exception:
+        except Exception:  # noqa: BLE001 - zeroconf's faults are many; logged, the worker serves unannounced
             _log.exception("could not publish this worker on the LAN")
         else:
             _log.info("published %s on the LAN", self._info.name)
@@ -139,7 +139,7 @@ class LanPublisher:
         try:
             goodbyes = await self._zc.async_unregister_service(self._info)
             await goodbyes
-        except Exception:
+        except Exception:  # noqa: BLE001 - a goodbye that fails must not stop the worker's shutdown; logged
             _log.exception("could not withdraw this worker from the LAN")
 
     async def close(self) -> None:

@@ -132,14 +132,20 @@ class _Postgres:
             "INSERT INTO leakypool_workers (uid, record, expires_at) VALUES ($1, $2, now() + $3 * interval '1 second') "
             "ON CONFLICT (uid) DO UPDATE SET record = EXCLUDED.record, expires_at = EXCLUDED.expires_at "
             "RETURNING (xmax = 0) AS inserted",
-            uid, record, ttl,
+            uid,
+            record,
+            ttl,
         )
         if rows and rows[0]["inserted"]:
             await self._run("SELECT pg_notify($1, $2)", CHANNEL, uid)
 
     async def remove(self, uid: str) -> None:
-        await self._run("WITH gone AS (DELETE FROM leakypool_workers WHERE uid = $1 RETURNING uid) "
-                        "SELECT pg_notify($2, uid) FROM gone", uid, CHANNEL)
+        await self._run(
+            "WITH gone AS (DELETE FROM leakypool_workers WHERE uid = $1 RETURNING uid) "
+            "SELECT pg_notify($2, uid) FROM gone",
+            uid,
+            CHANNEL,
+        )
 
     async def live(self) -> dict[str, str]:
         await self._run("DELETE FROM leakypool_workers WHERE expires_at <= now()")
@@ -207,7 +213,9 @@ class _Sqlite:
         await self._run(
             "INSERT INTO leakypool_workers (uid, record, expires_at) VALUES (?, ?, ?) "
             "ON CONFLICT (uid) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
-            uid, record, time.time() + ttl,
+            uid,
+            record,
+            time.time() + ttl,
         )
 
     async def remove(self, uid: str) -> None:

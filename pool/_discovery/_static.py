@@ -95,7 +95,7 @@ async def probe(address: str, timeout: float, secret: SecretSource | None = None
     channel = open_channel(address, secret=secret)
     try:
         state = await channel.state(timeout)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the channel raised, channel.failure() names it; the address is skipped
         code, detail = channel.failure(exc)
         _log.warning("no worker answered at %s: %s %s", address, code, detail)
         return None

@@ -72,7 +72,7 @@ class DeadlinePassed(Exception):
 
 
 class _Waiter:
-    __slots__ = ("ticket", "placed", "served")
+    __slots__ = ("placed", "served", "ticket")
 
     def __init__(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
         self.ticket = ticket
@@ -205,7 +205,7 @@ class Admission:
             except NoWorkersAvailable:
                 self._starved()  # grow the pool if it may, queue or not
                 if (error := self._stranded()) is not None:
-                    raise error  # its own cause (the initializer's exception) stays
+                    raise error  # noqa: B904 - its own cause (the initializer's exception) stays
                 if not (self.queue_depth or plain) and not self._coming():
                     raise
         loop = asyncio.get_running_loop()
@@ -334,7 +334,7 @@ class Admission:
                 call = await self._place(waiter.ticket.task)
             except NoWorkersAvailable:
                 return False
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a placement fault reaches the waiting caller through its future
                 self._leave(waiter)
                 if not waiter.served.done():
                     waiter.served.set_exception(exc)

@@ -24,7 +24,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def map(  # noqa: A001 - pool.map, by analogy with the builtin
+def map(  # pool.map, by analogy with the builtin
     routine: Callable[[T], Awaitable[R]],
     items: Iterable[T] | AsyncIterable[T],
     *,

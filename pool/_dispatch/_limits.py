@@ -90,7 +90,7 @@ class Ticket:
     nested call), so a wait can tell slots its own callers hold.
     """
 
-    __slots__ = ("task", "parent", "admitted_at", "accepted_at", "seq", "held")
+    __slots__ = ("accepted_at", "admitted_at", "held", "parent", "seq", "task")
 
     def __init__(self, task: Any, parent: Ticket | None, admitted_at: float, seq: int = 0) -> None:
         self.task = task
@@ -109,7 +109,7 @@ class Ticket:
 
 
 class _Waiter:
-    __slots__ = ("ticket", "limit", "future")
+    __slots__ = ("future", "limit", "ticket")
 
     def __init__(self, ticket: Ticket, limit: int, future: asyncio.Future[None]) -> None:
         self.ticket = ticket
@@ -129,7 +129,7 @@ class Gate:
     caller (the lender) lent them while it waits for them.
     """
 
-    __slots__ = ("key", "holders", "borrowers", "_lending", "_waiters", "_limits")
+    __slots__ = ("_lending", "_limits", "_waiters", "borrowers", "holders", "key")
 
     def __init__(self, key: tuple[str, ...]) -> None:
         self.key = key

@@ -118,7 +118,7 @@ class Membership:
             try:
                 async for event in discovery.subscribe():
                     self.apply(event)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user discovery's fault is logged and it is resubscribed, never fatal to the pool
                 _log.exception("discovery %r failed; resubscribing in %.1fs", discovery, RESUBSCRIBE_S)
             await asyncio.sleep(RESUBSCRIBE_S)
 
@@ -137,7 +137,11 @@ class Membership:
         if self._is_local(worker.uid):
             return
         if worker.tls and self._credentials is None:
-            _log.warning("not admitting worker %s at %s: it serves TLS and the pool has no credentials", worker.uid, worker.address)
+            _log.warning(
+                "not admitting worker %s at %s: it serves TLS and the pool has no credentials",
+                worker.uid,
+                worker.address,
+            )
             return
         current = self.roster.get(worker.uid)
         if current is not None and (current.metadata.address, current.metadata.tls) == (worker.address, worker.tls):

@@ -99,7 +99,9 @@ class CallPath:
             self._end(ticket, exc if isinstance(exc, Exception) else None)
             if metrics is not None and isinstance(exc, AdmissionRejected):
                 metrics.rejected(task.name)
-            if isinstance(exc, DeadlinePassed) or (isinstance(exc, TimeoutError) and timer is not None and timer.expired()):
+            if isinstance(exc, DeadlinePassed) or (
+                isinstance(exc, TimeoutError) and timer is not None and timer.expired()
+            ):
                 raise self._timed_out(task, limit) from None
             raise
         self._tickets[call] = ticket

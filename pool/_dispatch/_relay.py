@@ -28,7 +28,7 @@ _log = logging.getLogger("leakypool.pool")
 
 
 class _Relay:
-    __slots__ = ("session", "id", "task", "parent", "steps", "runner")
+    __slots__ = ("id", "parent", "runner", "session", "steps", "task")
 
     def __init__(self, session: Session, call_id: int, task: Task, parent: OutgoingCall | None) -> None:
         self.session = session
@@ -107,7 +107,7 @@ class NestedHost:
                 raise
         except asyncio.CancelledError:
             session.outcome(call_id, pb.Outcome.CANCELLED)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a nested call's exception crosses back to the calling worker as the routine's own
             session.outcome(call_id, pb.Outcome.RAISE, *_wire.pack_exception(exc, relay.task.name))
         else:
             session.forward(call_id, outcome)

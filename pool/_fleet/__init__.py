@@ -1,9 +1,9 @@
 """Capacity the pool starts itself: worker processes on this host, and where they come from.
 
-    _local_fleet   LocalFleet: keep a minimum, replace the dead, grow under load, stop
-    _local_worker  one spawned worker process: READY pipe, lifeline, stop, reap
-    _template      the pool's side of the worker template (fork requests, exit statuses)
-    _provision     Provisioner, WorkerRequest, SubprocessProvisioner, CommandProvisioner
-    _plan          ProvisionPlan: how many workers to request now (I/O-free)
-    _provisioning  Growth: the fleet or the provisioner, on overflow; pool_capacity wires both
+_local_fleet   LocalFleet: keep a minimum, replace the dead, grow under load, stop
+_local_worker  one spawned worker process: READY pipe, lifeline, stop, reap
+_template      the pool's side of the worker template (fork requests, exit statuses)
+_provision     Provisioner, WorkerRequest, SubprocessProvisioner, CommandProvisioner
+_plan          ProvisionPlan: how many workers to request now (I/O-free)
+_provisioning  Growth: the fleet or the provisioner, on overflow; pool_capacity wires both
 """

@@ -196,7 +196,7 @@ class LocalFleet:
             self._socket_dir = socket_directory()
         if self._initializer and self._socket_dir is not None:
             path = os.path.join(self._socket_dir, "initializer.pickle")
-            with open(path, "wb") as f:  # the directory is this user's only (0700)
+            with open(path, "wb") as f:  # noqa: ASYNC230 - once at start, the pickled initializer into this user's own 0700 directory
                 f.write(self._initializer)
             self._env["LEAKYPOOL_INITIALIZER_FILE"] = path
         if self._use_template and self.maximum > 0 and template_supported():
@@ -217,7 +217,9 @@ class LocalFleet:
         """
         await self.prepare()
         self._open = True
-        results = await asyncio.gather(*(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._spawn(elastic=False) for _ in range(self.minimum)), return_exceptions=True
+        )
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
@@ -243,7 +245,7 @@ class LocalFleet:
         try:
             await self._spawn(elastic=True)
             self.grown += 1
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed spawn is logged and retried after a back-off
             _log.exception("could not grow the pool by one worker")
             self._grow_after = time.monotonic() + GROW_BACKOFF_S
         finally:
@@ -336,7 +338,7 @@ class LocalFleet:
     async def _replace_retired(self, worker: LocalWorker) -> None:
         try:
             await self._spawn(elastic=worker.elastic)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed spawn is logged and retried after a back-off
             _log.exception("could not replace retired worker %s; retrying after a back-off", worker.uid)
             if not worker.elastic:
                 self._crashes += 1
@@ -358,9 +360,13 @@ class LocalFleet:
                 except WorkerInitError as exc:
                     self._owed += 1
                     self._crashes += 1
-                    _log.error("could not replace worker %s: its initializer raised; retrying after %gs\n%s",
-                               dead, RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)], exc.traceback)
-                except Exception:
+                    _log.error(
+                        "could not replace worker %s: its initializer raised; retrying after %gs\n%s",
+                        dead,
+                        RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)],
+                        exc.traceback,
+                    )
+                except Exception:  # noqa: BLE001 - a failed respawn is owed and retried after a back-off
                     self._owed += 1
                     self._crashes += 1
                     _log.exception("could not replace worker %s; retrying", dead)
@@ -383,5 +389,5 @@ def socket_directory() -> str:
     """
     base = tempfile.gettempdir()
     if len(base) > 40:
-        base = "/tmp"
+        base = "/tmp"  # noqa: S108 - only the directory mkdtemp makes its private 0700 folder in
     return tempfile.mkdtemp(prefix="leakypool-", dir=base)

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._base._process import watch_exit
-from .._parse import PREFIX
 from .._errors import WorkerInitError, WorkerStartError
+from .._parse import PREFIX
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
 from ._template import ForkedWorker, WorkerTemplate
@@ -111,7 +111,7 @@ class LocalWorker:
                 self._process = ForkedWorker(pid, template)
                 self._exited = self._process.exited
             else:
-                self._process = subprocess.Popen(
+                self._process = subprocess.Popen(  # noqa: ASYNC220 - returns once forked; the pool then awaits the READY pipe without blocking
                     [sys.executable, "-m", "worker_main"],
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -161,7 +161,7 @@ class LocalWorker:
 
     async def wait(self) -> int:
         """Wait for the child to exit; its exit status (it is reaped)."""
-        assert self._exited is not None
+        assert self._exited is not None  # noqa: S101 - an invariant, stated for the type checker
         code = await asyncio.shield(self._exited)
         self._close_lifeline()
         self._read_status()  # a line written just before the exit (`retire_now`)

@@ -277,8 +277,13 @@ async def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes
         ProvisionError: it could not start (no such program, not executable).
     """
     popen = functools.partial(
-        subprocess.Popen, argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True,
+        subprocess.Popen,
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     starting = asyncio.get_running_loop().run_in_executor(None, popen)
     try:
@@ -323,7 +328,7 @@ class _Tail(asyncio.Protocol):
     @classmethod
     async def attach(cls, process: subprocess.Popen[bytes]) -> _Tail:
         tail = cls()
-        assert process.stderr is not None
+        assert process.stderr is not None  # noqa: S101 - an invariant, stated for the type checker
         tail._transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: tail, process.stderr)
         return tail
 

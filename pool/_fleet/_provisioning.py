@@ -177,12 +177,14 @@ class Growth:
             await self.provisioner.provision(request)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a user provisioner's fault counts as a failed request, planned around
             self.failures += 1
             if self.plan.failed(request.uid, time.monotonic()):
                 _log.warning(
                     "provisioner %s failed (%s); work keeps waiting, next request in %.0fs",
-                    redacted(repr(self.provisioner)), redacted(str(exc)), self.plan.resume_at - time.monotonic(),
+                    redacted(repr(self.provisioner)),
+                    redacted(str(exc)),
+                    self.plan.resume_at - time.monotonic(),
                 )
             return
         _log.debug("provisioner %s is starting worker %s", redacted(repr(self.provisioner)), request.uid)
@@ -264,7 +266,13 @@ def pool_capacity(
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
         return worker_request(
-            uid, seq, env, registry=registry, tags=tags, idle_timeout=config.idle_timeout, tls=worker_tls,
+            uid,
+            seq,
+            env,
+            registry=registry,
+            tags=tags,
+            idle_timeout=config.idle_timeout,
+            tls=worker_tls,
             secret=secret.get(create=True) if secret is not None else None,
         )
 

@@ -84,9 +84,11 @@ class WorkerTemplate:
                 self._process = _fork(ours, theirs, self._preload)
                 self.forked = True
             else:
-                self._process = subprocess.Popen(
+                self._process = subprocess.Popen(  # noqa: ASYNC220 - returns once forked; the pool then awaits its socket without blocking
                     [sys.executable, "-m", "pool._worker._template", str(theirs.fileno()), *self._preload],
-                    env=self._env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                    env=self._env,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
                 )
         except BaseException:
             ours.close()
@@ -142,7 +144,7 @@ class WorkerTemplate:
 
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._channel is not None
+        assert self._channel is not None  # noqa: S101 - an invariant, stated for the type checker
         try:
             while True:
                 try:
@@ -212,7 +214,7 @@ async def _send_fds(channel: socket.socket, data: bytes, fds: tuple[int, int]) -
             return
         except BlockingIOError:
             writable = loop.create_future()
-            loop.add_writer(channel, lambda: writable.done() or writable.set_result(None))
+            loop.add_writer(channel, lambda fut=writable: fut.done() or fut.set_result(None))
             try:
                 await writable
             finally:

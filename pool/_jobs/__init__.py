@@ -1,18 +1,18 @@
 """Durable jobs: calls written to a store first, so they survive the dispatching process.
 
-    _store       the store protocol and its records (no I/O)
-    _stores/     SQLiteStore, PostgresStore, and store= URL -> a store
-    _codec       a job's payload (the call and its retry policy)
-    _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
-    _scheduler   leases due jobs, dispatches them like calls
-    _recorder    what an accepted attempt writes: running, then its outcome or a retry
-    _presence    the process's owner lease, dead owners' recovery, other processes' notices
-    _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
-    _retention   keep_finished: finished jobs purged in bounded batches
-    _periodic    WorkerPool.schedule: one job per cron slot, across processes
-    _cli         ``leakypool jobs STORE_URL ...``
-    _pause       the paused queues as one process sees them, and the leased jobs to give back
-    _pause_cli   ``leakypool jobs STORE_URL pause|resume NAME``
+_store       the store protocol and its records (no I/O)
+_stores/     SQLiteStore, PostgresStore, and store= URL -> a store
+_codec       a job's payload (the call and its retry policy)
+_job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
+_scheduler   leases due jobs, dispatches them like calls
+_recorder    what an accepted attempt writes: running, then its outcome or a retry
+_presence    the process's owner lease, dead owners' recovery, other processes' notices
+_attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
+_retention   keep_finished: finished jobs purged in bounded batches
+_periodic    WorkerPool.schedule: one job per cron slot, across processes
+_cli         ``leakypool jobs STORE_URL ...``
+_pause       the paused queues as one process sees them, and the leased jobs to give back
+_pause_cli   ``leakypool jobs STORE_URL pause|resume NAME``
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One attempt of a job, and what to do with its outcome: the scheduler's I/O-free decisions.
 
-    outcome ──> decide() ──> succeeded                   (a value, within RESULT_LIMIT_BYTES)
-                         ├─> failed                      (the routine's error, or ours)
-                         └─> retry in N s                (WorkerBroken, or a type in retry_on,
-                                                          while attempts remain: exponential, jittered)
+outcome ──> decide() ──> succeeded                   (a value, within RESULT_LIMIT_BYTES)
+                     ├─> failed                      (the routine's error, or ours)
+                     └─> retry in N s                (WorkerBroken, or a type in retry_on,
+                                                      while attempts remain: exponential, jittered)
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ T = TypeVar("T")
 class Attempt:
     """One leased job on its way to a worker, and back."""
 
-    __slots__ = ("job", "task", "policy", "runner", "cancel_requested", "blocked_at", "started")
+    __slots__ = ("blocked_at", "cancel_requested", "job", "policy", "runner", "started", "task")
 
     def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
         self.job = job
@@ -71,9 +71,9 @@ def expired(waiting: list[Attempt], now: float) -> tuple[list[Attempt], list[tup
             keep.append(attempt)
             continue
         waited = attempt.job.deadline - attempt.job.created_at
-        gone.append((attempt, CapacityTimeout(
-            f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"
-        )))
+        gone.append(
+            (attempt, CapacityTimeout(f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"))
+        )
     return keep, gone
 
 
@@ -104,7 +104,7 @@ def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
         return Verdict("succeeded", outcome, "")
     _, exc = outcome_result(outcome, job.routine)
     attempts = job.attempts + 1
-    if (isinstance(exc, WorkerBroken) or isinstance(exc, policy.retry_on)) and attempts < job.max_attempts:
+    if isinstance(exc, (WorkerBroken, policy.retry_on)) and attempts < job.max_attempts:
         delay = min(MAX_BACKOFF_S, policy.retry_backoff * 2 ** (attempts - 1))
         delay *= 0.5 + RANDOM.random()  # jitter: retries of a burst do not land together
         return Verdict("pending", None, describe(exc), retry_in=delay)

@@ -79,12 +79,23 @@ def _short(timestamp: float) -> str:
 def as_dict(record: JobRecord) -> dict[str, Any]:
     """A job as JSON-ready data (times in ISO 8601 UTC; the payload and the pickled result left out)."""
     return {
-        "id": record.id, "routine": record.routine, "state": record.state, "attempts": record.attempts,
-        "max_attempts": record.max_attempts, "priority": record.priority, "error": record.error,
-        "created_at": _when(record.created_at), "run_at": _when(record.next_at),
-        "started_at": _when(record.started_at), "finished_at": _when(record.finished_at),
-        "deadline": _when(record.deadline), "owner": record.owner, "queue": record.queue, "key": record.key,
-        "workflow": record.workflow, "cancel_requested": record.cancel_requested,
+        "id": record.id,
+        "routine": record.routine,
+        "state": record.state,
+        "attempts": record.attempts,
+        "max_attempts": record.max_attempts,
+        "priority": record.priority,
+        "error": record.error,
+        "created_at": _when(record.created_at),
+        "run_at": _when(record.next_at),
+        "started_at": _when(record.started_at),
+        "finished_at": _when(record.finished_at),
+        "deadline": _when(record.deadline),
+        "owner": record.owner,
+        "queue": record.queue,
+        "key": record.key,
+        "workflow": record.workflow,
+        "cancel_requested": record.cancel_requested,
         "result_bytes": None if record.outcome is None else len(record.outcome),
     }
 
@@ -98,8 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--state", choices=sorted(ACTIVE_STATES | TERMINAL_STATES))
     listing.add_argument("--routine", help="the routine's qualified name, e.g. app.convert")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    for verb, text in [("show", "one job in full"), ("retry", "run a failed or cancelled job again"),
-                       ("cancel", "cancel a pending or running job")]:
+    for verb, text in [
+        ("show", "one job in full"),
+        ("retry", "run a failed or cancelled job again"),
+        ("cancel", "cancel a pending or running job"),
+    ]:
         verbs.add_parser(verb, help=text).add_argument("job_id")
     purge = verbs.add_parser("purge", help="delete finished jobs older than an age")
     purge.add_argument("--older-than", required=True, type=_age, help="e.g. 30d, 12h, 90s")
@@ -110,10 +124,10 @@ def _parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> Any:
     """Do the verb against the store; what to print (records, a record, or a summary)."""
-    if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///"):].lstrip("/")):
+    if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///") :].lstrip("/")):  # noqa: ASYNC240 - a command-line tool, one stat before it opens the store
         raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(args.store)
-    assert store is not None
+    assert store is not None  # noqa: S101 - an invariant, stated for the type checker
     if not isinstance(store, MaintainedStore):
         raise ConfigError(f"store {args.store}: does not support the jobs command")
     await open_waiting(store)
@@ -144,9 +158,14 @@ async def run(args: argparse.Namespace) -> Any:
 
 
 LIST_COLUMNS: Final[tuple[Column, ...]] = (
-    Column("id"), Column("routine"), Column("state"),
-    Column("attempts", drop=2, justify="right"), Column("priority", drop=5, justify="right"),
-    Column("created (UTC)", drop=4), Column("run at (UTC)", drop=3), Column("error", drop=1, cut_to=12),
+    Column("id"),
+    Column("routine"),
+    Column("state"),
+    Column("attempts", drop=2, justify="right"),
+    Column("priority", drop=5, justify="right"),
+    Column("created (UTC)", drop=4),
+    Column("run at (UTC)", drop=3),
+    Column("error", drop=1, cut_to=12),
 )
 """``list``'s columns. id, routine and state are never cut; the error is cut with an ellipsis; when the
 terminal is narrow, priority goes first, then the creation time (the list is newest first anyway), the
@@ -164,17 +183,27 @@ def render(result: Any, width: int = 80) -> Any:
     if isinstance(result, dict):
         return f"purged {result['purged']} finished job(s) that ended before {result['finished_before']}"
     if isinstance(result, JobRecord):
-        fields = [(field, "" if value is None else " ".join(str(value).split()))
-                  for field, value in as_dict(result).items()]
+        fields = [
+            (field, "" if value is None else " ".join(str(value).split())) for field, value in as_dict(result).items()
+        ]
         table = one_line_table(SHOW_COLUMNS, fields, width, show_header=False, title=f"job {result.id}")
         value_width = table.columns[1].width or 0
         if result.error and (len(result.error) > value_width or "\n" in result.error):
             return Group(table, Text(f"error: {result.error}"))  # cut in the table: here in full, wrapped
         return table
-    rows = [(record.id, record.routine, record.state, f"{record.attempts}/{record.max_attempts}",
-             str(record.priority), _short(record.created_at), _short(record.next_at),
-             record.error.splitlines()[0] if record.error else "")
-            for record in result]
+    rows = [
+        (
+            record.id,
+            record.routine,
+            record.state,
+            f"{record.attempts}/{record.max_attempts}",
+            str(record.priority),
+            _short(record.created_at),
+            _short(record.next_at),
+            record.error.splitlines()[0] if record.error else "",
+        )
+        for record in result
+    ]
     return one_line_table(LIST_COLUMNS, rows, width, title=f"{len(result)} job(s), newest first")
 
 
@@ -190,8 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"leakypool jobs: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        data = result if isinstance(result, dict) else (
-            as_dict(result) if isinstance(result, JobRecord) else [as_dict(r) for r in result])
+        data = (
+            result
+            if isinstance(result, dict)
+            else (as_dict(result) if isinstance(result, JobRecord) else [as_dict(r) for r in result])
+        )
         print(json.dumps(data, indent=2))
         return 0
     try:

@@ -61,7 +61,7 @@ def decode(payload: bytes) -> tuple[Task, RetryPolicy]:
             its ``retry_on`` types cannot be imported here.
     """
     try:
-        version, fields = pickle.loads(payload)
+        version, fields = pickle.loads(payload)  # noqa: S301 - a payload this pool wrote to the user's own store (docs/stores.md: who may write it may run code)
     except Exception as exc:
         raise SerializationError(f"a job's payload cannot be read: {type(exc).__name__}: {exc}") from exc
     if version != PAYLOAD_VERSION:

@@ -236,7 +236,7 @@ class Jobs:
         finally:
             if owner:
                 self._adopt(record if record is not None and created else None)
-        assert record is not None
+        assert record is not None  # noqa: S101 - an invariant, stated for the type checker
         if created and not owner:
             self._due(due)  # in the store, not kept here: lease it when due (its limits are checked there)
         return Job(self, record)

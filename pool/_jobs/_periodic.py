@@ -112,7 +112,9 @@ class Slots:
 
 def schedule_name(task: Task, cron: str, tz: str) -> str:
     """``cron:ROUTINE:DIGEST``: the same routine, expression, zone and arguments give the same name everywhere."""
-    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, _wire.inline(task.args)])).hexdigest()[:12]
+    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, _wire.inline(task.args)])).hexdigest()[
+        :12
+    ]
     return f"cron:{task.name}:{digest}"
 
 
@@ -156,7 +158,11 @@ class Periodic:
             if await self._claim(latest) in (None, last):  # this process submitted it, not another one
                 _log.warning(
                     "schedule %s (%s) missed %d slot(s) since %s while no process ran; running the latest (%s) once",
-                    self.name, self.slots.cron, missed, _iso(last), _iso(latest),
+                    self.name,
+                    self.slots.cron,
+                    missed,
+                    _iso(last),
+                    _iso(latest),
                 )
         return self.slots.next_after(max(now, latest))
 
@@ -187,7 +193,12 @@ class Periodic:
             _log.warning(
                 "schedule %s (%s): this process stalled; skipped %d slot(s) after %s over %gs late "
                 "(left to the other processes on the store, if any); next %s",
-                self.name, self.slots.cron, skipped, _iso(slot), LATE_SLOT_MAX_S, _iso(following),
+                self.name,
+                self.slots.cron,
+                skipped,
+                _iso(slot),
+                LATE_SLOT_MAX_S,
+                _iso(following),
             )
         return following
 

@@ -26,7 +26,7 @@ class PlacementWindow:
         no_worker: The last placement found no worker and no capacity event came since.
     """
 
-    __slots__ = ("size", "epoch", "no_worker")
+    __slots__ = ("epoch", "no_worker", "size")
 
     def __init__(self) -> None:
         self.size = MAX_PLACING

@@ -107,8 +107,13 @@ class Recorder:
             return await self._finish(attempt, verdict.state, verdict.outcome, verdict.error, marked)
         due = time.time() + verdict.retry_in
         await persist(f"re-queueing job {job.id}", lambda: self.store.retry(job.id, self.owner, due, verdict.error))
-        _log.info("job %s: attempt %d failed (%s); retrying in %.2fs", job.id, job.attempts + 1, verdict.error,
-                  verdict.retry_in)
+        _log.info(
+            "job %s: attempt %d failed (%s); retrying in %.2fs",
+            job.id,
+            job.attempts + 1,
+            verdict.error,
+            verdict.retry_in,
+        )
         return None
 
     async def _finish(
@@ -126,7 +131,23 @@ class Recorder:
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
             return None
         return JobRecord(
-            job.id, job.routine, state, job.attempts + 1, job.max_attempts, job.created_at, attempt.started, now,
-            job.deadline, job.next_at, "", error, job.payload, data, False, job.queue, job.key, job.workflow,
+            job.id,
+            job.routine,
+            state,
+            job.attempts + 1,
+            job.max_attempts,
+            job.created_at,
+            attempt.started,
+            now,
+            job.deadline,
+            job.next_at,
+            "",
+            error,
+            job.payload,
+            data,
+            False,
+            job.queue,
+            job.key,
+            job.workflow,
             job.priority,
         )

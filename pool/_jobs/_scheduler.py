@@ -104,8 +104,9 @@ class Scheduler(LeaseUpkeep):
         self._recorder = Recorder(store, self.owner)
         self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
-        self._presence = Presence(store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running,
-                                  pauses_changed=self.paused.changed)
+        self._presence = Presence(
+            store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running, pauses_changed=self.paused.changed
+        )
         self.jobs = Jobs(
             store,
             claim=self._claim,
@@ -147,7 +148,7 @@ class Scheduler(LeaseUpkeep):
             return
         try:
             await self.store.release_owner(self.owner, time.time())
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort at close: the lease expiring hands the jobs back anyway
             _log.exception("could not hand this process's jobs back to the store; they return when its lease expires")
 
     def wake(self) -> None:
@@ -364,7 +365,7 @@ class Scheduler(LeaseUpkeep):
                 raise
             self._drop(job.id)
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a job that cannot start fails with the reason recorded in the store
             await self._fail_pending(job, exc)
             return
         finally:

@@ -222,7 +222,14 @@ class JobStore(Protocol):
         ...
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str = "",
         started: float | None = None,
     ) -> bool:
         """running + owned -> a terminal ``state``. False (no change) otherwise.
@@ -237,9 +244,7 @@ class JobStore(Protocol):
         """running + owned -> pending again, unowned, due at ``next_at``."""
         ...
 
-    async def fail_pending(
-        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
-    ) -> bool:
+    async def fail_pending(self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None) -> bool:
         """pending + owned -> failed (it never ran: capacity timeout, unreadable payload)."""
         ...
 
@@ -309,9 +314,7 @@ class MaintainedStore(Protocol):
         """The earliest ``next_at`` after ``now`` among unowned pending jobs, or None."""
         ...
 
-    async def select(
-        self, state: str | None = None, routine: str | None = None, limit: int = 100
-    ) -> list[JobRecord]:
+    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
         """Jobs in ``state`` of ``routine`` (any if None), newest first."""
         ...
 

@@ -69,7 +69,7 @@ class _Histogram:
 class _Routine:
     """What one routine's calls did."""
 
-    __slots__ = ("outcomes", "duration", "wait", "rejected", "timeouts")
+    __slots__ = ("duration", "outcomes", "rejected", "timeouts", "wait")
 
     def __init__(self) -> None:
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
@@ -95,8 +95,11 @@ class PoolMetrics:
     """
 
     def __init__(
-        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
-        purged: Callable[[], int | None] = lambda: None, paused: Callable[[], Iterable[str]] = tuple,
+        self,
+        stats: Callable[[], PoolStats],
+        jobs: Callable[[], dict[str, int] | None],
+        purged: Callable[[], int | None] = lambda: None,
+        paused: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry
@@ -150,16 +153,25 @@ class _Calls:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-        calls = CounterMetricFamily("leakypool_calls", "Calls ended, by routine and outcome (ok, error, cancelled, "
-                                    "lost).", labels=["routine", "outcome"])
-        duration = HistogramMetricFamily("leakypool_call_duration_seconds", "From a worker's accept to the "
-                                         "call's end.", labels=["routine"])
-        wait = HistogramMetricFamily("leakypool_queue_wait_seconds", "From admission to a worker's accept "
-                                     "(queue and limits).", labels=["routine"])
-        rejected = CounterMetricFamily("leakypool_admission_rejected", "Calls refused by admission (ceiling or "
-                                       "full queue).", labels=["routine"])
-        timeouts = CounterMetricFamily("leakypool_capacity_timeouts", "Calls that waited past their dispatch "
-                                       "deadline.", labels=["routine"])
+        calls = CounterMetricFamily(
+            "leakypool_calls",
+            "Calls ended, by routine and outcome (ok, error, cancelled, lost).",
+            labels=["routine", "outcome"],
+        )
+        duration = HistogramMetricFamily(
+            "leakypool_call_duration_seconds", "From a worker's accept to the call's end.", labels=["routine"]
+        )
+        wait = HistogramMetricFamily(
+            "leakypool_queue_wait_seconds",
+            "From admission to a worker's accept (queue and limits).",
+            labels=["routine"],
+        )
+        rejected = CounterMetricFamily(
+            "leakypool_admission_rejected", "Calls refused by admission (ceiling or full queue).", labels=["routine"]
+        )
+        timeouts = CounterMetricFamily(
+            "leakypool_capacity_timeouts", "Calls that waited past their dispatch deadline.", labels=["routine"]
+        )
         for name, r in sorted(self._routines.items()):
             for result, count in r.outcomes.items():
                 if count:
@@ -175,7 +187,9 @@ class _Gauges:
     """Gauges read from the pool when scraped (a custom collector: nothing to keep in step)."""
 
     def __init__(
-        self, stats: Callable[[], PoolStats], jobs: Callable[[], dict[str, int] | None],
+        self,
+        stats: Callable[[], PoolStats],
+        jobs: Callable[[], dict[str, int] | None],
         purged: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._stats = stats
@@ -192,13 +206,15 @@ class _Gauges:
         running = GaugeMetricFamily("leakypool_calls_running", "Calls a worker accepted and runs now (jobs too).")
         running.add_metric([], s.running)
         yield running
-        waiting = GaugeMetricFamily("leakypool_calls_waiting", "Calls waiting, for a worker or for a limit.",
-                                    labels=["for"])
+        waiting = GaugeMetricFamily(
+            "leakypool_calls_waiting", "Calls waiting, for a worker or for a limit.", labels=["for"]
+        )
         waiting.add_metric(["worker"], s.waiting_for_worker)
         waiting.add_metric(["limits"], s.waiting_for_limits)
         yield waiting
-        workers = GaugeMetricFamily("leakypool_workers", "Workers in the pool, local (spawned) or found.",
-                                    labels=["kind"])
+        workers = GaugeMetricFamily(
+            "leakypool_workers", "Workers in the pool, local (spawned) or found.", labels=["kind"]
+        )
         workers.add_metric(["local"], s.local_workers)
         workers.add_metric(["found"], s.workers - s.local_workers)
         yield workers
@@ -208,8 +224,11 @@ class _Gauges:
         shrunk = CounterMetricFamily("leakypool_workers_shrunk", "Workers grown under load that left after idling.")
         shrunk.add_metric([], s.shrunk)
         yield shrunk
-        recycled = CounterMetricFamily("leakypool_worker_recycled", "Spawned workers that exited on purpose and were "
-                                       "replaced, by reason (tasks, memory, timeout).", labels=["reason"])
+        recycled = CounterMetricFamily(
+            "leakypool_worker_recycled",
+            "Spawned workers that exited on purpose and were replaced, by reason (tasks, memory, timeout).",
+            labels=["reason"],
+        )
         for reason, count in recycled_by_reason(s.recycled).items():
             recycled.add_metric([reason], count)
         yield recycled
@@ -219,16 +238,16 @@ class _Gauges:
         dispatched = CounterMetricFamily("leakypool_calls_dispatched", "Calls a worker accepted (jobs too).")
         dispatched.add_metric([], s.dispatched)
         yield dispatched
-        queues = GaugeMetricFamily("leakypool_queue_calls", "Calls per queue, running or waiting.",
-                                   labels=["queue", "state"])
+        queues = GaugeMetricFamily(
+            "leakypool_queue_calls", "Calls per queue, running or waiting.", labels=["queue", "state"]
+        )
         for name, gate in _by_queue(s).items():
             queues.add_metric([name, "running"], gate[0])
             queues.add_metric([name, "waiting"], gate[1])
         yield queues
         counts = self._jobs()
         if counts is not None:
-            jobs = GaugeMetricFamily("leakypool_jobs", "Jobs in the store by state (all processes).",
-                                     labels=["state"])
+            jobs = GaugeMetricFamily("leakypool_jobs", "Jobs in the store by state (all processes).", labels=["state"])
             for state, n in sorted(counts.items()):
                 jobs.add_metric([state], n)
             yield jobs
@@ -250,8 +269,9 @@ class _Paused:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        paused = GaugeMetricFamily("leakypool_queue_paused", "1 for each paused queue (kept in the job store).",
-                                   labels=["queue"])
+        paused = GaugeMetricFamily(
+            "leakypool_queue_paused", "1 for each paused queue (kept in the job store).", labels=["queue"]
+        )
         for name in sorted(self._paused()):
             paused.add_metric([name], 1)
         yield paused

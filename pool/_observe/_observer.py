@@ -43,8 +43,12 @@ class PoolObserver:
         self._paused: list[str] | None = None  # paused queues (None: no store)
         self._failed: list[dict[str, Any]] | None = None
         self._failed_count: int | None = None  # the failed count when `_failed` was read
-        self.metrics = PoolMetrics(pool.stats, lambda: self._job_counts,
-                                   lambda: pool.jobs.purged if pool.has_store else None, paused=lambda: self._paused or ())
+        self.metrics = PoolMetrics(
+            pool.stats,
+            lambda: self._job_counts,
+            lambda: pool.jobs.purged if pool.has_store else None,
+            paused=lambda: self._paused or (),
+        )
         self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
 
     @property
@@ -85,8 +89,14 @@ class PoolObserver:
             return
         self._failed_count = counts.get("failed")
         self._failed = [
-            {"id": r.id, "routine": r.routine, "queue": r.queue, "attempts": r.attempts,
-             "finished_at": r.finished_at, "error": r.error[-ERROR_SHOWN_CHARS:]}
+            {
+                "id": r.id,
+                "routine": r.routine,
+                "queue": r.queue,
+                "attempts": r.attempts,
+                "finished_at": r.finished_at,
+                "error": r.error[-ERROR_SHOWN_CHARS:],
+            }
             for r in failed
         ]
 
@@ -107,18 +117,20 @@ class PoolObserver:
         workers = []
         for uid, meta in sorted(self._pool.workers.items()):
             state = states.get(uid)
-            workers.append({
-                "uid": str(uid),
-                "address": meta.address,
-                "pid": meta.pid,
-                "local": meta.local,
-                "in_flight": None if state is None else state.in_flight,
-                "capacity": meta.capacity if state is None else state.capacity,
-                "idle_s": None if state is None else round(state.idle_seconds, 3),
-                "accepting": None if state is None else state.accepting,
-                "memory": None if state is None else state.memory_bytes,
-                "loop_lag_s": None if state is None else round(state.loop_lag_seconds, 4),
-            })
+            workers.append(
+                {
+                    "uid": str(uid),
+                    "address": meta.address,
+                    "pid": meta.pid,
+                    "local": meta.local,
+                    "in_flight": None if state is None else state.in_flight,
+                    "capacity": meta.capacity if state is None else state.capacity,
+                    "idle_s": None if state is None else round(state.idle_seconds, 3),
+                    "accepting": None if state is None else state.accepting,
+                    "memory": None if state is None else state.memory_bytes,
+                    "loop_lag_s": None if state is None else round(state.loop_lag_seconds, 4),
+                }
+            )
         return {
             "kind": "pool",
             "time": round(time.time(), 3),

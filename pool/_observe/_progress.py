@@ -34,21 +34,30 @@ class RichBar:
         except ImportError:
             raise ImportError("progress=True needs rich: pip install 'leakypool[status]'") from None
         self._bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=Console(stderr=True),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
         )
         self._task = self._bar.add_task(name, total=total, detail="")
         self._bar.start()
 
     def __call__(self, p: Progress) -> None:
-        self._bar.update(self._task, completed=p.done + p.failed,
-                         detail=f"{p.in_flight} in flight" + (f", {p.failed} failed" if p.failed else ""))
+        self._bar.update(
+            self._task,
+            completed=p.done + p.failed,
+            detail=f"{p.in_flight} in flight" + (f", {p.failed} failed" if p.failed else ""),
+        )
 
     def close(self) -> None:
         self._bar.stop()
 
 
-def reporter(progress: Callable[[Progress], Any] | bool | None, name: str, items: Any) -> Callable[[Progress], Any] | None:
+def reporter(
+    progress: Callable[[Progress], Any] | bool | None, name: str, items: Any
+) -> Callable[[Progress], Any] | None:
     """The callback ``progress`` asks for: its own, a `RichBar` for True, none for None/False."""
     if progress is None or progress is False:
         return None

@@ -33,15 +33,20 @@ NARROW_BAR_WIDTH: Final[int] = 10
 WIDE_COLUMNS: Final[int] = 100
 
 WORKER_COLUMNS: Final[tuple[Column, ...]] = (
-    Column("uid"), Column("address", drop=2, cut_to=12), Column("in flight / capacity"),
-    Column("idle s", drop=5, justify="right"), Column("memory", drop=4, justify="right"),
+    Column("uid"),
+    Column("address", drop=2, cut_to=12),
+    Column("in flight / capacity"),
+    Column("idle s", drop=5, justify="right"),
+    Column("memory", drop=4, justify="right"),
     Column("pid", drop=3, justify="right"),
 )
 """The workers table: uid and occupancy are never cut; the address is cut with an ellipsis; in a narrow
 terminal the idle time goes first, then memory, the pid, the address (80 columns drop the idle time)."""
 
 QUEUE_COLUMNS: Final[tuple[Column, ...]] = (
-    Column("limit", cut_to=16), Column("running", justify="right"), Column("waiting", justify="right"),
+    Column("limit", cut_to=16),
+    Column("running", justify="right"),
+    Column("waiting", justify="right"),
 )
 """The queues table: a long queue or key name is cut with an ellipsis; the counts never."""
 
@@ -60,7 +65,7 @@ def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
         OSError: unreachable, or not a pool's observation port (one line).
     """
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - the URL the user typed for their own pool's /status
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         raise OSError(f"{url}: HTTP {exc.code} (is this a pool's metrics port?)") from None
@@ -98,16 +103,19 @@ def render(status: dict[str, Any], source: str, width: int = 80) -> Any:
     rows = []
     for w in status.get("workers", []):
         in_flight = w.get("in_flight")
-        rows.append((
-            f"{w['uid'][:8]}…{w['uid'][-4:]}" + ("*" if w.get("local") else ""),
-            w.get("address", ""),
-            "?" if in_flight is None else _bar(in_flight, w.get("capacity") or 0, cells),
-            "-" if w.get("idle_s") is None else f"{w['idle_s']:.1f}",
-            _mib(w.get("memory")),
-            str(w.get("pid", "")),
-        ))
-    workers = one_line_table(WORKER_COLUMNS, rows, width,
-                             title="workers (lowest uid first; * spawned by the pool)", title_justify="left")
+        rows.append(
+            (
+                f"{w['uid'][:8]}…{w['uid'][-4:]}" + ("*" if w.get("local") else ""),
+                w.get("address", ""),
+                "?" if in_flight is None else _bar(in_flight, w.get("capacity") or 0, cells),
+                "-" if w.get("idle_s") is None else f"{w['idle_s']:.1f}",
+                _mib(w.get("memory")),
+                str(w.get("pid", "")),
+            )
+        )
+    workers = one_line_table(
+        WORKER_COLUMNS, rows, width, title="workers (lowest uid first; * spawned by the pool)", title_justify="left"
+    )
     parts: list[Any] = [header, workers]
     queues = status.get("queues") or {}
     if queues:
@@ -139,8 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rich.console import Console
             from rich.live import Live
         except ImportError:
-            print("leakypool status: the view needs rich: pip install 'leakypool[status]' (or use --json)",
-                  file=sys.stderr)
+            print(
+                "leakypool status: the view needs rich: pip install 'leakypool[status]' (or use --json)",
+                file=sys.stderr,
+            )
             return 2
         console = Console()
         if args.once:

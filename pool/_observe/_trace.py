@@ -69,7 +69,7 @@ def remote_context(header: str) -> Any:
 class Attempt:
     """The dispatching-side span of one call or job attempt; `Task.fill` asks it for the context to send."""
 
-    __slots__ = ("_tracer", "_kind", "_task", "_parent", "_start_ns", "span")
+    __slots__ = ("_kind", "_parent", "_start_ns", "_task", "_tracer", "span")
 
     def __init__(self, tracer: Any, kind: str, task: Task) -> None:
         from opentelemetry import context
@@ -97,8 +97,11 @@ class Attempt:
             if task.workflow:
                 attributes["leakypool.workflow"] = task.workflow
             self.span = self._tracer.start_span(
-                f"{self._kind} {task.name}", context=self._parent, kind=SpanKind.CLIENT,
-                attributes=attributes, start_time=self._start_ns,
+                f"{self._kind} {task.name}",
+                context=self._parent,
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                start_time=self._start_ns,
             )
         return self.span
 

@@ -106,7 +106,9 @@ class AnswerWatch:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._calls: collections.deque[tuple[float, float, OutgoingCall]] = collections.deque()  # (deadline, window, call)
+        self._calls: collections.deque[tuple[float, float, OutgoingCall]] = (
+            collections.deque()
+        )  # (deadline, window, call)
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, call: OutgoingCall, size: int = 0) -> None:
@@ -144,10 +146,12 @@ class AnswerWatch:
             if deadline <= now:
                 calls.popleft()
                 call.cancel()
-                call.deliver(WorkerRejected(
-                    f"{self._session.label} did not answer {call.name}() within {ACCEPT_TIMEOUT_S:g}s",
-                    "DEADLINE_EXCEEDED",
-                ))
+                call.deliver(
+                    WorkerRejected(
+                        f"{self._session.label} did not answer {call.name}() within {ACCEPT_TIMEOUT_S:g}s",
+                        "DEADLINE_EXCEEDED",
+                    )
+                )
             else:
                 self._timer = asyncio.get_running_loop().call_at(deadline, self._check)
                 return
@@ -175,6 +179,7 @@ INTAKE_FREE_BYTES: Final[int] = 1 << 20
 
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
+
 
 async def call_routine(dispatcher: Dispatcher, task: Task) -> Any:
     """Run a coroutine routine's task through ``dispatcher`` and return its result.
@@ -211,7 +216,7 @@ def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
     if kind == pb.Outcome.RETURN:
         try:
             return True, _wire.loads(outcome.value, what=f"the result of {name}()")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result is the call's outcome, raised to its caller
             return False, exc
     if kind == pb.Outcome.RAISE:
         return False, _wire.unpack_exception(outcome.value, outcome.traceback, name)
@@ -267,7 +272,9 @@ class RemoteGenerator:
 
     async def asend(self, value: Any) -> Any:
         """Send ``value`` in; return the next value yielded."""
-        return await self._step(pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True))
+        return await self._step(
+            pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True)
+        )
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise an exception at the generator's ``yield``; return what it yields next."""

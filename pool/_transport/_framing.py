@@ -192,9 +192,8 @@ class MessageStream(asyncio.Protocol):
         while messages and self._ended is None:
             try:
                 sink(messages.popleft())  # type: ignore[misc]
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a sink's fault ends the stream with that reason
                 self._fail(exc)
-
 
     async def receive(self) -> bytes | memoryview | None:
         """The next message, or None once the peer closed cleanly.
@@ -288,7 +287,7 @@ class MessageStream(asyncio.Protocol):
         self._out_bytes += len(data)
         if transport.get_write_buffer_size() == 0:
             try:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
             except BlockingIOError:
                 pass
             except OSError:
@@ -362,7 +361,9 @@ class MessageStream(asyncio.Protocol):
             self._clean = True
             self._end(ConnectionResetError("the peer closed the connection"))
         elif exc is None:
-            self._end(ConnectionResetError(f"the peer closed the connection {self._pending_bytes} bytes into a message"))
+            self._end(
+                ConnectionResetError(f"the peer closed the connection {self._pending_bytes} bytes into a message")
+            )
         else:
             self._end(exc)
 

@@ -32,7 +32,15 @@ class Outbox:
     """
 
     __slots__ = (
-        "_batch", "_ready", "_closing", "_write_now", "_flush_soon", "_backstop", "_taken", "written", "writing",
+        "_backstop",
+        "_batch",
+        "_closing",
+        "_flush_soon",
+        "_ready",
+        "_taken",
+        "_write_now",
+        "writing",
+        "written",
         "wrote_at",
     )
 

@@ -47,8 +47,17 @@ class OutgoingCall:
     """
 
     __slots__ = (
-        "id", "session", "name", "finished", "final", "cancelled_here", "answered", "batch", "_inbox", "_waiter",
+        "_inbox",
         "_on_finish",
+        "_waiter",
+        "answered",
+        "batch",
+        "cancelled_here",
+        "final",
+        "finished",
+        "id",
+        "name",
+        "session",
     )
 
     def __init__(self, session: CallStream, call_id: int, name: str) -> None:
@@ -134,7 +143,7 @@ class OutgoingCall:
             async with asyncio.timeout(timeout):
                 while not self.finished:
                     await self.receive()
-        except (Exception, asyncio.CancelledError):
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001, S110 - best-effort drain at close; the finally releases the call either way
             pass
         finally:
             if not self.finished:

@@ -26,16 +26,31 @@ CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 )
 """Options for every channel to a worker (and, mirrored, for its server)."""
 
-SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = CHANNEL_OPTIONS + (
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    *CHANNEL_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.so_reuseport", 0),
 )
 """Server options: the channel's, plus accepting its keepalive pings."""
 
 _NAMES: Final[tuple[str, ...]] = (
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
 )
 """gRPC status code names by number (fixed by the gRPC spec, doc/statuscodes.md)."""
 
@@ -46,6 +61,7 @@ UNIMPLEMENTED: Final[int] = _NAMES.index("UNIMPLEMENTED")
 
 TRANSIENT_CODES: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 """gRPC codes a worker may answer "not now" with (DESIGN: rotate, keep the worker); any other is hard."""
+
 
 def status_name(code: int) -> str:
     """The name of a numeric gRPC status code, e.g. ``"UNAVAILABLE"``."""

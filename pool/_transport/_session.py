@@ -211,7 +211,9 @@ class Session:
         """The open call this end made with id ``call_id``, if any."""
         return self._outgoing.get(call_id)
 
-    def room(self, in_flight: int, capacity: int, memory_fraction: float | None = None, loop_lag_s: float = 0.0) -> None:
+    def room(
+        self, in_flight: int, capacity: int, memory_fraction: float | None = None, loop_lag_s: float = 0.0
+    ) -> None:
         """Tell the peer this end has room again (a worker that turned it away), with its resource signals."""
         room = self._frame(0).room
         room.SetInParent()
@@ -297,7 +299,7 @@ class Session:
             the error reading or writing raised (e.g. an undecodable message).
         """
         reader = asyncio.current_task()
-        assert reader is not None
+        assert reader is not None  # noqa: S101 - an invariant, stated for the type checker
         self.holds_accepts = write_now is not None
         self._transport_busy_at = busy_at
         self._side = side
@@ -322,12 +324,10 @@ class Session:
                 raise
             reader.uncancel()
             reason = writer.exception() or ConnectionResetError(f"{self.label}: stream finished")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any end of the stream is the reason every open call is failed with
             reason = exc
         finally:
             writer.remove_done_callback(writer_done)
             writer.cancel()
             self.fail(describe(reason))
         return reason
-
-

@@ -211,5 +211,3 @@ def take(token: int) -> tuple[int, SideChannel]:
     if got is None:
         raise LookupError("its buffers did not arrive (the stream has no side connection)")
     return got
-
-

@@ -69,4 +69,6 @@ def _read(path: str, field: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise ConfigError(f"TlsCredentials.{field}: expected a readable PEM file, got {path!r} ({exc.strerror})") from None
+        raise ConfigError(
+            f"TlsCredentials.{field}: expected a readable PEM file, got {path!r} ({exc.strerror})"
+        ) from None

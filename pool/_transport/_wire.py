@@ -91,7 +91,9 @@ class _Big:
         self.data = data
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        rebuild = _as_bytes if type(self.data) is bytes else _as_bytearray if type(self.data) is bytearray else _as_memoryview
+        rebuild = (
+            _as_bytes if type(self.data) is bytes else _as_bytearray if type(self.data) is bytearray else _as_memoryview
+        )
         return rebuild, (pickle.PickleBuffer(self.data),)
 
 
@@ -130,7 +132,7 @@ def _wrap(value: Any, depth: int = 2) -> Any:
         items = {k: _wrap(v, depth - 1) for k, v in value.items()}
         return items if any(items[k] is not v for k, v in value.items()) else value
     wrapped = [_wrap(v, depth - 1) for v in value]
-    if all(w is v for w, v in zip(wrapped, value)):
+    if all(w is v for w, v in zip(wrapped, value, strict=False)):
         return value
     return wrapped if t is list else tuple(wrapped)
 
@@ -150,13 +152,13 @@ def loads(data: bytes, *, what: str) -> Any:
     if data[0] == _buffers.MARK:
         try:
             pickled, buffers = _buffers.unpack(data)
-            return pickle.loads(pickled, buffers=buffers)
+            return pickle.loads(pickled, buffers=buffers)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
         except Exception as exc:
             raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
     if len(data) >= _malloc.LARGE_BYTES:
         _malloc.tune()
     try:
-        return pickle.loads(data)
+        return pickle.loads(data)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
     except Exception as exc:
         raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
 
@@ -184,7 +186,7 @@ def pack_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes
     try:
         search = not all(type(a) in _ATOMIC for a in args) or not all(type(v) in _ATOMIC for v in kwargs.values())
         data = _plain((args, kwargs), search=search, buffers=buffers) or _cloud((args, kwargs), buffers)
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - the fast plain pickle failed: fall through to cloudpickle below
         pass
     else:
         if buffers:
@@ -213,7 +215,7 @@ def _plain(value: Any, *, search: bool = True, buffers: list[memoryview] | None 
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         else:
             data = pickle.dumps(_wrap(value), protocol=5, buffer_callback=_taker(buffers))
-    except Exception:
+    except Exception:  # noqa: BLE001 - plain pickle refused it: cloudpickle's job
         return None  # a lambda, a closure, a local class...: cloudpickle's job
     if search and _MAIN in data:
         return None  # names something of __main__, which the worker cannot import (or a string that looks so)
@@ -265,12 +267,12 @@ def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
     """
     try:
         tb = "".join(traceback.format_exception(exc))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user exception whose traceback cannot be formatted still crosses
         tb = f"{type(exc).__qualname__} (its traceback could not be formatted)"
     try:
         value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(value)  # an exception whose __init__ cannot take its args fails here
-    except Exception as err:
+        pickle.loads(value)  # noqa: S301 - our own bytes, just made: an exception whose __init__ cannot take its args fails here
+    except Exception as err:  # noqa: BLE001 - an unpicklable user exception crosses as a SerializationError stand-in
         stand_in = SerializationError(
             f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "
             f"it cannot be sent back to the caller: {_describe(err)}"
@@ -299,13 +301,13 @@ def _describe(exc: BaseException) -> str:
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user __str__ that raises must not hide the original error
         return f"<{type(exc).__qualname__}: str() failed>"
 
 
 def _short_repr(value: Any, limit: int = 80) -> str:
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a user __repr__ that raises must not hide the original error
         text = f"<{type(value).__qualname__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -82,9 +82,15 @@ def handler(service: WorkerService, secret: str | None = None) -> grpc.GenericRp
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            "Dispatch": grpc.stream_stream_rpc_method_handler(dispatch, pb.Frames.FromString, pb.Frames.SerializeToString),
-            "Stop": grpc.unary_unary_rpc_method_handler(stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString),
-            "State": grpc.unary_unary_rpc_method_handler(state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString),
+            "Dispatch": grpc.stream_stream_rpc_method_handler(
+                dispatch, pb.Frames.FromString, pb.Frames.SerializeToString
+            ),
+            "Stop": grpc.unary_unary_rpc_method_handler(
+                stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString
+            ),
+            "State": grpc.unary_unary_rpc_method_handler(
+                state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString
+            ),
         },
     )
 
@@ -112,11 +118,17 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
         raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
     await server.start()
     if config.no_secret:
-        _log.warning("accepting callers WITHOUT a secret on %s (--no-secret): every user who reaches this port can run code here", bind_address(config.host, port))
+        _log.warning(
+            "accepting callers WITHOUT a secret on %s (--no-secret): every user who reaches this port can run code here",
+            bind_address(config.host, port),
+        )
     elif secret is None:
         _log.debug("callers must present a client certificate signed by --tls-client-ca")
     else:
-        _log.debug("callers must present the secret in %s", "LEAKYPOOL_SECRET" if config.secret else config.secret_file or default_secret_file())
+        _log.debug(
+            "callers must present the secret in %s",
+            "LEAKYPOOL_SECRET" if config.secret else config.secret_file or default_secret_file(),
+        )
     return server.stop, port
 
 
@@ -131,4 +143,6 @@ def _credentials(config: WorkerConfig) -> grpc.ServerCredentials | None:
     if config.tls_client_ca:
         with open(config.tls_client_ca, "rb") as f:
             client_ca = f.read()
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )

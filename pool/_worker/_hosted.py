@@ -21,7 +21,7 @@ STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = ("session", "id", "task", "code", "steps", "runner", "cancelled", "nested", "started")
+    __slots__ = ("cancelled", "code", "id", "nested", "runner", "session", "started", "steps", "task")
 
     def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
         self.session = session
@@ -39,7 +39,7 @@ class Hosted:
 class Code:
     """A routine as received: its blob, unpickled on first use (where routines run)."""
 
-    __slots__ = ("blob", "name", "fn")
+    __slots__ = ("blob", "fn", "name")
 
     def __init__(self, blob: bytes, name: str) -> None:
         self.blob = blob

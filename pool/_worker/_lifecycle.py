@@ -1,12 +1,12 @@
 """When a worker stops: idle timeout, maximum lifetime, recycling, and drains (signal, Stop RPC, lifeline).
 
-    serving ──(idle for idle_timeout | reached max_lifetime)──> retiring: drain, no time limit
-       │    ──(its task or memory limit: `Recycler`)──> retiring, then exit EXIT_RETIRED
-       │    ──(SIGTERM/SIGINT | Stop(grace) | lifeline closed)──> draining: drain within grace
-       v
-    drain: stop accepting at once; wait until nothing is in flight or the
-           grace ends (a later, shorter grace takes over); then cancel what
-           is left, flush the last outcomes, end each stream; set `done`.
+serving ──(idle for idle_timeout | reached max_lifetime)──> retiring: drain, no time limit
+   │    ──(its task or memory limit: `Recycler`)──> retiring, then exit EXIT_RETIRED
+   │    ──(SIGTERM/SIGINT | Stop(grace) | lifeline closed)──> draining: drain within grace
+   v
+drain: stop accepting at once; wait until nothing is in flight or the
+       grace ends (a later, shorter grace takes over); then cancel what
+       is left, flush the last outcomes, end each stream; set `done`.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class Lifecycle:
         for callback in self._on_drain:
             try:
                 callback()
-            except Exception:
+            except Exception:  # noqa: BLE001 - one drain callback's fault is logged; the others still run
                 _log.exception("drain callback failed")
         if not await self._wait_idle_until_deadline():
             _log.warning("%d call(s) still running when the grace ended; cancelling them", self._admission.in_flight)

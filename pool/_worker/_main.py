@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("leakypool.worker")
 
-WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})
+WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})  # noqa: S104 - names the wildcard binds to tell them apart
 """Binds to every address: no one address to publish."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker until it drains; the process exit status.
@@ -92,7 +93,7 @@ def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
     if config.backpressure:
         try:
             hook = _wire.loads(base64.b64decode(config.backpressure), what="the shipped backpressure hook")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any fault unpickling the hook is a bad setting, said in one line
             raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: {exc}") from None
         if not callable(hook):
             raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: expected a callable hook, got {hook!r}")
@@ -211,7 +212,14 @@ async def serve(
         loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
     _watch_lifeline(config.lifeline_fd, service)
     await set_up(config, service, setup, stop_server)
-    info = {"uid": uid, "port": port, "pid": os.getpid(), "capacity": capacity, "tags": list(config.tags), "version": __version__}
+    info = {
+        "uid": uid,
+        "port": port,
+        "pid": os.getpid(),
+        "capacity": capacity,
+        "tags": list(config.tags),
+        "version": __version__,
+    }
     if config.unix_socket:
         info["unix_socket"] = config.unix_socket
     try:
@@ -240,8 +248,12 @@ async def serve(
     report_ready(config.ready_fd, info, service.lifecycle.recycler)
     _log.info(
         "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
-        uid, f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port), capacity or "unlimited", config.tls,
-        ",".join(config.tags) or "-", config.discovery,
+        uid,
+        f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port),
+        capacity or "unlimited",
+        config.tls,
+        ",".join(config.tags) or "-",
+        config.discovery,
     )
     try:
         await service.done.wait()
@@ -294,11 +306,19 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
     async def status() -> dict[str, Any]:
         s = service.state()
         return {
-            "uid": s.uid, "pid": s.pid, "version": s.version, "accepting": s.accepting,
-            "in_flight": s.in_flight, "capacity": s.capacity, "waiting": s.waiting,
-            "idle_s": round(s.idle_seconds, 3), "uptime_s": round(s.uptime_seconds, 3),
-            "memory_bytes": s.memory_bytes, "memory_fraction": round(s.memory_fraction, 4),
-            "loop_lag_s": round(s.loop_lag_seconds, 4), "latency_p99_s": round(s.latency_p99_seconds, 6),
+            "uid": s.uid,
+            "pid": s.pid,
+            "version": s.version,
+            "accepting": s.accepting,
+            "in_flight": s.in_flight,
+            "capacity": s.capacity,
+            "waiting": s.waiting,
+            "idle_s": round(s.idle_seconds, 3),
+            "uptime_s": round(s.uptime_seconds, 3),
+            "memory_bytes": s.memory_bytes,
+            "memory_fraction": round(s.memory_fraction, 4),
+            "loop_lag_s": round(s.loop_lag_seconds, 4),
+            "latency_p99_s": round(s.latency_p99_seconds, 6),
         }
 
     observation = ObservationServer(metrics.exposition, status, token=config.metrics_token)
@@ -315,7 +335,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
 
     Returns what to await before exiting (the withdrawal, finished).
     """
-    local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    local_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host  # noqa: S104 - tells a wildcard bind apart, binds nothing
     worker = WorkerMetadata(
         uid=uuid.UUID(info["uid"]),
         address=bind_address(config.advertise or local_host, info["port"]),
@@ -343,7 +363,9 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
             interfaces=config.interfaces,
             service_type=config.service_type,
         )
-        publisher.start(service.tasks, on_published=service.lifecycle.restart_idle_clock)  # idle counts from discoverability
+        publisher.start(
+            service.tasks, on_published=service.lifecycle.restart_idle_clock
+        )  # idle counts from discoverability
         service.lifecycle.on_drain(lambda: service.tasks.spawn(publisher.withdraw(), name="withdraw from the LAN"))
         return publisher.close
 

@@ -15,7 +15,12 @@ from .._transport._proto import leakypool_pb2 as pb
 REASONS = {"BUSY": "backpressure", "DRAINING": "draining", "HOOK_FAILED": "hook_error"}
 """``leakypool_worker_rejected_total{reason}`` by admission verdict name."""
 
-_OUTCOMES = {pb.Outcome.RETURN: "ok", pb.Outcome.STOP: "ok", pb.Outcome.RAISE: "error", pb.Outcome.CANCELLED: "cancelled"}
+_OUTCOMES = {
+    pb.Outcome.RETURN: "ok",
+    pb.Outcome.STOP: "ok",
+    pb.Outcome.RAISE: "error",
+    pb.Outcome.CANCELLED: "cancelled",
+}
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -33,12 +38,21 @@ class WorkerMetrics:
         except ImportError:
             raise ConfigError("--metrics-port needs prometheus-client: pip install 'leakypool[metrics]'") from None
         self.registry = CollectorRegistry(auto_describe=True)
-        self.tasks = Counter("leakypool_worker_tasks", "Tasks this worker ended, by outcome.", ["outcome"],
-                             registry=self.registry)
-        self.duration = Histogram("leakypool_worker_task_duration_seconds", "From accept to the last outcome.",
-                                  buckets=_BUCKETS, registry=self.registry)
-        self.rejected = Counter("leakypool_worker_rejected", "Tasks refused, by reason (backpressure, draining, "
-                                "hook_error).", ["reason"], registry=self.registry)
+        self.tasks = Counter(
+            "leakypool_worker_tasks", "Tasks this worker ended, by outcome.", ["outcome"], registry=self.registry
+        )
+        self.duration = Histogram(
+            "leakypool_worker_task_duration_seconds",
+            "From accept to the last outcome.",
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "leakypool_worker_rejected",
+            "Tasks refused, by reason (backpressure, draining, hook_error).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.registry.register(_Load(state))
 
     def ended(self, kind: int, seconds: float) -> None:
@@ -72,7 +86,11 @@ class _Load:
             ("leakypool_worker_capacity", "Tasks it takes at once (0: no task-count cap).", s.capacity),
             ("leakypool_worker_memory_bytes", "This process's resident memory.", s.memory_bytes),
             ("leakypool_worker_host_memory_fraction", "The host's memory in use, of its total.", s.memory_fraction),
-            ("leakypool_worker_loop_lag_seconds", "How late the loop ran a timer lately, or how long a routine has held it.", s.loop_lag_seconds),
+            (
+                "leakypool_worker_loop_lag_seconds",
+                "How late the loop ran a timer lately, or how long a routine has held it.",
+                s.loop_lag_seconds,
+            ),
             ("leakypool_worker_task_duration_p99_seconds", "p99 of recent task durations.", s.latency_p99_seconds),
         ):
             gauge = GaugeMetricFamily(name, text)

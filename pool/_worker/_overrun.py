@@ -56,7 +56,7 @@ PARK_AFTER_S: Final[float] = 1.0
 class Guard:
     """Who may touch the worker's streams and books now: the main thread, or the watch while user code runs."""
 
-    __slots__ = ("lock", "since", "watch", "parked", "wake")
+    __slots__ = ("lock", "parked", "since", "wake", "watch")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -95,7 +95,7 @@ def unlocked(guard: Guard, coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any
         except GeneratorExit:
             coro.close()
             raise
-        except BaseException as exc:  # a cancellation, thrown in by the task: into the routine
+        except BaseException as exc:  # noqa: BLE001 - a cancellation, thrown in by the task: into the routine
             error = exc
 
 
@@ -123,7 +123,7 @@ class Here:
     cancels, runs there anyway).
     """
 
-    __slots__ = ("_loop", "_guard", "_context")
+    __slots__ = ("_context", "_guard", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, guard: Guard) -> None:
         self._loop = loop
@@ -193,7 +193,7 @@ class Watch:
         asyncio.events._set_running_loop(self._loop)  # what it runs schedules onto the main loop
         try:
             self._serve()
-        except Exception:
+        except Exception:  # noqa: BLE001 - logged; the overrun thread must hand the loop back in the finally
             _log.exception("answering the streams while a routine overran failed")
         finally:
             asyncio.events._set_running_loop(None)

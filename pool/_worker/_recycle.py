@@ -138,7 +138,7 @@ def load_initializer(config: WorkerConfig) -> tuple[Callable[..., Any], tuple[An
         fn: Any = importlib.import_module(module)
         for part in attribute.split("."):
             fn = getattr(fn, part)
-    except Exception as exc:  # an import error of any kind in user code: a bad flag, said in one line
+    except Exception as exc:  # noqa: BLE001 - an import error of any kind in user code: a bad flag, said in one line
         why = f"{type(exc).__name__}: {exc}"
         raise ConfigError(f"--initializer {config.initializer}: cannot import it: {why}") from None
     if not callable(fn):

@@ -86,7 +86,14 @@ class RegistryRecord:
                 if left <= 0 or not lost_connection(exc):  # a refusal (credentials, a bad URL): at once
                     raise
                 wait = min(left, START_BACKOFF_S[min(tries, len(START_BACKOFF_S)) - 1])
-                _log.warning("%s; try %d, again in %.2fs (gives up in %.1fs: --store-retry %gs)", exc, tries, wait, left, self._retry)
+                _log.warning(
+                    "%s; try %d, again in %.2fs (gives up in %.1fs: --store-retry %gs)",
+                    exc,
+                    tries,
+                    wait,
+                    left,
+                    self._retry,
+                )
                 await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
@@ -168,8 +175,13 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
     # a wildcard --host without --advertise was refused at start-up (`check_registry`): no one could dial it
     address = bind_address(config.advertise or config.host, info["port"])
     worker = WorkerMetadata(
-        uid=uuid.UUID(info["uid"]), address=address, pid=info["pid"],
-        version=info["version"], tags=frozenset(config.tags), capacity=info["capacity"], tls=config.tls,
+        uid=uuid.UUID(info["uid"]),
+        address=address,
+        pid=info["pid"],
+        version=info["version"],
+        tags=frozenset(config.tags),
+        capacity=info["capacity"],
+        tls=config.tls,
     )
     record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry)
     try:

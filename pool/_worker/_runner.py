@@ -160,7 +160,7 @@ async def _call(hosted: Hosted) -> Outcome:
         return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()", oob=True), "")
     except asyncio.CancelledError:
         return CANCELLED
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
         return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
 
 
@@ -168,7 +168,7 @@ async def _open(hosted: Hosted) -> tuple[Any, Outcome | None]:
     """A generator routine's generator, or (None, the outcome of failing to make it)."""
     try:
         return _invoke(hosted), None
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
         return None, (pb.Outcome.RAISE, *_wire.pack_exception(exc, hosted.task.name))
 
 
@@ -196,14 +196,14 @@ async def _advance(agen: AsyncGenerator[Any, Any], step: pb.Step, name: str) -> 
         return STOP
     except asyncio.CancelledError:
         return CANCELLED
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
         return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
 
 
 async def _close(agen: AsyncGenerator[Any, Any], name: str) -> None:
     try:
         await agen.aclose()
-    except (Exception, asyncio.CancelledError):
+    except (Exception, asyncio.CancelledError):  # noqa: BLE001 - closing a user generator: logged, the call already has its outcome
         _log.debug("closing %s() raised", name, exc_info=True)
 
 

@@ -63,7 +63,6 @@ QUICK_ACCEPT_S: Final[float] = 0.002
 """How long an Accept waits to leave with its call's outcome, at most (a routine busy computing its first step)."""
 
 
-
 class WorkerService:
     """Runs the routines dispatchers send, within the worker's backpressure.
 
@@ -265,7 +264,7 @@ class WorkerService:
     async def _vet(self, peer: Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
         try:
             rejected, error = await pending, None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a user backpressure hook's fault rejects the call and is reported
             rejected, error = True, exc
         verdict = self.admission.settle(rejected, error)
         peer.hosted.pop(hosted.id, None)
@@ -300,8 +299,12 @@ class WorkerService:
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker
             # and keeps this one; a buggy hook neither floods nor evicts it.
-            _log.error("backpressure hook %r raised on %s(); rejecting it as UNAVAILABLE", self.admission.hook,
-                       hosted.task.name, exc_info=self.admission.hook_error)
+            _log.error(
+                "backpressure hook %r raised on %s(); rejecting it as UNAVAILABLE",
+                self.admission.hook,
+                hosted.task.name,
+                exc_info=self.admission.hook_error,
+            )
         elif verdict is Verdict.BUSY:
             self.admission.turned_away(session)
         if self.metrics is not None:
@@ -317,8 +320,11 @@ class WorkerService:
 
     def _overdue(self, hosted: Hosted, timeout: float) -> None:
         """A plain call ran past its hard timeout (see `PlainSlot`): answer for it, then exit on purpose."""
-        _log.warning("%s() ran past its timeout of %gs; this worker exits (a plain call cannot be interrupted)",
-                     hosted.task.name, timeout)
+        _log.warning(
+            "%s() ran past its timeout of %gs; this worker exits (a plain call cannot be interrupted)",
+            hosted.task.name,
+            timeout,
+        )
         report_retiring("timeout")  # the pool replaces this worker at once (no crash back-off)
         self.lifecycle.retired("timeout")
         if hosted.session.failure is None and not hosted.cancelled:

@@ -135,7 +135,7 @@ def _run_then_exit(run: Callable[[], int]) -> NoReturn:
         code = run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the forked child prints any fault and exits with the code below
         traceback.print_exc()
     finally:
         try:
@@ -241,7 +241,8 @@ def _reset_logging() -> None:
     """
     logging.disable(logging.NOTSET)
     loggers = [logging.getLogger()] + [
-        logger for name, logger in logging.Logger.manager.loggerDict.items()
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
         if isinstance(logger, logging.Logger) and (name == "leakypool" or name.startswith("leakypool."))
     ]
     for logger in loggers:

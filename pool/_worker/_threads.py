@@ -34,7 +34,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class Hop:
     """Runs callbacks on ``loop`` from any thread, many per wake-up."""
 
-    __slots__ = ("_loop", "_lock", "_items", "_scheduled")
+    __slots__ = ("_items", "_lock", "_loop", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -61,7 +61,7 @@ class Hop:
         for fn, args in items:
             try:
                 fn(*args)
-            except Exception:
+            except Exception:  # noqa: BLE001 - one callback's fault is logged; the rest still run
                 _log.exception("callback %r failed", fn)
 
 

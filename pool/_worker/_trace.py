@@ -17,7 +17,10 @@ from .._transport._proto import leakypool_pb2 as pb
 from .._transport._task import Task
 
 _OUTCOMES = {
-    pb.Outcome.RETURN: "ok", pb.Outcome.STOP: "ok", pb.Outcome.RAISE: "error", pb.Outcome.CANCELLED: "cancelled",
+    pb.Outcome.RETURN: "ok",
+    pb.Outcome.STOP: "ok",
+    pb.Outcome.RAISE: "error",
+    pb.Outcome.CANCELLED: "cancelled",
 }
 
 

@@ -198,7 +198,8 @@ class UnixServer:
             else:
                 reply = self._service.stop(pb.StopRequest.FromString(request))
             await stream.send(reply.SerializeToString())
-        except Exception as exc:  # a broken or silent peer (TimeoutError included): its connection ends, the worker goes on
+        # a broken or silent peer (TimeoutError included): its connection ends, the worker goes on
+        except Exception as exc:  # noqa: BLE001 - one peer's fault closes only its own connection
             _log.warning("closing a unix-socket connection: %s", exc)
         finally:
             self._streams.discard(stream)

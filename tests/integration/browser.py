@@ -16,8 +16,13 @@ from typing import Any, Final
 CHROMIUM: Final[str] = "/usr/bin/chromium"
 
 FLAGS: Final[tuple[str, ...]] = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 )
 
 VIEWPORT: Final[dict[str, int]] = {"width": 1440, "height": 900}
@@ -32,7 +37,11 @@ async def chromium_page(profile: pathlib.Path) -> AsyncIterator[Any]:
 
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=list(FLAGS), viewport=VIEWPORT,
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=list(FLAGS),
+            viewport=VIEWPORT,
         )
         try:
             page = context.pages[0] if context.pages else await context.new_page()

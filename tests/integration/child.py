@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from typing import Any
+from typing import Any, Self
 
 from pool._base._process import watch_exit as _watch_exit
 
@@ -28,7 +28,7 @@ class Child:
         self.stderr: asyncio.StreamReader | None = None
         self._transports: list[asyncio.BaseTransport] = []
 
-    async def __aenter__(self) -> Child:
+    async def __aenter__(self) -> Self:
         self.process = subprocess.Popen(self.args, **self.popen)
         self._exited = _watch_exit(self.process)
         loop = asyncio.get_running_loop()

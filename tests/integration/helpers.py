@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable
 import pool
 
 
-async def until_members(p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool], bool], timeout: float = 30.0) -> None:
+async def until_members(
+    p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool], bool], timeout: float = 30.0
+) -> None:
     """Wait until ``predicate(p)`` holds, re-checking on each membership change."""
     await p._membership.until(lambda: predicate(p), timeout)
 

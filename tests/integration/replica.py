@@ -35,12 +35,14 @@ class Revivals(logging.Handler):
 async def main(url: str, markers: str, first: int, count: int, total: int, ttl: float) -> None:
     logging.getLogger("leakypool.jobs").addHandler(Revivals())
     async with pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(4), store=url, lease_ttl=ttl) as p:
-        await asyncio.gather(*(
-            routines.interval.options(queue=SHARED, key=f"k{i % 10}", job_id=f"j{i}").submit(
-                markers, f"j{i}", f"k{i % 10}", 0.01
+        await asyncio.gather(
+            *(
+                routines.interval.options(queue=SHARED, key=f"k{i % 10}", job_id=f"j{i}").submit(
+                    markers, f"j{i}", f"k{i % 10}", 0.01
+                )
+                for i in range(first, first + count)
             )
-            for i in range(first, first + count)
-        ))
+        )
         print("SUBMITTED", *p.pids, flush=True)
         async with asyncio.timeout(600):
             for i in range(total):

@@ -360,7 +360,9 @@ async def listening_tcp_ports():
         except OSError:
             continue
         try:
-            if probe.family in (socket.AF_INET, socket.AF_INET6) and probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            if probe.family in (socket.AF_INET, socket.AF_INET6) and probe.getsockopt(
+                socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+            ):
                 ports.add(probe.getsockname()[1])
         except OSError:
             pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Self
 
 
 class Signals:
@@ -22,7 +23,7 @@ class Signals:
         self.address: tuple[str, int] | None = None
         self._taken: collections.Counter[str] = collections.Counter()
 
-    async def __aenter__(self) -> Signals:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._client, self.host, 0)
         self.address = self._server.sockets[0].getsockname()[:2]
         return self

@@ -103,9 +103,10 @@ async def test_ceiling_should_refuse_at_once_with_a_retry_after(one_slot_pool):
 
 
 async def test_burst_should_neither_lose_nor_repeat_a_call():
-    async with Signals() as signals, pool.WorkerPool(
-        spawn=2, backpressure=TaskCountBackpressure(2), queue_depth=200
-    ) as p:
+    async with (
+        Signals() as signals,
+        pool.WorkerPool(spawn=2, backpressure=TaskCountBackpressure(2), queue_depth=200) as p,
+    ):
         results = await asyncio.gather(*(routines.span(0.01, i, signals.address) for i in range(120)))
         assert sorted(r[0] for r in results) == list(range(120))
         starts = collections.Counter(line for line in signals.lines if line.startswith("start"))

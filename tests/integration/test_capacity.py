@@ -54,8 +54,11 @@ async def recorded(url: str) -> set[str]:
 
 def one_slot_pool(url: str, provisioner: pool.Provisioner, **kwargs: object) -> pool.WorkerPool:
     return pool.WorkerPool(
-        provisioner=provisioner, discovery=pool.StoreDiscovery(url, poll_interval=0.2),
-        backpressure=TaskCountBackpressure(1), queue_depth=100, **kwargs,
+        provisioner=provisioner,
+        discovery=pool.StoreDiscovery(url, poll_interval=0.2),
+        backpressure=TaskCountBackpressure(1),
+        queue_depth=100,
+        **kwargs,
     )
 
 
@@ -169,8 +172,11 @@ async def test_the_provisioned_occupancy_plot_should_grow_to_max_and_drain_with_
 
     out = tmp_path / "provisioned.png"
     result = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "bench.plot_provisioned", "--smoke", "--out", str(out)],
-        capture_output=True, text=True, timeout=110,
+        subprocess.run,
+        [sys.executable, "-m", "bench.plot_provisioned", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
@@ -192,8 +198,11 @@ async def test_jobs_should_wait_for_a_provisioned_worker_and_run_on_it(tmp_path)
 
 async def test_an_explicit_subprocess_provisioner_should_grow_the_local_fleet_from_none():
     async with pool.WorkerPool(
-        provisioner=pool.SubprocessProvisioner(), max_workers=2, idle_timeout=1.0,
-        backpressure=TaskCountBackpressure(1), queue_depth=10,
+        provisioner=pool.SubprocessProvisioner(),
+        max_workers=2,
+        idle_timeout=1.0,
+        backpressure=TaskCountBackpressure(1),
+        queue_depth=10,
     ) as p:
         assert p.stats().local_workers == 0
         assert sorted(await asyncio.gather(*(routines.add(i, 0) for i in range(4)))) == [0, 1, 2, 3]

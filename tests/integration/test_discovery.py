@@ -78,7 +78,16 @@ async def test_idle_worker_should_withdraw_refuse_and_exit_0(tmp_path):
 
 async def test_max_lifetime_should_finish_in_flight_work_refuse_new_and_exit_0(tmp_path):
     registry = str(tmp_path / "registry")
-    flags = ("--discovery", "local", "--local-registry", registry, "--max-lifetime", "1.5", "--max-concurrent-tasks", "0")
+    flags = (
+        "--discovery",
+        "local",
+        "--local-registry",
+        registry,
+        "--max-lifetime",
+        "1.5",
+        "--max-concurrent-tasks",
+        "0",
+    )
     async with Signals() as signals, worker(*flags) as w:
         async with pool.WorkerPool(discovery=pool.LocalDiscovery(registry, poll_interval=0.05)) as p:
             await p.wait_for_workers(1, timeout=30)

@@ -60,7 +60,7 @@ class Recording:
                 self.offered.append(uid)
                 try:
                     accepted = yield uid
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - records what the pool throws in, whatever it is
                     self.thrown.append((uid, exc))
                     uid = await inner.athrow(exc)
                     continue

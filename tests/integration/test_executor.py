@@ -190,7 +190,9 @@ def test_a_future_cancelled_before_it_starts_should_never_run():
 
 def test_a_lost_worker_should_fail_only_its_own_future_and_the_executor_should_go_on():
     """Test that a worker dying mid-call fails that future with WorkerBroken; other and later calls succeed."""
-    with pool.Executor(2, backpressure=TaskCountBackpressure(1)) as ex:  # a call at a time per worker, as plain calls run
+    with pool.Executor(
+        2, backpressure=TaskCountBackpressure(1)
+    ) as ex:  # a call at a time per worker, as plain calls run
         doomed = ex.submit(calls.die)
         others = [ex.submit(calls.square, i) for i in range(10)]
         with pytest.raises(pool.WorkerBroken):
@@ -211,9 +213,10 @@ def test_every_accepted_future_should_fail_when_the_pool_cannot_start():
 
 def test_queue_depth_should_bound_the_queue_and_refuse_with_admission_rejected():
     """Test that with queue_depth a refused submit ends its future in AdmissionRejected, the rest run."""
-    with pool.Executor(
-        1, queue_depth=1, admission_timeout=0, backpressure=TaskCountBackpressure(1)
-    ) as ex, calls.Gate() as gate:
+    with (
+        pool.Executor(1, queue_depth=1, admission_timeout=0, backpressure=TaskCountBackpressure(1)) as ex,
+        calls.Gate() as gate,
+    ):
         held = ex.submit(calls.hold, gate.address, "held")
         gate.started()
         more = [ex.submit(calls.square, i) for i in range(4)]

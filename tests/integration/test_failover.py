@@ -40,8 +40,10 @@ async def test_a_pool_should_follow_a_promoted_standby_without_raising_or_losing
 
     primary, standby, database = replicated_pair
     await eventually(lambda: primary.psql("SELECT sync_state FROM pg_stat_replication").strip() == "sync", timeout=60)
-    url = (f"postgresql://{pg.USER}:{pg.PASSWORD}@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{database}"
-           "?target_session_attrs=read-write")
+    url = (
+        f"postgresql://{pg.USER}:{pg.PASSWORD}@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{database}"
+        "?target_session_attrs=read-write"
+    )
     marks = str(tmp_path)
     jobs: list = []
     errors: list = []

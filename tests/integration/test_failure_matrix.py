@@ -41,12 +41,40 @@ STALL_S = 1.0
 
 MATRIX = [
     # (stage, fault, call, expected error, message pattern, the worker dies)
-    ("worker-unpickles-task", "error", lambda: faults.take(faults.AtUnpickle("error", "worker")), pool.SerializationError, WORKER_ERROR, False),
-    ("worker-unpickles-task", "exit", lambda: faults.take(faults.AtUnpickle("exit", "worker")), pool.WorkerBroken, LOST, True),
-    ("worker-unpickles-task", "crash", lambda: faults.take(faults.AtUnpickle("crash", "worker")), pool.WorkerBroken, LOST, True),
+    (
+        "worker-unpickles-task",
+        "error",
+        lambda: faults.take(faults.AtUnpickle("error", "worker")),
+        pool.SerializationError,
+        WORKER_ERROR,
+        False,
+    ),
+    (
+        "worker-unpickles-task",
+        "exit",
+        lambda: faults.take(faults.AtUnpickle("exit", "worker")),
+        pool.WorkerBroken,
+        LOST,
+        True,
+    ),
+    (
+        "worker-unpickles-task",
+        "crash",
+        lambda: faults.take(faults.AtUnpickle("crash", "worker")),
+        pool.WorkerBroken,
+        LOST,
+        True,
+    ),
     ("worker-pickles-result", "exit", lambda: faults.give("exit", "worker-pickle"), pool.WorkerBroken, LOST, True),
     ("worker-pickles-result", "crash", lambda: faults.give("crash", "worker-pickle"), pool.WorkerBroken, LOST, True),
-    ("caller-unpickles-result", "error", lambda: faults.give("error", "caller"), pool.SerializationError, CALLER_ERROR, False),
+    (
+        "caller-unpickles-result",
+        "error",
+        lambda: faults.give("error", "caller"),
+        pool.SerializationError,
+        CALLER_ERROR,
+        False,
+    ),
 ]
 
 
@@ -62,7 +90,8 @@ async def check(p: pool.WorkerPool, call, expected: type[BaseException], match: 
     assert time.perf_counter() - t0 < BOUND_S
     if worker_dies:  # replaced (after its back-off): a new pid, the old one gone
         await until_members(  # the pool's member is the replacement (not the dead one, not yet evicted)
-            p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and not set(p.pids) & before,
+            p,
+            lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and not set(p.pids) & before,
             timeout=BOUND_S,
         )
     else:  # the same worker goes on
@@ -118,4 +147,3 @@ async def test_a_worker_that_dies_before_its_accept_left_should_be_broken_not_re
         assert routines.executions(str(tmp_path), "once") == (1, 0)
         assert await asyncio.wait_for(routines.add(1, 2), BOUND_S) == 3  # the pool still serves
         await until_members(p, lambda p: len(p.pids) == 2, timeout=BOUND_S)
-

@@ -1,12 +1,12 @@
 """Each fault, at each stage, ends in one documented error, promptly; the pool keeps serving.
 
-    stage              fault                              caller sees
-    pickle (caller)    unpicklable argument               SerializationError (a TypeError), nothing sent
-    run (worker)       routine raises                     that exception, remote traceback as cause
-    result (worker)    unpicklable return value           SerializationError naming the result
-    result (worker)    unpicklable exception              SerializationError naming the exception
-    worker killed      SIGKILL mid-task                   WorkerBroken within 2 s
-    transport          garbage bytes on the worker port   nothing: the worker keeps serving
+stage              fault                              caller sees
+pickle (caller)    unpicklable argument               SerializationError (a TypeError), nothing sent
+run (worker)       routine raises                     that exception, remote traceback as cause
+result (worker)    unpicklable return value           SerializationError naming the result
+result (worker)    unpicklable exception              SerializationError naming the exception
+worker killed      SIGKILL mid-task                   WorkerBroken within 2 s
+transport          garbage bytes on the worker port   nothing: the worker keeps serving
 """
 
 from __future__ import annotations
@@ -88,7 +88,11 @@ async def test_killed_worker_should_be_replaced():
 async def test_garbage_on_the_worker_port_should_not_hurt_it(transport):
     async with pool.WorkerPool(spawn=1, local_transport=transport) as p:
         (metadata,) = p.workers.values()
-        for payload in (os.urandom(4096), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512)):
+        for payload in (
+            os.urandom(4096),
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512),
+        ):
             with _connect(metadata.address) as conn:
                 conn.sendall(payload)
                 conn.shutdown(socket.SHUT_WR)

@@ -17,8 +17,13 @@ pytestmark = pytest.mark.integration
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 METRIC = re.compile(r"\bleakypool_[a-z0-9_]+\b")
-SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-            "gauge": ("",), "summary": ("_sum", "_count", "_created"), "unknown": ("",)}
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gauge": ("",),
+    "summary": ("_sum", "_count", "_created"),
+    "unknown": ("",),
+}
 
 
 async def exported(url: str) -> set[str]:

@@ -41,7 +41,12 @@ def jobs_command(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``leakypool jobs ...`` as an operator would (a real process, reaped by run)."""
     env = {**os.environ, "COLUMNS": "160"}
     return subprocess.run(
-        [sys.executable, "-m", "pool._cli", "jobs", *args], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-m", "pool._cli", "jobs", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
     )
 
 
@@ -95,11 +100,14 @@ async def test_retention_should_purge_finished_jobs_under_load_and_never_an_acti
         await signals.wait("start held", timeout=30)
         delayed = await routines.add.options(delay=3600).submit(2, 2)  # not due during the test, however slow
         for wave in range(3):  # submissions and completions while purges run
-            results = await asyncio.gather(*[(await routines.add.submit(wave, i)).result(timeout=30) for i in range(20)])
+            results = await asyncio.gather(
+                *[(await routines.add.submit(wave, i)).result(timeout=30) for i in range(20)]
+            )
             assert results == [wave + i for i in range(20)]
 
         async def only_active_left() -> bool:
             return sorted(j.id for j in await p.jobs.list()) == sorted([held.id, delayed.id])
+
         await eventually(only_active_left, timeout=30)
         assert p.jobs.purged >= 60
         assert (await scrape(p))[("leakypool_jobs_purged_total", ())] == p.jobs.purged
@@ -129,6 +137,7 @@ async def test_the_jobs_command_should_list_show_retry_cancel_and_purge_a_real_s
         async def failed_again() -> bool:
             job = await p.jobs.get(failed.id)
             return job.state == "failed" and job.attempts == 2
+
         await eventually(failed_again, timeout=30)
         cancelled = jobs_command(store, "cancel", later.id, "--json")
         assert json.loads(cancelled.stdout)["state"] == "cancelled"
@@ -213,6 +222,7 @@ async def test_a_schedule_shared_by_three_processes_should_run_each_slot_exactly
             async def six_slots_done() -> bool:
                 done = [j for j in await observer.jobs.list("succeeded", limit=1000) if j.id.startswith(name)]
                 return len(done) >= 6
+
             await eventually(six_slots_done, timeout=90)
             for child in children:
                 child.process.stdin.write(b"stop\n")
@@ -252,6 +262,7 @@ async def test_a_slot_missed_while_no_process_ran_should_run_once_at_start_up_an
 
         async def caught_up() -> bool:
             return any(j.state == "succeeded" for j in await p.jobs.list())
+
         await eventually(caught_up, timeout=30)
         (job,) = await p.jobs.list()  # the latest slot only, not each one missed
     # The latest slot is the one recorded before, or the next if an hour began in between (no clock margin).
@@ -282,13 +293,17 @@ async def test_a_rate_limit_should_hold_across_three_processes(store, tmp_path):
     """Test RateLimit for jobs: 15 jobs of one key run by three processes; no second holds more than 3 starts."""
     args = [sys.executable, "-m", "tests.integration.store_runner", store, "1.5"]
     async with contextlib.AsyncExitStack() as stack:
-        runners = [await stack.enter_async_context(Child(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
-                   for _ in range(3)]
+        runners = [
+            await stack.enter_async_context(Child(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+            for _ in range(3)
+        ]
         pids = {int((await asyncio.wait_for(r.stdout.readline(), 60)).split()[1]) for r in runners}
         async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=store):
             first_due = time.time()  # before the first job is due: no lease of them can come sooner
-            jobs = [await routines.interval.options(queue=API, key="tenant").submit(str(tmp_path), "runs", "tenant", 0)
-                    for _ in range(15)]
+            jobs = [
+                await routines.interval.options(queue=API, key="tenant").submit(str(tmp_path), "runs", "tenant", 0)
+                for _ in range(15)
+            ]
             other = await routines.interval.options(queue=API, key="other").submit(str(tmp_path), "other", "other", 0)
             for job in [*jobs, other]:
                 await job.result(timeout=60)

@@ -13,14 +13,14 @@ import pytest
 joblib = pytest.importorskip("joblib")
 pytest.importorskip("sklearn")
 
-from joblib import Parallel, delayed, parallel_config  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
-from sklearn.model_selection import GridSearchCV, cross_val_score  # noqa: E402
-from sklearn.svm import SVC  # noqa: E402
+from joblib import Parallel, delayed, parallel_config
+from sklearn.datasets import load_digits
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.svm import SVC
 
-import pool  # noqa: E402
-import pool.joblib  # noqa: E402
-from tests.integration import joblib_tasks as tasks  # noqa: E402
+import pool
+import pool.joblib
+from tests.integration import joblib_tasks as tasks
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,10 @@ def test_an_existing_executor_should_run_the_tasks():
 
 
 def test_a_timeout_should_end_the_parallel_call():
-    with parallel_config(backend="leakypool", n_jobs=2), pytest.raises((TimeoutError, cf.TimeoutError, multiprocessing.TimeoutError)):  # joblib's own
+    with (
+        parallel_config(backend="leakypool", n_jobs=2),
+        pytest.raises((TimeoutError, cf.TimeoutError, multiprocessing.TimeoutError)),
+    ):  # joblib's own
         Parallel(timeout=0.5, batch_size=1)(delayed(tasks.slow)(s) for s in (0.0, 5.0, 5.0))
 
 

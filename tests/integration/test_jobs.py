@@ -21,7 +21,9 @@ from tests.integration.signals import Signals
 pytestmark = pytest.mark.integration
 
 
-async def test_submit_should_commit_a_job_whose_result_any_process_on_the_store_can_read(tmp_path, one_slot_store_pool, store_url):
+async def test_submit_should_commit_a_job_whose_result_any_process_on_the_store_can_read(
+    tmp_path, one_slot_store_pool, store_url
+):
     async with one_slot_store_pool() as p:
         job = await routines.add.submit(1, 2)
         assert job.state == "pending" and job.attempts == 0
@@ -47,7 +49,9 @@ async def test_failed_job_should_re_raise_the_routines_own_exception(tmp_path, o
         assert job.state == "failed" and "ValueError: kaput" in job.error
 
 
-async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_while_it_waits(tmp_path, one_slot_store_pool):
+async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_while_it_waits(
+    tmp_path, one_slot_store_pool
+):
     gate = tmp_path / "go"
     async with Signals() as signals, one_slot_store_pool() as p:
         first = await routines.hold_until.submit(str(gate), signals.address, "first")
@@ -57,6 +61,7 @@ async def test_job_should_be_running_the_moment_a_worker_accepts_it_and_never_wh
         async def running() -> bool:  # the Accept is committed right after it arrives, maybe after the routine began
             await first.refresh()
             return first.state == "running"
+
         await eventually(running, timeout=30)
         assert first.attempts == 1
         counts = await p.jobs.counts()
@@ -96,7 +101,9 @@ async def test_fifty_concurrent_submits_of_one_job_id_should_run_the_routine_onc
         assert routines.executions(str(tmp_path), "once") == (1, 1)
 
 
-async def test_cancel_should_stop_a_pending_job_before_it_runs_and_a_running_one_on_its_worker(tmp_path, one_slot_store_pool):
+async def test_cancel_should_stop_a_pending_job_before_it_runs_and_a_running_one_on_its_worker(
+    tmp_path, one_slot_store_pool
+):
     gate = tmp_path / "never"
     async with Signals() as signals, one_slot_store_pool() as p:
         running = await routines.hold_until.submit(str(gate), signals.address, "r")

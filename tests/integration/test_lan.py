@@ -89,7 +89,17 @@ async def test_leaky_bucket_across_four_hosts():
             workers = [
                 await stack.enter_async_context(
                     worker(
-                        *lan_flags(host.ip, kind, "--insecure", "--max-concurrent-tasks", "1", "--idle-timeout", "2", "--uid", uid),
+                        *lan_flags(
+                            host.ip,
+                            kind,
+                            "--insecure",
+                            "--max-concurrent-tasks",
+                            "1",
+                            "--idle-timeout",
+                            "2",
+                            "--uid",
+                            uid,
+                        ),
                         wrap=host.command,
                     )
                 )
@@ -106,7 +116,7 @@ async def test_leaky_bucket_across_four_hosts():
                     while time.monotonic() < stop:
                         try:
                             ran_on[await routines.short(0.05)] += 1
-                        except Exception as exc:  # recorded: the test asserts there are none
+                        except Exception as exc:  # noqa: BLE001 - recorded: the test asserts there are none
                             failures.append(exc)
 
                 await asyncio.gather(caller(), caller())

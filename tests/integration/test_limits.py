@@ -47,9 +47,7 @@ async def test_concurrency_keys_should_limit_each_key_and_the_total():
     tenants = pool.Queue("tenants", concurrency=1, total=3)
     async with roomy_pool():
         calls = [
-            routines.span.options(queue=tenants, key=f"tenant-{k}")(0.15, (k, i))
-            for k in range(4)
-            for i in range(3)
+            routines.span.options(queue=tenants, key=f"tenant-{k}")(0.15, (k, i)) for k in range(4) for i in range(3)
         ]
         results = await asyncio.gather(*calls)
     assert max_overlap(results) == 3

@@ -55,7 +55,7 @@ async def test_metrics_should_count_what_the_calls_did(one_slot_pool):
         assert m[("leakypool_workers", (("kind", "local"),))] == 1
         busy.cancel()
         assert await queued == 4
-        (uid, signals), = p.stats().worker_signals.items()  # the worker said "room" after turning the call away
+        ((uid, signals),) = p.stats().worker_signals.items()  # the worker said "room" after turning the call away
         assert uid in p.workers and signals.capacity == 1 and 0 < signals.memory_fraction < 1
         with pytest.raises(asyncio.CancelledError):
             await busy

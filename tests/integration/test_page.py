@@ -8,11 +8,10 @@ import json
 import httpx
 import pytest
 
-import pool
 from tests.integration import routines
 from tests.integration.browser import chromium_page
-from tests.integration.signals import Signals
 from tests.integration.child import Child
+from tests.integration.signals import Signals
 from tests.integration.workers import WORKER, clean_env, worker
 
 pytestmark = pytest.mark.integration
@@ -25,7 +24,8 @@ async def shows(page, selector: str, text: str) -> None:
     """Wait until the element at ``selector`` reads ``text``."""
     await page.wait_for_function(
         "([s, t]) => { const e = document.querySelector(s); return e !== null && e.textContent.trim() === t; }",
-        arg=[selector, text], timeout=WAIT_MS,
+        arg=[selector, text],
+        timeout=WAIT_MS,
     )
 
 
@@ -44,8 +44,11 @@ async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_ru
     one_slot_pool, store_url, tmp_path
 ):
     """Test the page against the pool: worker count, in flight rising and falling, a failed job appearing."""
-    async with Signals() as signals, one_slot_pool(spawn=2, metrics_port=0, store=store_url) as p, \
-            chromium_page(tmp_path / "profile") as page:
+    async with (
+        Signals() as signals,
+        one_slot_pool(spawn=2, metrics_port=0, store=store_url) as p,
+        chromium_page(tmp_path / "profile") as page,
+    ):
         host, port = p.metrics_address
         errors: list[str] = []  # script errors, and anything the page's Content-Security-Policy blocked
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -65,8 +68,10 @@ async def test_page_should_show_workers_in_flight_and_failed_jobs_as_the_pool_ru
             await shows(page, "#in-flight", "2 / 2")
             for uid in p.workers:
                 await shows(page, f'#workers tr[data-uid="{uid}"] .count', "1 / 1")
-            peak = await page.evaluate("() => Math.max(...trail.filter(p => !p.gap).map(p => "
-                                       "Object.values(p.flight).reduce((a, b) => a + b, 0)))")
+            peak = await page.evaluate(
+                "() => Math.max(...trail.filter(p => !p.gap).map(p => "
+                "Object.values(p.flight).reduce((a, b) => a + b, 0)))"
+            )
             assert peak == 2
         finally:  # also when an assertion failed: no call outlives the test
             for call in busy:
@@ -122,8 +127,10 @@ async def test_page_off_loopback_style_should_need_its_token(one_slot_pool, tmp_
 
 async def test_worker_port_should_serve_the_page_for_that_worker(tmp_path):
     """Test a worker's ``--metrics-port``: the same page, reading the worker's own /status."""
-    async with worker("--metrics-port", "0", "--max-concurrent-tasks", "3") as w, \
-            chromium_page(tmp_path / "profile") as page:
+    async with (
+        worker("--metrics-port", "0", "--max-concurrent-tasks", "3") as w,
+        chromium_page(tmp_path / "profile") as page,
+    ):
         await page.goto(f"http://127.0.0.1:{w.info['metrics_port']}/?every=250")
         await shows(page, "#conn", "live")
         await shows(page, "#workers-alive", "1")

@@ -15,8 +15,11 @@ pytestmark = pytest.mark.integration
 async def test_plot_occupancy_should_draw_both_balancers_and_report_the_figures(tmp_path):
     out = tmp_path / "occupancy.png"
     result = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "bench.plot_occupancy", "--smoke", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        subprocess.run,
+        [sys.executable, "-m", "bench.plot_occupancy", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)

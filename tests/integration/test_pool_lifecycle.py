@@ -117,7 +117,7 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
 
 
 async def test_start_failure_should_raise_and_leave_no_process():
-    with pytest.raises(pool.WorkerStartError, match="did not report READY within 0.001s"):
+    with pytest.raises(pool.WorkerStartError, match=r"did not report READY within 0\.001s"):
         async with pool.WorkerPool(spawn=2, startup_timeout=0.001):
             pass  # pragma: no cover - not reached
 

@@ -35,8 +35,9 @@ class TestInitializer:
     @pytest.mark.parametrize("transport", ["unix", "tcp"])  # routines on the main loop / on a thread's loop
     async def test_async_initializer_should_be_awaited(self, transport):
         """Test that an async def initializer runs to its end, on the routines' loop, before the worker serves."""
-        async with pool.WorkerPool(spawn=1, initializer=r.set_config_async, initargs=("async",),
-                                   local_transport=transport):
+        async with pool.WorkerPool(
+            spawn=1, initializer=r.set_config_async, initargs=("async",), local_transport=transport
+        ):
             config = await r.read_config()
         assert config["kind"] == "async" and config["name"] == "async"
 
@@ -72,8 +73,9 @@ class TestInitializer:
         """Test that calls end in WorkerInitError, not a wait to their deadline, once no worker can start."""
         switch = tmp_path / "switch"
         switch.write_text("ok")
-        async with pool.WorkerPool(spawn=1, initializer=r.load_from, initargs=(str(switch),),
-                                   max_tasks_per_worker=1, queue_depth=10) as p:
+        async with pool.WorkerPool(
+            spawn=1, initializer=r.load_from, initargs=(str(switch),), max_tasks_per_worker=1, queue_depth=10
+        ) as p:
             switch.write_text("fail")
             await r.worker_pid()  # its only call: the worker recycles, its replacement's initializer raises
             await eventually(lambda: p._fleet.init_error is not None)

@@ -31,7 +31,15 @@ def shared_store(request, tmp_path) -> str:
 
 def replica(url: str, markers, first: int, count: int, total: int, ttl: float = 10.0) -> Child:
     args = [
-        sys.executable, "-m", "tests.integration.replica", url, str(markers), str(first), str(count), str(total), str(ttl)
+        sys.executable,
+        "-m",
+        "tests.integration.replica",
+        url,
+        str(markers),
+        str(first),
+        str(count),
+        str(total),
+        str(ttl),
     ]
     return Child(args, stdout=subprocess.PIPE)
 
@@ -62,19 +70,20 @@ async def test_three_replicas_should_share_one_backlog_and_its_limits_exactly(sh
     runs = recorded(markers)
     assert sorted(runs) == sorted(f"j{i}" for i in range(total))  # every job ran...
     assert all(len(r) == 1 for r in runs.values())  # ...once
-    spans = [(start, end) for (start, end, _, _), in runs.values()]
+    spans = [(start, end) for ((start, end, _, _),) in runs.values()]
     assert max_overlap(spans) <= 3  # the queue's total, across all processes
     for key in {r[0][2] for r in runs.values()}:
-        assert max_overlap([(s, e) for (s, e, k, _), in runs.values() if k == key]) <= 1  # one per key
+        assert max_overlap([(s, e) for ((s, e, k, _),) in runs.values() if k == key]) <= 1  # one per key
 
 
 async def test_survivor_should_requeue_the_jobs_of_a_killed_replica(shared_store, tmp_path):
     """Test SIGKILL mid-drain: every job ends once more; only the dead replica's attempts ran twice."""
     markers, total, ttl = tmp_path / "markers", 300, 2.0
     markers.mkdir()
-    async with replica(shared_store, markers, 0, 150, total, ttl) as survivor, replica(
-        shared_store, markers, 150, 150, total, ttl
-    ) as victim:
+    async with (
+        replica(shared_store, markers, 0, 150, total, ttl) as survivor,
+        replica(shared_store, markers, 150, 150, total, ttl) as victim,
+    ):
         started = [(await asyncio.wait_for(r.stdout.readline(), 120)).split() for r in (survivor, victim)]
         assert all(line[0] == b"SUBMITTED" for line in started)
         victim_worker = int(started[1][1])
@@ -95,8 +104,10 @@ async def test_survivor_should_requeue_the_jobs_of_a_killed_replica(shared_store
     assert all(pid == victim_worker for r in twice.values() for _, _, _, pid in r[:-1])  # the dead one's attempts
     assert len(twice) <= 4  # at most what its one worker (4 slots) was running
     if revived_at is not None:  # the victim had jobs running when it died: report how long they stayed orphaned
-        print(f"\nrecovery after SIGKILL ({shared_store.split(':')[0]}, lease_ttl={ttl}): "
-              f"{revived_at - killed_at:.2f}s (bound: lease + one tick = {ttl + ttl / 3:.2f}s)")
+        print(
+            f"\nrecovery after SIGKILL ({shared_store.split(':')[0]}, lease_ttl={ttl}): "
+            f"{revived_at - killed_at:.2f}s (bound: lease + one tick = {ttl + ttl / 3:.2f}s)"
+        )
         assert revived_at - killed_at < ttl * 5  # well within lease + one tick, allowing for a loaded machine
 
 
@@ -109,7 +120,9 @@ async def test_postgres_restart_mid_drain_should_lose_nothing_and_fail_submits_m
 
     markers = tmp_path / "markers"
     markers.mkdir()
-    async with pool.WorkerPool(spawn=2, store=postgres_url, lease_ttl=30, store_retry=1) as p:  # submits give up after 1 s
+    async with pool.WorkerPool(
+        spawn=2, store=postgres_url, lease_ttl=30, store_retry=1
+    ) as p:  # submits give up after 1 s
         jobs = [await routines.mark.submit(str(markers), f"m{i}", 0.02) for i in range(200)]
         await eventually(lambda: len(os.listdir(markers)) >= 20, timeout=60)
         postgres_server.stop("fast")  # connections drop; jobs in flight cannot be recorded yet

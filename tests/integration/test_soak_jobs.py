@@ -18,8 +18,11 @@ async def test_a_short_soak_should_lose_no_acknowledged_job_through_kills_and_po
     if pg.find_bindir() is None:
         pytest.skip("PostgreSQL is not installed here; tools/install_system_packages.sh installs it")
     result = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "bench.soak_jobs", "--duration", "12", "--seed", "3", "--pg-restart-every", "4"],
-        capture_output=True, text=True, timeout=110,
+        subprocess.run,
+        [sys.executable, "-m", "bench.soak_jobs", "--duration", "12", "--seed", "3", "--pg-restart-every", "4"],
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)

@@ -31,8 +31,9 @@ class Terminal:
         self.socket = f"leakypool-test-{uuid.uuid4().hex[:8]}"
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True,
-                              timeout=30).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
 
     def start(self, command: list[str]) -> None:
         self.tmux("new-session", "-d", "-x", "120", "-y", "40", " ".join(command) + "; sleep 600")
@@ -41,7 +42,7 @@ class Terminal:
         return self.tmux("capture-pane", "-p")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30, check=False)
 
 
 async def test_the_live_view_should_show_a_busy_pool_and_refresh_in_place(one_slot_pool):
@@ -50,7 +51,7 @@ async def test_the_live_view_should_show_a_busy_pool_and_refresh_in_place(one_sl
     async with Signals() as signals, one_slot_pool(spawn=2, metrics_port=0, queue_depth=10) as p:
         busy = [asyncio.ensure_future(routines.sleep(600, signals.address, f"b{i}")) for i in range(3)]
         try:
-            for i in range(2):
+            for _i in range(2):
                 await signals.wait("started")
             host, port = p.metrics_address
             terminal.start([*CLI, f"{host}:{port}", "--interval", "0.2"])
@@ -59,6 +60,7 @@ async def test_the_live_view_should_show_a_busy_pool_and_refresh_in_place(one_sl
             def shows_busy() -> bool:
                 screen = terminal.screen()
                 return all(pid in screen for pid in pids) and screen.count("1/1") == 2 and "2 running" in screen
+
             await eventually(shows_busy, timeout=30, interval=0.1)
             assert "1 waiting" in terminal.screen()  # the third call queued for a worker
             for call in busy:
@@ -68,6 +70,7 @@ async def test_the_live_view_should_show_a_busy_pool_and_refresh_in_place(one_sl
             def shows_idle() -> bool:
                 screen = terminal.screen()
                 return screen.count("0/1") == 2 and "0 running" in screen
+
             await eventually(shows_idle, timeout=30, interval=0.1)
             screen = terminal.screen()
             assert screen.count("leakypool ") == 1 and screen.count("workers") == 2  # redrawn in place
@@ -82,16 +85,24 @@ async def test_once_and_json_should_print_one_frame_and_the_data(one_slot_pool):
         await routines.add(1, 2)
         host, port = p.metrics_address
         pids = p.pids
-        once = await asyncio.to_thread(subprocess.run, [*CLI, f"http://{host}:{port}", "--once"],
-                                       capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "120"})
-        data = await asyncio.to_thread(subprocess.run, [*CLI, f"{host}:{port}", "--json"],
-                                       capture_output=True, text=True, timeout=60)
+        once = await asyncio.to_thread(
+            subprocess.run,
+            [*CLI, f"http://{host}:{port}", "--once"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+        data = await asyncio.to_thread(
+            subprocess.run, [*CLI, f"{host}:{port}", "--json"], capture_output=True, text=True, timeout=60
+        )
     assert once.returncode == 0 and str(pids[0]) in once.stdout and "0/1" in once.stdout
     status = json.loads(data.stdout)
     assert [w["pid"] for w in status["workers"]] == pids and status["calls"]["dispatched"] >= 1
 
 
 async def test_an_unreachable_address_should_fail_in_one_line():
-    result = await asyncio.to_thread(subprocess.run, [*CLI, "127.0.0.1:9", "--once"], capture_output=True,
-                                     text=True, timeout=60)
+    result = await asyncio.to_thread(
+        subprocess.run, [*CLI, "127.0.0.1:9", "--once"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "127.0.0.1:9" in result.stderr

@@ -36,7 +36,7 @@ async def _submitters(routine, count: int, stop: asyncio.Event, jobs: list) -> t
         while not stop.is_set():
             try:
                 jobs.append((f"{n}-{i}", await routine.submit(f"{n}-{i}")))
-            except Exception as exc:  # counted: the test asserts there are none
+            except Exception as exc:  # noqa: BLE001 - counted: the test asserts there are none
                 errors.append(exc)
             i += 1
             await asyncio.sleep(0.01)
@@ -164,8 +164,9 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
 
     import pool
 
-    async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{tmp_path / 'j.db'}",
-                               metrics_port=0) as p:
+    async with pool.WorkerPool(
+        spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{tmp_path / 'j.db'}", metrics_port=0
+    ) as p:
         host, port = p.metrics_address
         await p.jobs.pause(pool.Queue("mail", concurrency=1))
         async with httpx.AsyncClient() as client:
@@ -174,8 +175,11 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
             assert status["paused"] == ["mail"]
             assert 'leakypool_queue_paused{queue="mail"} 1.0' in metrics
             view = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
-                capture_output=True, text=True, timeout=60,
+                subprocess.run,
+                [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             assert view.returncode == 0 and "paused queues: mail" in view.stdout
             await p.jobs.resume("mail")
@@ -206,7 +210,7 @@ async def test_jobs_of_a_lease_whose_answer_was_lost_should_still_run(tmp_path):
     path = str(tmp_path / "jobs.db")
     store = LosesOneLeaseAnswer(path)
     async with pool.WorkerPool(spawn=1, store=store, lease_ttl=3) as runner:
-        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{path}") as api:
+        async with pool.WorkerPool(spawn=0, discovery=pool.StaticDiscovery(), store=f"sqlite:///{path}"):
             jobs = [await routines.echo.submit(i) for i in range(5)]  # left in the store for the runner to lease
             assert [await job.result(timeout=30) for job in jobs] == list(range(5))
         assert store.lost and (await runner.jobs.counts())["succeeded"] == 5
@@ -230,14 +234,14 @@ async def test_a_store_that_stops_answering_should_fail_submits_within_the_bound
     import pool
     from tests.integration import routines
 
-    async with pool.WorkerPool(spawn=1, store=postgres_url, store_retry=1.5, lease_ttl=60) as p:
+    async with pool.WorkerPool(spawn=1, store=postgres_url, store_retry=1.5, lease_ttl=60):
         assert await (await routines.add.submit(1, 2)).result(timeout=30) == 3
         frozen = _cluster_pids(postgres_server)
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            with pytest.raises(pool.StoreError, match="no answer within 2.5s") as raised:
+            with pytest.raises(pool.StoreError, match=r"no answer within 2\.5s") as raised:
                 await asyncio.wait_for(routines.add.submit(2, 3), 60)
             waited = time.monotonic() - started
         finally:

@@ -19,7 +19,6 @@ from tests.integration.helpers import eventually, until_members
 pytestmark = pytest.mark.integration
 
 
-
 async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_with_the_pool():
     async with pool.WorkerPool(spawn=3) as p:
         template = p._fleet._template.pid
@@ -42,16 +41,20 @@ async def test_a_killed_worker_should_be_replaced_and_a_lost_template_should_not
         (first,) = p.pids
         template = p._fleet._template
         os.kill(first, signal.SIGKILL)  # the template reaps it and reports -9: replaced from the template
-        await until_members(p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids
-                            and first not in p.pids)
+        await until_members(
+            p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and first not in p.pids
+        )
         (second,) = p.pids
         assert parent_of(second) == template.pid
         os.kill(template.pid, signal.SIGKILL)  # the template is gone: its worker goes on (its lifeline is ours)
         await eventually(lambda: not template.alive, timeout=30)
         assert await routines.add(1, 1) == 2
         os.kill(second, signal.SIGKILL)  # replaced from a fresh interpreter now
-        await until_members(p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids
-                            and second not in p.pids, timeout=60)
+        await until_members(
+            p,
+            lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and second not in p.pids,
+            timeout=60,
+        )
         (third,) = p.pids
         assert parent_of(third) == os.getpid()
         assert await routines.add(2, 3) == 5
@@ -65,9 +68,19 @@ async def test_a_single_threaded_process_should_fork_the_template_from_itself(tm
     out, err = await run_script([sys.executable, "-m", "tests.integration.forked_template", str(log)])
     seen = json.loads(out)
     assert seen == {
-        "forked": True, "template_parent_is_us": True, "workers_parent_is_template": True, "add": 5,
-        "program": "hi\n", "worker_holds_our_port": False, "deprecated": "ok", "second_forked": True, "second_add": 2,
-        "first_template_exit": 0, "second_add_after": 4, "large_forked": False, "large_add": 6,
+        "forked": True,
+        "template_parent_is_us": True,
+        "workers_parent_is_template": True,
+        "add": 5,
+        "program": "hi\n",
+        "worker_holds_our_port": False,
+        "deprecated": "ok",
+        "second_forked": True,
+        "second_add": 2,
+        "first_template_exit": 0,
+        "second_add_after": 4,
+        "large_forked": False,
+        "large_add": 6,
     }
     assert "from the worker" in err.decode()  # the worker's own log handler, not the script's inherited one
     assert "from the worker" not in log.read_text()

@@ -30,7 +30,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(WORKER + args, capture_output=True, text=True, env=clean_env(**env), timeout=60)
+    return subprocess.run(WORKER + args, capture_output=True, text=True, env=clean_env(**env), timeout=60, check=False)
 
 
 def test_help_should_document_every_flag_and_its_variable():
@@ -51,15 +51,25 @@ def test_help_should_document_every_flag_and_its_variable():
         (["--discovery", "dns"], {}, "--discovery: expected one of none, lan, local, got 'dns'"),
         (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
         (["--host", "0.0.0.0"], {}, "--host 0.0.0.0: a worker off loopback runs code for anyone who reaches it"),
-        (["--host", "0.0.0.0", *TLS_NO_CLIENT_CA], {}, "TLS without --tls-client-ca lets any client that can connect run code"),
-        (["--host", "0.0.0.0", "--insecure", "--registry", "sqlite:///unused.db"], {},
-         "--registry: --host 0.0.0.0 binds every address and records none a pool can dial; give --advertise"),
+        (
+            ["--host", "0.0.0.0", *TLS_NO_CLIENT_CA],
+            {},
+            "TLS without --tls-client-ca lets any client that can connect run code",
+        ),
+        (
+            ["--host", "0.0.0.0", "--insecure", "--registry", "sqlite:///unused.db"],
+            {},
+            "--registry: --host 0.0.0.0 binds every address and records none a pool can dial; give --advertise",
+        ),
         (["--host", "::", "--insecure"], {"LEAKYPOOL_REGISTRY": "sqlite:///unused.db"}, "give --advertise ADDRESS"),
         (["--max-memory", "12XB"], {}, "--max-memory: expected a size in bytes (e.g. 536870912, 512MiB"),
         ([], {"LEAKYPOOL_MAX_TASKS": "-1"}, "LEAKYPOOL_MAX_TASKS: expected an integer >= 0, got '-1'"),
         (["--initializer", "no module"], {}, "--initializer: expected module:function, got 'no module'"),
-        (["--initializer", "tests.integration.no_such_module:f"], {},
-         "--initializer tests.integration.no_such_module:f: cannot import it: ModuleNotFoundError"),
+        (
+            ["--initializer", "tests.integration.no_such_module:f"],
+            {},
+            "--initializer tests.integration.no_such_module:f: cannot import it: ModuleNotFoundError",
+        ),
         (["--initializer", "tests.integration.recycle_routines:CONFIG"], {}, "expected a callable, got {}"),
     ],
 )
@@ -77,7 +87,9 @@ async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_a_signal(si
     args = [*WORKER, "--port", "0", "--max-concurrent-tasks", "3", "--tags", "blue"]
     async with Child(args, stderr=subprocess.PIPE, env=clean_env()) as child:
         line = (await asyncio.wait_for(child.stderr.readline(), 60)).decode()
-        assert re.search(r"ready: uid=[0-9a-f-]{36} address=127\.0\.0\.1:\d+ capacity=3 tls=False tags=blue", line), line
+        assert re.search(r"ready: uid=[0-9a-f-]{36} address=127\.0\.0\.1:\d+ capacity=3 tls=False tags=blue", line), (
+            line
+        )
         child.signal(sig)
         rest = (await asyncio.wait_for(child.stderr.read(), 60)).decode()
         assert await child.wait(60) == 0

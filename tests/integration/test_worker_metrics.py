@@ -66,19 +66,23 @@ async def test_a_bad_metrics_port_should_fail_at_start_in_one_line():
 async def test_a_worker_over_its_memory_limit_should_reject_and_the_balancer_should_rotate_past_it():
     """Test MemoryBackpressure end to end: RESOURCE_EXHAUSTED (transient), the worker is kept, the next one serves."""
     hook = AnyOf(TaskCountBackpressure(4), MemoryBackpressure(0.001))  # any host uses more than 0.1% of its memory
-    async with worker("--uid", HIGHEST_UID, "--max-concurrent-tasks", "4") as spare:
-        async with pool.WorkerPool(
-            spawn=1, backpressure=hook, loadbalancer=PriorityLoadBalancer(),
+    async with (
+        worker("--uid", HIGHEST_UID, "--max-concurrent-tasks", "4") as spare,
+        pool.WorkerPool(
+            spawn=1,
+            backpressure=hook,
+            loadbalancer=PriorityLoadBalancer(),
             discovery=pool.StaticDiscovery([f"127.0.0.1:{spare.port}"]),
-        ) as p:
-            await p.wait_for_workers(2, timeout=30)
-            assert min(p.workers) != uuid_of(HIGHEST_UID)  # the spawned (rejecting) worker is offered first
-            pids = {await routines.pid() for _ in range(10)}
-            assert pids == {spare.pid}  # every call rotated past the worker over its limit...
-            assert len(p.workers) == 2  # ...which was kept (a transient rejection evicts nobody)
-            states = await p.worker_states()
-            spawned = states[min(p.workers)]
-            assert spawned.in_flight == 0 and spawned.memory_fraction > 0.001
+        ) as p,
+    ):
+        await p.wait_for_workers(2, timeout=30)
+        assert min(p.workers) != uuid_of(HIGHEST_UID)  # the spawned (rejecting) worker is offered first
+        pids = {await routines.pid() for _ in range(10)}
+        assert pids == {spare.pid}  # every call rotated past the worker over its limit...
+        assert len(p.workers) == 2  # ...which was kept (a transient rejection evicts nobody)
+        states = await p.worker_states()
+        spawned = states[min(p.workers)]
+        assert spawned.in_flight == 0 and spawned.memory_fraction > 0.001
 
 
 def uuid_of(text: str):

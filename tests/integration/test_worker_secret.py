@@ -98,8 +98,12 @@ async def test_the_secret_should_reach_workers_a_command_provisioner_starts(tmp_
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     provisioner = pool.CommandProvisioner(WORKER_COMMAND)
     async with pool.WorkerPool(
-        provisioner=provisioner, discovery=pool.StoreDiscovery(url, poll_interval=0.2), max_workers=1,
-        queue_depth=10, dispatch_deadline=30, secret="provisioned-secret",
+        provisioner=provisioner,
+        discovery=pool.StoreDiscovery(url, poll_interval=0.2),
+        max_workers=1,
+        queue_depth=10,
+        dispatch_deadline=30,
+        secret="provisioned-secret",
     ) as p:
         assert await routines.add(2, 3) == 5  # the worker requires what the pool presents: it came in its env
         (member,) = p.workers.values()
@@ -150,7 +154,16 @@ def grpc_by_curl(port: int, method: str, headers: tuple[str, ...] = ()) -> list[
     args = ["curl", "-sS", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers"]
     for header in headers:
         args += ["-H", header]
-    return [*args, "--data-binary", "@-", "-D", "-", "-o", "/dev/null", f"http://127.0.0.1:{port}/leakypool.v1.Worker/{method}"]
+    return [
+        *args,
+        "--data-binary",
+        "@-",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        f"http://127.0.0.1:{port}/leakypool.v1.Worker/{method}",
+    ]
 
 
 async def run_as(user: int | None, args: list[str], stdin: bytes = b"") -> tuple[int, str]:
@@ -174,7 +187,10 @@ body ends its upload at once, so the worker's refusal cannot race it."""
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="becoming another user (nobody) needs root; this run is not root")
-@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl (the other user's client: it cannot run this interpreter, under /root)")
+@pytest.mark.skipif(
+    shutil.which("curl") is None,
+    reason="needs curl (the other user's client: it cannot run this interpreter, under /root)",
+)
 async def test_another_user_should_neither_read_the_secret_nor_reach_the_worker(private_secret):
     """Test that ``nobody`` can neither read the owner's secret nor get an answer (issue 35: it ran code as root).
 

@@ -23,7 +23,7 @@ async def main(store: str) -> None:
     from tests.integration import traced_routines as r
 
     report: dict[str, object] = {}
-    async with pool.WorkerPool(spawn=1, store=store) as p:
+    async with pool.WorkerPool(spawn=1, store=store):
         assert await r.inner(1) == 2
         report["imported_without_provider"] = otel_modules()
         exporter = r.install_sdk()

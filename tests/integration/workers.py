@@ -56,7 +56,7 @@ async def worker(
             write_fd = -1
             line = await asyncio.wait_for(asyncio.to_thread(_read_line, read_fd), 60)
             assert line.startswith("READY "), f"worker did not start: {line!r}"
-            yield Worker(child, json.loads(line[len("READY "):]))
+            yield Worker(child, json.loads(line[len("READY ") :]))
     finally:
         os.close(read_fd)
         if write_fd >= 0:

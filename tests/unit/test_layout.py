@@ -23,20 +23,44 @@ POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
 PACKAGES = ("pool", "balancer", "backpressure")
 
-MAX_MODULE_LINES = 400
-"""A module is one job (STYLE.md): past this, split it."""
+MAX_MODULE_LINES = 440
+"""A module is one job (STYLE.md): past this, split it.
 
-LEAVES = frozenset({
-    "pool._errors", "pool._config", "pool._places", "pool._parse", "pool._version", "pool._base._redact", "balancer", "backpressure",
-})
+Measured on the tree as `ruff format` lays it out: the formatter puts a call that does not fit on one
+line one argument a line, which adds up to ~8% to a module against the hand-wrapped tree the first
+bound (400) was set on; the settings tables in pool/_config.py stay one setting a line (`# fmt: off`)."""
+
+LEAVES = frozenset(
+    {
+        "pool._errors",
+        "pool._config",
+        "pool._places",
+        "pool._parse",
+        "pool._version",
+        "pool._base._redact",
+        "balancer",
+        "backpressure",
+    }
+)
 """Imported from anywhere: the error tree, settings, the version, password redaction (settings echo what they
 refuse), and the two embeddable leaf packages."""
 
-SURFACE = frozenset({
-    "pool", "pool._pool", "pool._pool_jobs", "pool._routine", "pool._cli",
-    "pool._executor", "pool._executor_calls", "pool._executor_feed", "pool._executor_map", "pool._pool_executor", "pool._pool_views",
-    "pool.joblib",
-})
+SURFACE = frozenset(
+    {
+        "pool",
+        "pool._pool",
+        "pool._pool_jobs",
+        "pool._routine",
+        "pool._cli",
+        "pool._executor",
+        "pool._executor_calls",
+        "pool._executor_feed",
+        "pool._executor_map",
+        "pool._pool_executor",
+        "pool._pool_views",
+        "pool.joblib",
+    }
+)
 """The public surface: it wires the layers together, so it may import any of them."""
 
 ALLOWED: Mapping[str, frozenset[str]] = {
@@ -52,11 +76,19 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 """Layer -> the layers it may import (besides itself and `LEAVES`). Nothing imports upward:
 surface -> dispatch -> transport -> base; jobs, fleet and observe beside dispatch, below the surface."""
 
-WORKER_MAY_NOT_IMPORT = frozenset({
-    "pool._transport._connection", "pool._transport._unix_channel", "pool._transport._grpc_channel",
-    "pool._transport._tls", "pool._observe._observer", "pool._observe._metrics", "pool._observe._status_view",
-    "pool._observe._progress", "pool._observe._stats",
-})
+WORKER_MAY_NOT_IMPORT = frozenset(
+    {
+        "pool._transport._connection",
+        "pool._transport._unix_channel",
+        "pool._transport._grpc_channel",
+        "pool._transport._tls",
+        "pool._observe._observer",
+        "pool._observe._metrics",
+        "pool._observe._status_view",
+        "pool._observe._progress",
+        "pool._observe._stats",
+    }
+)
 """Dispatching-side modules inside layers both processes share: the worker imports only what both sides use."""
 
 
@@ -331,7 +363,12 @@ def test_worker_package_should_import_only_what_both_sides_share(path):
 
 def test_nothing_outside_the_worker_package_should_import_it():
     """Test that the process boundary is a folder boundary: only pool._worker imports pool._worker."""
-    importers = {m for m, deps in GRAPH.items() for d in deps if d.startswith("pool._worker") and not m.startswith("pool._worker")}
+    importers = {
+        m
+        for m, deps in GRAPH.items()
+        for d in deps
+        if d.startswith("pool._worker") and not m.startswith("pool._worker")
+    }
     assert importers == set()
 
 
@@ -372,7 +409,11 @@ def test_zeroconf_should_be_imported_by_the_lan_module_only():
 
 def test_grpc_should_be_imported_by_the_grpc_transport_modules_only():
     """Test that grpc stays behind the TCP transport: a pool of spawned workers and the workers never load it."""
-    importers = {p.relative_to(POOL).as_posix() for p in POOL.rglob("*.py") if "grpc" in {m.split(".")[0] for m in imported_modules(p)}}
+    importers = {
+        p.relative_to(POOL).as_posix()
+        for p in POOL.rglob("*.py")
+        if "grpc" in {m.split(".")[0] for m in imported_modules(p)}
+    }
     assert importers == {"_transport/_grpc_channel.py", "_worker/_grpc_server.py", "_transport/_tls.py"}
 
 
@@ -386,7 +427,7 @@ def test_grpc_should_be_imported_by_the_grpc_transport_modules_only():
 def test_no_grpc_should_load_for_local_work(code):
     """Test that neither side of a pool of local workers pays for importing grpc (~20-50 ms at start-up)."""
     check = f"import sys; {code}; sys.exit('grpc' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120, check=False).returncode == 0
 
 
 def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_process():
@@ -482,11 +523,14 @@ def _tree(tmp_path: pathlib.Path, files: Mapping[str, str]) -> pathlib.Path:
 class TestChecker:
     def test_cycles_should_find_two_modules_that_import_each_other_when_one_import_is_for_types_only(self, tmp_path):
         """Test that a circle closed by a TYPE_CHECKING import is still a circle."""
-        root = _tree(tmp_path, {
-            "pkg/__init__.py": "",
-            "pkg/a.py": "from .b import B\n",
-            "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\nB = 1\n",
-        })
+        root = _tree(
+            tmp_path,
+            {
+                "pkg/__init__.py": "",
+                "pkg/a.py": "from .b import B\n",
+                "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\nB = 1\n",
+            },
+        )
         assert cycles(module_graph(root, ["pkg"])) == [["pkg.a", "pkg.b"]]
 
     def test_cycles_should_find_a_loop_through_three_modules(self):
@@ -496,12 +540,15 @@ class TestChecker:
 
     def test_module_graph_should_resolve_relative_and_package_imports(self, tmp_path):
         """Test that ``from .. import x``, ``from ..sub import y`` and attribute imports land on modules."""
-        root = _tree(tmp_path, {
-            "pkg/__init__.py": "from .low import thing\n",
-            "pkg/low.py": "thing = 1\n",
-            "pkg/sub/__init__.py": "",
-            "pkg/sub/mod.py": "from .. import low\nfrom ..low import thing\nfrom .. import thing as t\n",
-        })
+        root = _tree(
+            tmp_path,
+            {
+                "pkg/__init__.py": "from .low import thing\n",
+                "pkg/low.py": "thing = 1\n",
+                "pkg/sub/__init__.py": "",
+                "pkg/sub/mod.py": "from .. import low\nfrom ..low import thing\nfrom .. import thing as t\n",
+            },
+        )
         graph = module_graph(root, ["pkg"])
         assert graph["pkg.sub.mod"] == {"pkg.low", "pkg"}
         assert graph["pkg"] == {"pkg.low"}
@@ -525,15 +572,17 @@ class TestChecker:
         """Test that balancer importing pool is reported."""
         assert forbidden_edges({"balancer._priority": {"pool._errors"}}) == [("balancer._priority", "pool._errors")]
 
-
     def test_untested_should_report_a_new_module_with_neither_a_mirrored_test_nor_a_line(self, tmp_path):
         """Test that the mirror check fails for a module with no test, and passes once either is added."""
-        root = _tree(tmp_path, {
-            "pool/_dispatch/_old.py": "",
-            "pool/_dispatch/_new.py": "",
-            "pool/_dispatch/_wired.py": "",
-            "tests/unit/pool/_dispatch/test_old.py": "",
-        })
+        root = _tree(
+            tmp_path,
+            {
+                "pool/_dispatch/_old.py": "",
+                "pool/_dispatch/_new.py": "",
+                "pool/_dispatch/_wired.py": "",
+                "tests/unit/pool/_dispatch/test_old.py": "",
+            },
+        )
         modules = ["pool/_dispatch/_old.py", "pool/_dispatch/_new.py", "pool/_dispatch/_wired.py"]
         covered = {"pool/_dispatch/_wired.py": "tests/integration/test_x.py"}
         assert untested(modules, root, covered) == ["pool/_dispatch/_new.py"]
@@ -542,11 +591,15 @@ class TestChecker:
 
     def test_package_modules_should_skip_only_init_files_that_only_reexport(self, tmp_path):
         """Test that an __init__ with code of its own needs tests like any module."""
-        _tree(tmp_path, {
-            "pool/__init__.py": '"""Doc."""\nfrom ._a import A as A\n__all__ = ["A"]\n',
-            "pool/_a.py": "A = 1\n",
-            "pool/_sub/__init__.py": "def helper():\n    pass\n",
-            "pool/_sub/x_pb2.py": "",
-            "balancer/__init__.py": "", "backpressure/__init__.py": "",
-        })
+        _tree(
+            tmp_path,
+            {
+                "pool/__init__.py": '"""Doc."""\nfrom ._a import A as A\n__all__ = ["A"]\n',
+                "pool/_a.py": "A = 1\n",
+                "pool/_sub/__init__.py": "def helper():\n    pass\n",
+                "pool/_sub/x_pb2.py": "",
+                "balancer/__init__.py": "",
+                "backpressure/__init__.py": "",
+            },
+        )
         assert package_modules(tmp_path) == ["pool/_a.py", "pool/_sub/__init__.py"]

@@ -21,10 +21,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
-TOPICS = {"concepts", "admission", "limits", "jobs", "stores", "lan-security", "observability",
-          "configuration", "errors", "architecture", "performance"}
+TOPICS = {
+    "concepts",
+    "admission",
+    "limits",
+    "jobs",
+    "stores",
+    "lan-security",
+    "observability",
+    "configuration",
+    "errors",
+    "architecture",
+    "performance",
+}
 
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.M | re.S)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -36,7 +47,7 @@ def anchors(text: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
     text = FENCE.sub("", text)
     out = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE):
         slug = "".join(c for c in heading.strip().lower() if c in " -_" or unicodedata.category(c)[0] in "LN")
         out.add(slug.replace(" ", "-"))
     return out
@@ -55,12 +66,16 @@ def test_readme_should_be_a_landing_page():
     text = README.read_text()
     assert len(text.splitlines()) <= 250
     linked = {pathlib.Path(target.split("#")[0]).stem for target in links(README) if target.startswith("docs/")}
-    assert TOPICS <= linked
+    assert linked >= TOPICS
 
 
 def test_configuration_should_have_a_table_row_for_every_variable():
     """Test that each LEAKYPOOL_* variable has a row in a configuration table."""
-    rows = set(re.findall(r"^\| `(LEAKYPOOL_[A-Z_]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), flags=re.M))
+    rows = set(
+        re.findall(
+            r"^\| `(LEAKYPOOL_[A-Z_]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), flags=re.MULTILINE
+        )
+    )
     assert {s.env for s in POOL_SETTINGS + WORKER_SETTINGS} <= rows
 
 
@@ -70,7 +85,7 @@ def test_errors_should_draw_every_error_in_the_tree():
     for name in pool.__all__:
         obj = getattr(pool, name)
         if isinstance(obj, type) and issubclass(obj, Exception) and obj is not pool.RemoteTraceback:
-            assert re.search(rf"(── |^){name}\b", tree, flags=re.M), name
+            assert re.search(rf"(── |^){name}\b", tree, flags=re.MULTILINE), name
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -80,7 +80,7 @@ class Batcher(Generic[T, R]):
                 del self._queue[: self._max_batch]
                 try:
                     results = await self._flush([item for item, _ in batch])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the batch's fault is handed to every waiting submitter
                     _settle(batch, error=exc)
                 else:
                     for (_, future), result in zip(batch, results, strict=True):

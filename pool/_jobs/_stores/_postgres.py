@@ -38,7 +38,9 @@ POOL_SIZE: Final[int] = 8
 
 SCHEMA_VERSION: Final[int] = sql.SCHEMA_VERSION
 
-_Finish = tuple[str, str, str, float, "bytes | None", str, "float | None"]  # id, owner, state, now, outcome, error, started
+_Finish = tuple[
+    str, str, str, float, "bytes | None", str, "float | None"
+]  # id, owner, state, now, outcome, error, started
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
@@ -172,9 +174,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return counts
 
     async def count_active(self) -> int:
-        return await self._call(
-            "fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
-        )
+        return await self._call("fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')")
 
     async def cancel_requested(self, owner: str) -> list[str]:
         rows = await self._call(
@@ -207,10 +207,28 @@ class PostgresStore(PostgresPauses, PostgresStrays):
     async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
         columns: list[list[Any]] = [[] for _ in range(16)]
         for job, owner in items:
-            for column, value in zip(columns, (
-                job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.payload, job.queue,
-                job.key, job.workflow, owner, job.concurrency, job.total, job.due, job.priority, job.rate, job.rate_per,
-            ), strict=True):
+            for column, value in zip(
+                columns,
+                (
+                    job.id,
+                    job.routine,
+                    job.max_attempts,
+                    job.created_at,
+                    job.deadline,
+                    job.payload,
+                    job.queue,
+                    job.key,
+                    job.workflow,
+                    owner,
+                    job.concurrency,
+                    job.total,
+                    job.due,
+                    job.priority,
+                    job.rate,
+                    job.rate_per,
+                ),
+                strict=True,
+            ):
                 column.append(value)
         inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
         if any(record.owner == "" for record in inserted.values()):
@@ -230,23 +248,23 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         never count the same slot free. Jobs without limits need no lock.
         """
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                free = await db.fetch(sql.FREE_DUE, now, limit)
-                limited = []
-                if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
-                    await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
-                    limited = await db.fetch(sql.LIMITED_DUE, now, limit)
-                chosen = sorted([tuple(r) for r in free] + [tuple(r) for r in limited],
-                                key=lambda r: (-r[3], r[1], r[2], r[0]))
-                rows = await db.fetch(
-                    f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
-                    f"AND state = 'pending' RETURNING {sql.COLUMNS}",
-                    owner,
-                    [r[0] for r in chosen[:limit]],
-                )
-                if checked:  # rate limits: count these leases, hold back what they leave no room for
-                    await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            free = await db.fetch(sql.FREE_DUE, now, limit)
+            limited = []
+            if checked := await db.fetchval(sql.ANY_LIMITED_DUE, now):
+                await db.execute("SELECT pg_advisory_xact_lock($1)", sql.LOCK_LEASE)
+                limited = await db.fetch(sql.LIMITED_DUE, now, limit)
+            chosen = sorted(
+                [tuple(r) for r in free] + [tuple(r) for r in limited], key=lambda r: (-r[3], r[1], r[2], r[0])
+            )
+            rows = await db.fetch(
+                f"UPDATE leakypool_jobs SET owner = $1 WHERE id = ANY($2::text[]) AND owner = '' "
+                f"AND state = 'pending' RETURNING {sql.COLUMNS}",
+                owner,
+                [r[0] for r in chosen[:limit]],
+            )
+            if checked:  # rate limits: count these leases, hold back what they leave no room for
+                await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
@@ -265,7 +283,14 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         return [job_id in marked for job_id, _, _ in items]
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str = "",
         started: float | None = None,
     ) -> bool:
         if state not in TERMINAL_STATES:
@@ -284,19 +309,24 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         retried = await self._fenced(
             "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $3, error = $4 "
             "WHERE id = $1 AND owner = $2 AND state = 'running'",
-            job_id, owner, next_at, error,
+            job_id,
+            owner,
+            next_at,
+            error,
         )
         if retried:
             await self._notify("due")
         return retried
 
-    async def fail_pending(
-        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
-    ) -> bool:
+    async def fail_pending(self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None) -> bool:
         return await self._fenced(
             "UPDATE leakypool_jobs SET state = 'failed', finished_at = $3, error = $4, outcome = $5, owner = '' "
             "WHERE id = $1 AND owner = $2 AND state = 'pending'",
-            job_id, owner, now, error, outcome,
+            job_id,
+            owner,
+            now,
+            error,
+            outcome,
         )
 
     async def cancel(self, job_id: str, now: float) -> JobRecord | None:
@@ -329,31 +359,29 @@ class PostgresStore(PostgresPauses, PostgresStrays):
 
     async def recover(self, now: float) -> list[str]:
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                rows = await db.fetch(
-                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
-                    f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
-                    now,
-                )
-                held = await db.fetch(sql.RECOVER_HELD, now)
-                await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            rows = await db.fetch(
+                "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $1, cancel_requested = FALSE "
+                f"WHERE state = 'running' AND {sql.DEAD} RETURNING id",
+                now,
+            )
+            held = await db.fetch(sql.RECOVER_HELD, now)
+            await db.execute("DELETE FROM leakypool_owners WHERE expires_at < $1", now)
         if rows or held:
             await self._notify("due")
         return [row[0] for row in rows]
 
     async def release_owner(self, owner: str, now: float) -> None:
         pool = self._db()
-        async with self._errors():
-            async with pool.acquire() as db, db.transaction():
-                await db.execute(
-                    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
-                    "WHERE state = 'running' AND owner = $1",
-                    owner,
-                    now,
-                )
-                await db.execute(sql.RELEASE_HELD, owner)
-                await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
+        async with self._errors(), pool.acquire() as db, db.transaction():
+            await db.execute(
+                "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $2, cancel_requested = FALSE "
+                "WHERE state = 'running' AND owner = $1",
+                owner,
+                now,
+            )
+            await db.execute(sql.RELEASE_HELD, owner)
+            await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
         await self._notify("due")
 
     # -- maintenance, and a submit in the caller's transaction ---------------------------

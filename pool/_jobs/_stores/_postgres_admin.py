@@ -48,8 +48,24 @@ async def purge(pool: Any, finished_before: float, limit: int) -> int:
 
 def insert_values(job: NewJob, owner: str) -> tuple[Any, ...]:
     """`sql.INSERT`'s arguments for ``job``."""
-    return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
-            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority, job.rate, job.rate_per)
+    return (
+        job.id,
+        job.routine,
+        job.max_attempts,
+        job.created_at,
+        job.deadline,
+        job.due,
+        job.payload,
+        job.queue,
+        job.key,
+        job.workflow,
+        owner,
+        job.concurrency,
+        job.total,
+        job.priority,
+        job.rate,
+        job.rate_per,
+    )
 
 
 COMMITTED: Final[str] = "-"
@@ -118,11 +134,12 @@ async def schedule_slot(pool: Any, name: str, slot: float, job: NewJob | None) -
         if claim or (job is None and previous is None):
             await db.execute(
                 "INSERT INTO leakypool_schedules VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET last_slot = $2",
-                name, slot,
+                name,
+                slot,
             )
         inserted = False
         if claim:
-            assert job is not None
+            assert job is not None  # noqa: S101 - an invariant, stated for the type checker
             status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *insert_values(job, ""))
             inserted = status.endswith(" 1")
     return previous, inserted
@@ -135,7 +152,13 @@ async def count_rates(db: Any, leased: list[Any], now: float) -> None:
     """
     rated = [row for row in leased if row[6] > 0]
     if rated:
-        await db.execute(sql.RECORD_STARTS, [r[4] for r in rated], [r[5] for r in rated], [now] * len(rated),
-                         [now + r[7] for r in rated], [r[0] for r in rated])
+        await db.execute(
+            sql.RECORD_STARTS,
+            [r[4] for r in rated],
+            [r[5] for r in rated],
+            [now] * len(rated),
+            [now + r[7] for r in rated],
+            [r[0] for r in rated],
+        )
         await db.execute("DELETE FROM leakypool_rate_starts WHERE expires < $1", now)
     await db.execute(sql.HELD_BACK, now)

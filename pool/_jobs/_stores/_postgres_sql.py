@@ -68,15 +68,19 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         # only those, so a million finished jobs beside them cost the lease nothing.
         f"CREATE INDEX leakypool_jobs_lease ON leakypool_jobs ({LEASE_ORDER}) WHERE state = 'pending' AND owner = ''",
         # Retention deletes the oldest finished jobs first, a bounded batch at a time.
-        "CREATE INDEX leakypool_jobs_finished ON leakypool_jobs (finished_at) "
-        "WHERE state IN ('succeeded', 'failed', 'cancelled')",
+        (
+            "CREATE INDEX leakypool_jobs_finished ON leakypool_jobs (finished_at) "
+            "WHERE state IN ('succeeded', 'failed', 'cancelled')"
+        ),
         # Periodic jobs: the last slot each schedule submitted (so every slot is submitted once).
         "CREATE TABLE leakypool_schedules (name TEXT PRIMARY KEY, last_slot DOUBLE PRECISION NOT NULL)",
         # Rate limits: each job's queue rate, and the recent leases they are counted against.
         "ALTER TABLE leakypool_jobs ADD COLUMN rate INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE leakypool_jobs ADD COLUMN rate_per DOUBLE PRECISION NOT NULL DEFAULT 0",
-        "CREATE TABLE leakypool_rate_starts (queue TEXT NOT NULL, key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
-        "expires DOUBLE PRECISION NOT NULL)",
+        (
+            "CREATE TABLE leakypool_rate_starts (queue TEXT NOT NULL, key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, "
+            "expires DOUBLE PRECISION NOT NULL)"
+        ),
         "CREATE INDEX leakypool_rate_starts_key ON leakypool_rate_starts (queue, key, at)",
         "CREATE INDEX leakypool_rate_starts_expires ON leakypool_rate_starts (expires)",
         "CREATE INDEX leakypool_jobs_rated ON leakypool_jobs (next_at) WHERE state = 'pending' AND owner = '' AND rate > 0",

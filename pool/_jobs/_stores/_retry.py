@@ -47,6 +47,7 @@ LAST_TRY_S: Final[float] = 1.0
 
 T = TypeVar("T")
 
+
 def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> float | None:
     """Seconds to wait before try number ``tries + 1``, or None to give up (I/O-free).
 
@@ -99,7 +100,7 @@ async def retrying(
         if not bound.expired():
             raise
         if errors:
-            raise errors[-1]  # (its cause, the lost connection, kept)
+            raise errors[-1]  # noqa: B904 - (its cause, the lost connection, kept)
         raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
 
 
@@ -123,7 +124,12 @@ async def _tries(
             if log_each:
                 _log.warning(
                     "%s (while %s); try %d, again in %.2fs (gives up %.1fs from now: store_retry %gs)",
-                    exc, what, tries, wait, max(0.0, budget_s - (now - since)), budget_s,
+                    exc,
+                    what,
+                    tries,
+                    wait,
+                    max(0.0, budget_s - (now - since)),
+                    budget_s,
                 )
             elif tries == 1:
                 _log.info("store out of reach while %s (%s); trying again for up to %gs", what, exc, budget_s)
@@ -201,7 +207,14 @@ class RetryingStore:
         return await self._retry(f"marking job {job_id} running", once)
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str = "",
         started: float | None = None,
     ) -> bool:
         tried = False
@@ -257,9 +270,7 @@ class RetryingStore:
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
         return await self._retry(f"re-queueing job {job_id}", lambda: self.inner.retry(job_id, owner, next_at, error))
 
-    async def fail_pending(
-        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
-    ) -> bool:
+    async def fail_pending(self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None) -> bool:
         return await self._retry(
             f"failing job {job_id}", lambda: self.inner.fail_pending(job_id, owner, now, error, outcome)
         )
@@ -306,17 +317,16 @@ class RetryingMaintainedStore(RetryingStore):
     async def next_due(self, now: float) -> float | None:
         return await self._retry("reading the next due time", lambda: self.inner.next_due(now))
 
-    async def select(
-        self, state: str | None = None, routine: str | None = None, limit: int = 100
-    ) -> list[JobRecord]:
+    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
         return await self._retry("selecting jobs", lambda: self.inner.select(state, routine, limit))
 
     async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
         """See `MaintainedStore.schedule_slot`. Safe to try again: the slot is recorded and its job inserted
         only if the recorded slot is older, and the job id names the slot; a try after one that committed
         finds ``slot`` recorded and inserts nothing (it returns ``slot`` as the slot recorded before)."""
-        return await self._retry(f"recording slot {slot:.0f} of schedule {name}",
-                                 lambda: self.inner.schedule_slot(name, slot, job))
+        return await self._retry(
+            f"recording slot {slot:.0f} of schedule {name}", lambda: self.inner.schedule_slot(name, slot, job)
+        )
 
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         """See `MaintainedStore.requeue`. Not idempotent alone (the job could run and fail again between two

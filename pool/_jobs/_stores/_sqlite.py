@@ -21,11 +21,11 @@ from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
+from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import give_back_rates, prepare
-from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
 
@@ -82,7 +82,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         """
         if self._thread is not None:
             return
-        if os.path.isdir(self.path):
+        if os.path.isdir(self.path):  # noqa: ASYNC240 - one stat at open, before the store has its thread
             raise ConfigError(f"store {self.url}: is a directory, not a database file")
         self._thread = SQLiteThread(self.path, self.url, self._synchronous)
         try:
@@ -188,7 +188,11 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             chosen = sorted(free + limited, key=lambda r: (-r[3], r[1], r[2], r[0]))[:limit]
             rows = []
             for job_id, *_ in chosen:
-                rows.append(db.execute(f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)).fetchone())
+                rows.append(
+                    db.execute(
+                        f"UPDATE jobs SET owner = ? WHERE id = ? RETURNING {_COLUMNS}", (owner, job_id)
+                    ).fetchone()
+                )
             if limited:  # rate limits: count these leases, hold back what they leave no room for
                 starts = [(r[4], r[5], now, now + r[7], r[0]) for r in chosen if len(r) > 4 and r[6] > 0]
                 db.executemany(_RECORD_STARTS, starts)
@@ -200,9 +204,14 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
-            given = [db.execute("UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
-                                "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
-                                (next_at, job_id, owner)).fetchone() for job_id in ids]
+            given = [
+                db.execute(
+                    "UPDATE jobs SET owner = '', next_at = coalesce(?, next_at) "
+                    "WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
+                    (next_at, job_id, owner),
+                ).fetchone()
+                for job_id in ids
+            ]
             give_back_rates(db, [row for row in given if row is not None])  # not started: their slots too
 
         await self._run(op, write=True)
@@ -218,7 +227,14 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         )
 
     async def finish(
-        self, job_id: str, owner: str, state: str, now: float, *, outcome: bytes | None, error: str = "",
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str = "",
         started: float | None = None,
     ) -> bool:
         if state not in TERMINAL_STATES:
@@ -238,9 +254,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             (next_at, error, job_id, owner),
         )
 
-    async def fail_pending(
-        self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None
-    ) -> bool:
+    async def fail_pending(self, job_id: str, owner: str, now: float, error: str, outcome: bytes | None = None) -> bool:
         return await self._update(
             "UPDATE jobs SET state = 'failed', finished_at = ?, error = ?, outcome = ?, owner = '' "
             "WHERE id = ? AND owner = ? AND state = 'pending'",
@@ -280,8 +294,12 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                     (now, now),
                 )
             ]
-            give_back_rates(db, db.execute(
-                f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead} RETURNING id, rate", (now,)).fetchall())
+            give_back_rates(
+                db,
+                db.execute(
+                    f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead} RETURNING id, rate", (now,)
+                ).fetchall(),
+            )
             db.execute("DELETE FROM owners WHERE expires_at < ?", (now,))
             return revived
 
@@ -294,8 +312,9 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                 "WHERE state = 'running' AND owner = ?",
                 (now, owner),
             )
-            given = db.execute("UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ? RETURNING id, rate",
-                               (owner,))
+            given = db.execute(
+                "UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ? RETURNING id, rate", (owner,)
+            )
             give_back_rates(db, given.fetchall())
             db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
 
@@ -308,9 +327,13 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         return await self._run(lambda db: db.execute(_PURGE, (finished_before, limit)).rowcount, write=SINGLE)
 
     async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
-        sql = (f"SELECT {_COLUMNS} FROM jobs WHERE (? IS NULL OR state = ?) AND (? IS NULL OR routine = ?) "
-               "ORDER BY created_at DESC, rowid DESC LIMIT ?")
-        rows = await self._run(lambda db: db.execute(sql, (state, state, routine, routine, limit)).fetchall(), write=False)
+        sql = (
+            f"SELECT {_COLUMNS} FROM jobs WHERE (? IS NULL OR state = ?) AND (? IS NULL OR routine = ?) "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
+        rows = await self._run(
+            lambda db: db.execute(sql, (state, state, routine, routine, limit)).fetchall(), write=False
+        )
         return [_record(row) for row in rows]
 
     async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
@@ -318,8 +341,10 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             row = db.execute("SELECT last_slot FROM schedules WHERE name = ?", (name,)).fetchone()
             previous = None if row is None else row[0]
             if (job is None and previous is None) or (job is not None and (previous is None or previous < slot)):
-                db.execute("INSERT INTO schedules VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_slot = ?",
-                           (name, slot, slot))
+                db.execute(
+                    "INSERT INTO schedules VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_slot = ?",
+                    (name, slot, slot),
+                )
             if job is not None and (previous is None or previous < slot):
                 db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING", _values(job, ""))
             return previous
@@ -367,5 +392,21 @@ _REQUEUE: Final[str] = (
 
 def _values(job: NewJob, owner: str) -> tuple[Any, ...]:
     """`_INSERT`'s arguments for ``job``."""
-    return (job.id, job.routine, job.max_attempts, job.created_at, job.deadline, job.due, job.payload,
-            job.queue, job.key, job.workflow, owner, job.concurrency, job.total, job.priority, job.rate, job.rate_per)
+    return (
+        job.id,
+        job.routine,
+        job.max_attempts,
+        job.created_at,
+        job.deadline,
+        job.due,
+        job.payload,
+        job.queue,
+        job.key,
+        job.workflow,
+        owner,
+        job.concurrency,
+        job.total,
+        job.priority,
+        job.rate,
+        job.rate_per,
+    )

@@ -61,7 +61,9 @@ class SQLiteThread:
         """Open the file in WAL mode; another process switching it at the same moment is waited for."""
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
-            connection = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            connection = sqlite3.connect(
+                self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             try:
                 connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
                 # Switching to WAL takes an exclusive lock and does not wait for it
@@ -115,7 +117,7 @@ class SQLiteThread:
                     connection.execute("SAVEPOINT op")
                 try:
                     results.append((future, True, op(connection)))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the op's fault is translated and handed to its caller's future
                     if not connection.in_transaction:  # some errors roll back the whole transaction
                         self._fail(work, _translate(exc, self._url), exc)
                         return

@@ -39,8 +39,13 @@ class SQLiteStrays:
         def op(db: Any) -> list[str]:
             held = [row[0] for row in db.execute("SELECT id FROM jobs WHERE owner = ? AND state = 'pending'", (owner,))]
             strays = [job_id for job_id in held if job_id not in kept]
-            given = [db.execute("UPDATE jobs SET owner = '' WHERE id = ? AND owner = ? AND state = 'pending' "
-                                "RETURNING id, rate", (job_id, owner)).fetchone() for job_id in strays]
+            given = [
+                db.execute(
+                    "UPDATE jobs SET owner = '' WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
+                    (job_id, owner),
+                ).fetchone()
+                for job_id in strays
+            ]
             give_back_rates(db, [row for row in given if row is not None])
             return strays
 

@@ -99,8 +99,9 @@ def test_any_of_and_all_of_should_be_or_and_and_of_their_members(answers, asyncs
 
 @pytest.mark.parametrize("dumps, loads", [(pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)])
 def test_hooks_should_survive_pickling_with_their_behaviour(dumps, loads):
-    hook = AnyOf(TaskCountBackpressure(2), AllOf(MemoryBackpressure(0.8), LoopLagBackpressure(0.5)),
-                 LatencyBackpressure(1.5, 10))
+    hook = AnyOf(
+        TaskCountBackpressure(2), AllOf(MemoryBackpressure(0.8), LoopLagBackpressure(0.5)), LatencyBackpressure(1.5, 10)
+    )
     again = loads(dumps(hook))
     assert again == hook and hash(again) == hash(hook) and repr(again) == repr(hook)
     assert AnyOf(TaskCountBackpressure(1)) != AnyOf(TaskCountBackpressure(2)) != AllOf(TaskCountBackpressure(2))
@@ -109,11 +110,21 @@ def test_hooks_should_survive_pickling_with_their_behaviour(dumps, loads):
     assert again(busy) is True and again(ctx(memory_fraction=0.9, loop_lag_s=0.1)) is False
 
 
-@pytest.mark.parametrize("make", [
-    lambda: MemoryBackpressure(0), lambda: MemoryBackpressure(1.5), lambda: MemoryBackpressure(True),
-    lambda: LoopLagBackpressure(0), lambda: LoopLagBackpressure(float("inf")), lambda: LatencyBackpressure(-1),
-    lambda: LatencyBackpressure(1, 0), lambda: LatencyBackpressure(1, 2.5), lambda: AnyOf(), lambda: AllOf(),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MemoryBackpressure(0),
+        lambda: MemoryBackpressure(1.5),
+        lambda: MemoryBackpressure(True),
+        lambda: LoopLagBackpressure(0),
+        lambda: LoopLagBackpressure(float("inf")),
+        lambda: LatencyBackpressure(-1),
+        lambda: LatencyBackpressure(1, 0),
+        lambda: LatencyBackpressure(1, 2.5),
+        lambda: AnyOf(),
+        lambda: AllOf(),
+    ],
+)
 def test_bad_thresholds_should_fail_at_construction(make):
     with pytest.raises((ValueError, TypeError)):
         make()

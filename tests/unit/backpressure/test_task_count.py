@@ -59,7 +59,9 @@ class TestTaskCountBackpressure:
     @pytest.mark.parametrize("raw", ["-1", "x", "1.5"])
     def test_from_env_should_name_the_variable_when_invalid(self, raw):
         """Test the same validation, with the variable named."""
-        with pytest.raises(ValueError, match=rf"^LEAKYPOOL_MAX_CONCURRENT_TASKS: expected an integer >= 0, got '{raw}'$"):
+        with pytest.raises(
+            ValueError, match=rf"^LEAKYPOOL_MAX_CONCURRENT_TASKS: expected an integer >= 0, got '{raw}'$"
+        ):
             TaskCountBackpressure.from_env({"LEAKYPOOL_MAX_CONCURRENT_TASKS": raw})
 
     def test_context_should_be_frozen(self):

@@ -34,7 +34,9 @@ class TestPriorityLoadBalancer:
         the pool was offered.
         """
         context = Context(members, ordered_hint=hint)
-        log = asyncio.run(drive(PriorityLoadBalancer(), context, lambda uid, i: script[i] if i < len(script) else "busy"))
+        log = asyncio.run(
+            drive(PriorityLoadBalancer(), context, lambda uid, i: script[i] if i < len(script) else "busy")
+        )
         offered = [uid for uid, outcome in log if outcome != "left"]
         assert offered == sorted(offered, key=lambda u: u.int)
         assert len(set(offered)) == len(offered)

@@ -131,7 +131,9 @@ class TestMetricsHost:
         """Test that the page, /status and /metrics are never served off loopback without a token."""
         with pytest.raises(pool.ConfigError) as info:
             PoolConfig.from_env({"LEAKYPOOL_METRICS_HOST": host})
-        assert str(info.value) == f"metrics_host: expected a loopback address unless a metrics token is set, got {host!r}"
+        assert (
+            str(info.value) == f"metrics_host: expected a loopback address unless a metrics token is set, got {host!r}"
+        )
         with pytest.raises(pool.ConfigError, match="--metrics-host"):
             WorkerConfig.from_env({"LEAKYPOOL_METRICS_HOST": host})
 
@@ -194,7 +196,9 @@ class TestSecretSettings:
         assert default_secret_file({"XDG_CONFIG_HOME": str(tmp_path)}) == str(tmp_path / "leakypool" / "secret")
         if os.getuid() != 0:
             assert not default_secret_file({"XDG_CONFIG_HOME": "/"}).startswith("/leakypool")
-        assert default_secret_file({"XDG_CONFIG_HOME": "relative"}).endswith(os.path.join(".config", "leakypool", "secret"))
+        assert default_secret_file({"XDG_CONFIG_HOME": "relative"}).endswith(
+            os.path.join(".config", "leakypool", "secret")
+        )
 
 
 class TestSecretFile:

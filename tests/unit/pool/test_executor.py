@@ -21,12 +21,12 @@ class TestExecutor:
     @pytest.mark.parametrize("max_workers", [0, -1])
     def test_init_should_raise_value_error_when_max_workers_is_below_one(self, max_workers):
         """Test the standard library's message for max_workers <= 0."""
-        with pytest.raises(ValueError, match="^max_workers must be greater than 0$"):
+        with pytest.raises(ValueError, match=r"^max_workers must be greater than 0$"):
             pool.Executor(max_workers)
 
     def test_init_should_raise_type_error_when_initializer_is_not_callable(self):
         """Test the standard library's message for a non-callable initializer."""
-        with pytest.raises(TypeError, match="^initializer must be a callable$"):
+        with pytest.raises(TypeError, match=r"^initializer must be a callable$"):
             pool.Executor(1, initializer=42)
 
     @pytest.mark.parametrize(("value", "error"), [(0, ValueError), (1.5, TypeError)])
@@ -49,5 +49,5 @@ class TestExecutor:
         ex = pool.Executor(1)
         ex.shutdown()
         ex.shutdown(wait=False, cancel_futures=True)
-        with pytest.raises(RuntimeError, match="^cannot schedule new futures after shutdown$"):
+        with pytest.raises(RuntimeError, match=r"^cannot schedule new futures after shutdown$"):
             ex.submit(pow, 2, 2)

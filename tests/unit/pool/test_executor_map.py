@@ -40,9 +40,16 @@ class TestBatched:
 
 
 class TestCheckMapArguments:
-    @pytest.mark.parametrize(("chunksize", "buffersize", "error"), [
-        (0, None, ValueError), (1, 0, ValueError), (1, -1, ValueError), (1, 1.5, TypeError), (1, True, TypeError),
-    ])
+    @pytest.mark.parametrize(
+        ("chunksize", "buffersize", "error"),
+        [
+            (0, None, ValueError),
+            (1, 0, ValueError),
+            (1, -1, ValueError),
+            (1, 1.5, TypeError),
+            (1, True, TypeError),
+        ],
+    )
     def test_check_should_raise_the_standard_errors_when_sizes_are_bad(self, chunksize, buffersize, error):
         """Test that a bad chunksize or buffersize raises as the standard library's map does."""
         with pytest.raises(error):
@@ -67,9 +74,7 @@ class TestOrderedResults:
         import itertools
 
         executor = Recorder()
-        results = ordered_results(
-            executor.submit, batched(((i,) for i in itertools.count()), 2), split, buffersize=3
-        )
+        results = ordered_results(executor.submit, batched(((i,) for i in itertools.count()), 2), split, buffersize=3)
         assert len(executor.chunks) == 3
         assert [next(results) for _ in range(4)] == [0, 10, 20, 30]  # two chunks read
         assert len(executor.chunks) == 5

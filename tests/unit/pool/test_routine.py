@@ -65,7 +65,9 @@ class TestRoutine:
 
     def test_call_should_raise_pool_closed_when_no_pool_is_active(self):
         """Test the error names the routine and says how to start a pool."""
-        with pytest.raises(pool.PoolClosed, match=r"^add\(\) was called with no active WorkerPool.*async with pool.WorkerPool"):
+        with pytest.raises(
+            pool.PoolClosed, match=r"^add\(\) was called with no active WorkerPool.*async with pool.WorkerPool"
+        ):
             routines.add(1, 2)
 
     async def test_call_should_go_to_the_innermost_dispatcher(self):
@@ -83,7 +85,9 @@ class TestRoutine:
         """Test per-call overrides and their validation."""
         recorder = Recorder()
         with dispatching_to(recorder):
-            routines.add.options(timeout=2.5, queue=pool.Queue("db", concurrency=3, total=5), key="tenant-1")(1, 2).close()
+            routines.add.options(timeout=2.5, queue=pool.Queue("db", concurrency=3, total=5), key="tenant-1")(
+                1, 2
+            ).close()
         (task,) = recorder.tasks
         assert (task.timeout, task.queue, task.concurrency, task.total, task.key) == (2.5, "db", 3, 5, "tenant-1")
         with pytest.raises(ValueError, match="timeout: expected seconds > 0"):
@@ -99,7 +103,7 @@ class TestRoutine:
         assert routines.add.options(retry_on=KeyError).call_options.retry_on == (KeyError,)
         with pytest.raises(ValueError, match="dispatch_deadline: expected seconds > 0"):
             routines.add.options(dispatch_deadline=0)
-        with pytest.raises(TypeError, match="queue: expected a pool.Queue"):
+        with pytest.raises(TypeError, match=r"queue: expected a pool\.Queue"):
             routines.add.options(queue="db")
         with pytest.raises(ValueError, match="a concurrency key needs a queue"):
             routines.add.options(key="tenant-1")
@@ -134,9 +138,8 @@ class TestRoutine:
         with dispatching_to(recorder):
             counter.plus(1).close()
         (task,) = recorder.tasks
-        args, kwargs = pool._transport._wire.unpack_args(task.args, task.name)
+        args, _kwargs = pool._transport._wire.unpack_args(task.args, task.name)
         assert args[0].start == 5 and args[1:] == (1,)
-
 
 
 class TestByValue:

@@ -11,15 +11,22 @@ from pool._base._redact import redacted
 SECRET = st.text(st.characters(blacklist_characters="/?#", blacklist_categories=("Cs", "Z", "Cc")), min_size=4)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("postgresql://app:secret@db/app", "postgresql://app:***@db/app"),
-    ("postgres://app@db/app", "postgres://app@db/app"),
-    ("sqlite:///tmp/registry.db", "sqlite:///tmp/registry.db"),
-    ("postgresql://db/app?user=app&password=s3cret&sslmode=require",
-     "postgresql://db/app?user=app&password=***&sslmode=require"),
-    ("+ docker run img leakypool-worker --registry postgresql://u:p@ss@h:5432/db --idle-timeout 2",
-     "+ docker run img leakypool-worker --registry postgresql://u:***@h:5432/db --idle-timeout 2"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://app:secret@db/app", "postgresql://app:***@db/app"),
+        ("postgres://app@db/app", "postgres://app@db/app"),
+        ("sqlite:///tmp/registry.db", "sqlite:///tmp/registry.db"),
+        (
+            "postgresql://db/app?user=app&password=s3cret&sslmode=require",
+            "postgresql://db/app?user=app&password=***&sslmode=require",
+        ),
+        (
+            "+ docker run img leakypool-worker --registry postgresql://u:p@ss@h:5432/db --idle-timeout 2",
+            "+ docker run img leakypool-worker --registry postgresql://u:***@h:5432/db --idle-timeout 2",
+        ),
+    ],
+)
 def test_redacted_should_mask_passwords_and_keep_the_rest(text, expected):
     assert redacted(text) == expected
 

@@ -36,6 +36,8 @@ def test_diff_events_should_replay_into_each_snapshot(sequence):
 
 
 def test_parse_should_skip_a_row_that_is_not_a_record():
-    worker = WorkerMetadata(uid=uuid.UUID(int=1), address="10.0.0.1:5000", tags=frozenset({"gpu"}), capacity=2, tls=True)
+    worker = WorkerMetadata(
+        uid=uuid.UUID(int=1), address="10.0.0.1:5000", tags=frozenset({"gpu"}), capacity=2, tls=True
+    )
     rows = {str(worker.uid): record_to_json(worker), "junk": "{not json", "half": '{"uid": "x"}'}
     assert parse(rows) == {worker.uid: worker}

@@ -89,7 +89,13 @@ class TestMap:
         probe = Probe(fail={2, 5})
         results = [r async for r in pool.map(probe, range(7), concurrency=2, return_exceptions=True)]
         assert [type(r).__name__ if isinstance(r, Exception) else r for r in results] == [
-            0, 10, "ValueError", 30, 40, "ValueError", 60,
+            0,
+            10,
+            "ValueError",
+            30,
+            40,
+            "ValueError",
+            60,
         ]
 
     async def test_cancelling_the_consumer_should_cancel_in_flight_calls_and_stop(self):
@@ -162,8 +168,12 @@ class TestProgress:
         reports: list[pool.Progress] = []
 
         async def run():
-            return [r async for r in pool.map(probe, list(range(len(delays))), concurrency=k,
-                                              return_exceptions=True, progress=reports.append)]
+            return [
+                r
+                async for r in pool.map(
+                    probe, list(range(len(delays))), concurrency=k, return_exceptions=True, progress=reports.append
+                )
+            ]
 
         asyncio.run(run())
         total = len(delays)
@@ -172,8 +182,11 @@ class TestProgress:
         assert ended == sorted(ended)  # never goes back
         if total:
             last = reports[-1]
-            assert (last.done, last.failed, last.in_flight) == (total - len(fail & set(range(total))),
-                                                                len(fail & set(range(total))), 0)
+            assert (last.done, last.failed, last.in_flight) == (
+                total - len(fail & set(range(total))),
+                len(fail & set(range(total))),
+                0,
+            )
 
     async def test_progress_of_a_generator_should_have_no_total(self):
         reports: list[pool.Progress] = []

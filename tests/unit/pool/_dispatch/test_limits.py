@@ -17,9 +17,17 @@ from pool._transport._task import Task
 
 def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> Task:
     return Task(
-        name=name, generator=False, digest=b"", blob=b"", args=b"",
-        queue=queue.name if queue else "", concurrency=queue.concurrency if queue else 0,
-        total=(queue.total or 0) if queue else 0, key=key, workflow=workflow, halt_on_error=halt_on_error,
+        name=name,
+        generator=False,
+        digest=b"",
+        blob=b"",
+        args=b"",
+        queue=queue.name if queue else "",
+        concurrency=queue.concurrency if queue else 0,
+        total=(queue.total or 0) if queue else 0,
+        key=key,
+        workflow=workflow,
+        halt_on_error=halt_on_error,
     )
 
 
@@ -29,10 +37,15 @@ async def settle():
 
 
 class TestQueue:
-    @pytest.mark.parametrize(("kwargs", "error"), [
-        ({"name": ""}, TypeError), ({"name": "q", "concurrency": 0}, ValueError),
-        ({"name": "q", "concurrency": 1.5}, TypeError), ({"name": "q", "total": 0}, ValueError),
-    ])
+    @pytest.mark.parametrize(
+        ("kwargs", "error"),
+        [
+            ({"name": ""}, TypeError),
+            ({"name": "q", "concurrency": 0}, ValueError),
+            ({"name": "q", "concurrency": 1.5}, TypeError),
+            ({"name": "q", "total": 0}, ValueError),
+        ],
+    )
     def test_init_should_validate(self, kwargs, error):
         """Test that a bad queue fails where it is made."""
         with pytest.raises(error):
@@ -63,7 +76,7 @@ class TestGate:
     async def test_acquire_should_let_a_higher_limit_pass_waiters_that_do_not_fit(self):
         """Test a per-call override: a call allowed 3 starts while calls allowed 2 wait."""
         gate = Gate(("queue", "q", ""))
-        for i in range(2):
+        for _i in range(2):
             await gate.acquire(Ticket(task(), None, 0), 2)
         low = asyncio.ensure_future(gate.acquire(Ticket(task("low"), None, 0), 2))
         await settle()
@@ -197,7 +210,7 @@ class TestLimits:
             pending = [asyncio.ensure_future(limits.acquire(t)) for t in tickets]
             await settle()
             peak = max(peak, len(limits))
-            for ticket, future in zip(tickets, pending):
+            for ticket, future in zip(tickets, pending, strict=False):
                 await future
                 limits.release(ticket)
             assert len(limits) == 0

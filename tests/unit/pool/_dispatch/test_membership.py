@@ -11,8 +11,15 @@ from pool._dispatch._membership import Membership
 
 def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> Membership:
     closed = [] if closed is None else closed
-    return Membership(None, credentials=None, tags=(), changed=lambda: None, close=closed.extend,
-                      is_local=lambda uid: False, broken_local=broken.append)
+    return Membership(
+        None,
+        credentials=None,
+        tags=(),
+        changed=lambda: None,
+        close=closed.extend,
+        is_local=lambda uid: False,
+        broken_local=broken.append,
+    )
 
 
 class TestMembership:

@@ -32,11 +32,15 @@ def test_next_start_should_never_let_more_than_n_start_in_any_window(n, per, arr
 
 
 def test_rate_limit_should_refuse_bad_values_in_one_line():
-    for args, message in [((0,), "n: expected an int >= 1"), ((2, 0), "per: expected seconds > 0"),
-                          ((True,), "n: expected"), ((1, float("inf")), "per: expected")]:
+    for args, message in [
+        ((0,), "n: expected an int >= 1"),
+        ((2, 0), "per: expected seconds > 0"),
+        ((True,), "n: expected"),
+        ((1, float("inf")), "per: expected"),
+    ]:
         with pytest.raises(ValueError, match=message):
             pool.RateLimit(*args)
-    with pytest.raises(TypeError, match="rate: expected a pool.RateLimit"):
+    with pytest.raises(TypeError, match=r"rate: expected a pool\.RateLimit"):
         pool.Queue("q", rate=5)
 
 

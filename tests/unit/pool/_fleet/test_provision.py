@@ -130,7 +130,9 @@ def test_backoff_should_grow_and_stay_bounded(failures):
 def test_worker_request_should_carry_the_settings_as_variables_and_as_flags():
     uid = uuid.uuid4()
     spawned = {
-        "LEAKYPOOL_MAX_CONCURRENT_TASKS": "4", "LEAKYPOOL_HOST": "127.0.0.1", "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING": "1"
+        "LEAKYPOOL_MAX_CONCURRENT_TASKS": "4",
+        "LEAKYPOOL_HOST": "127.0.0.1",
+        "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING": "1",
     }
     request = worker_request(uid, 3, spawned, registry="postgresql://u:p@db/x", tags=("gpu",), idle_timeout=2.0)
     assert "LEAKYPOOL_HOST" not in request.env  # where the worker binds is the provisioner's business
@@ -147,7 +149,12 @@ def test_command_provisioner_should_fill_in_its_placeholders():
     request = WorkerRequest(uuid.UUID(int=7), {}, ("--uid", "x y"), seq=2)
     prov = CommandProvisioner(["ssh", "host{seq}", "leakypool-worker {worker_args}", "{worker_args}", "--tags={uid}"])
     assert prov.command(request) == [
-        "ssh", "host2", "leakypool-worker --uid 'x y'", "--uid", "x y", f"--tags={uuid.UUID(int=7)}"
+        "ssh",
+        "host2",
+        "leakypool-worker --uid 'x y'",
+        "--uid",
+        "x y",
+        f"--tags={uuid.UUID(int=7)}",
     ]
 
 

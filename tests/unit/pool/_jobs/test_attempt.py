@@ -16,8 +16,9 @@ from pool._transport._task import Task
 
 
 def leased(attempts: int = 0, max_attempts: int = 3) -> JobRecord:
-    return JobRecord("j", "f", "running", attempts, max_attempts, 0.0, None, None, 9.0, 0.0, "me", "", b"", None,
-                     False, "", "", "")
+    return JobRecord(
+        "j", "f", "running", attempts, max_attempts, 0.0, None, None, 9.0, 0.0, "me", "", b"", None, False, "", "", ""
+    )
 
 
 def returned(value: object) -> pb.Outcome:
@@ -53,9 +54,11 @@ class TestDecide:
 
 def test_expired_should_split_off_the_jobs_past_their_dispatch_deadline_in_order():
     """Test `expired`: jobs within their deadline stay in order; the others get a CapacityTimeout naming the wait."""
+
     def waiting(job_id: str, deadline: float) -> Attempt:
-        record = JobRecord(job_id, "f", "pending", 0, 1, 0.0, None, None, deadline, 0.0, "me", "", b"", None, False,
-                           "", "", "")
+        record = JobRecord(
+            job_id, "f", "pending", 0, 1, 0.0, None, None, deadline, 0.0, "me", "", b"", None, False, "", "", ""
+        )
         return Attempt(record, Task("app.f", False, b"d", b"", b""), RetryPolicy())
 
     keep, gone = expired([waiting("a", 5.0), waiting("b", 2.0), waiting("c", 9.0), waiting("d", 3.0)], 3.0)

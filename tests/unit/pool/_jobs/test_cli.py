@@ -28,9 +28,25 @@ ERROR = "ValueError: could not convert /var/lib/app/uploads/2024/invoice-000123.
 
 def record(job_id: str, routine: str, state: str, error: str = "") -> JobRecord:
     return JobRecord(
-        id=job_id, routine=routine, state=state, attempts=1, max_attempts=3, created_at=NOW, started_at=None,
-        finished_at=None, deadline=NOW + 60, next_at=NOW, owner="", error=error, payload=b"", outcome=None,
-        cancel_requested=False, queue="", key="", workflow="", priority=0,
+        id=job_id,
+        routine=routine,
+        state=state,
+        attempts=1,
+        max_attempts=3,
+        created_at=NOW,
+        started_at=None,
+        finished_at=None,
+        deadline=NOW + 60,
+        next_at=NOW,
+        owner="",
+        error=error,
+        payload=b"",
+        outcome=None,
+        cancel_requested=False,
+        queue="",
+        key="",
+        workflow="",
+        priority=0,
     )
 
 
@@ -89,7 +105,7 @@ def test_show_should_print_one_line_per_field_and_the_full_error_after_the_table
     assert max(len(line) for line in lines) <= width
     for field in ("id", "routine", "state", "created_at", "result_bytes"):
         assert len([line for line in lines if f" {field} " in line]) == 1, field
-    after = " ".join(line.strip() for line in lines[lines.index(next(x for x in lines if x.startswith("└"))) + 1:])
+    after = " ".join(line.strip() for line in lines[lines.index(next(x for x in lines if x.startswith("└"))) + 1 :])
     assert ERROR in row_of(lines, " error ") or after == f"error: {ERROR}"
 
 
@@ -101,14 +117,16 @@ def test_show_should_print_no_error_line_for_a_job_without_one():
 @pytest.fixture
 def store_url(tmp_path) -> str:
     """A real SQLite store holding RECORDS' jobs, finished as they say."""
+
     async def fill() -> None:
         store = SQLiteStore(str(tmp_path / "jobs.db"))
         await store.open()
         try:
             now = time.time()
             for r in RECORDS:
-                await store.submit(NewJob(id=r.id, routine=r.routine, payload=b"p", created_at=now,
-                                          deadline=now + 60), owner="me")
+                await store.submit(
+                    NewJob(id=r.id, routine=r.routine, payload=b"p", created_at=now, deadline=now + 60), owner="me"
+                )
                 await store.finish(r.id, "me", r.state, now, outcome=None, error=r.error, started=now)
         finally:
             await store.close()
@@ -119,8 +137,14 @@ def store_url(tmp_path) -> str:
 
 def jobs(*args: str, columns: str) -> str:
     env = {**os.environ, "COLUMNS": columns}
-    done = subprocess.run([sys.executable, "-m", "pool._cli", "jobs", *args], capture_output=True, text=True,
-                          timeout=60, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pool._cli", "jobs", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
     return done.stdout
 
 
@@ -139,7 +163,22 @@ def test_json_should_still_print_every_field_in_full(store_url):
     data = json.loads(jobs(store_url, "list", "--json", columns="80"))
     assert {d["id"]: d["error"] for d in data} == {r.id: r.error for r in RECORDS}
     assert set(data[0]) == {
-        "id", "routine", "state", "attempts", "max_attempts", "priority", "error", "created_at", "run_at",
-        "started_at", "finished_at", "deadline", "owner", "queue", "key", "workflow", "cancel_requested",
+        "id",
+        "routine",
+        "state",
+        "attempts",
+        "max_attempts",
+        "priority",
+        "error",
+        "created_at",
+        "run_at",
+        "started_at",
+        "finished_at",
+        "deadline",
+        "owner",
+        "queue",
+        "key",
+        "workflow",
+        "cancel_requested",
         "result_bytes",
     }

@@ -39,11 +39,14 @@ def test_seconds_and_zones_should_be_honoured():
     assert datetime.datetime.fromtimestamp(paris.next_after(T0), datetime.UTC).hour == 6
 
 
-@pytest.mark.parametrize(("cron", "tz", "message"), [
-    ("every day", "UTC", "cron: expected 'minute hour day month weekday'"),
-    ("0 25 * * *", "UTC", "cron: expected"),
-    ("0 7 * * *", "Nowhere/Atlantis", "tz: expected an IANA time zone name"),
-])
+@pytest.mark.parametrize(
+    ("cron", "tz", "message"),
+    [
+        ("every day", "UTC", "cron: expected 'minute hour day month weekday'"),
+        ("0 25 * * *", "UTC", "cron: expected"),
+        ("0 7 * * *", "Nowhere/Atlantis", "tz: expected an IANA time zone name"),
+    ],
+)
 def test_a_bad_expression_or_zone_should_fail_in_one_line(cron, tz, message):
     with pytest.raises(pool.ConfigError, match=message) as info:
         Slots(cron, tz)
@@ -54,11 +57,17 @@ def test_the_name_should_depend_on_routine_expression_zone_and_arguments_only():
     task = Task("app.digest", False, b"d", b"blob", b"args")
     same = Task("app.digest", False, b"d", b"other blob", b"args", timeout=3.0)
     assert schedule_name(task, "0 7 * * *", "UTC") == schedule_name(same, "0 7 * * *", "UTC")
-    assert len({
-        schedule_name(task, "0 7 * * *", "UTC"), schedule_name(task, "0 8 * * *", "UTC"),
-        schedule_name(task, "0 7 * * *", "Europe/Paris"), schedule_name(Task("app.digest", False, b"d", b"", b"x"),
-                                                                       "0 7 * * *", "UTC"),
-    }) == 4
+    assert (
+        len(
+            {
+                schedule_name(task, "0 7 * * *", "UTC"),
+                schedule_name(task, "0 8 * * *", "UTC"),
+                schedule_name(task, "0 7 * * *", "Europe/Paris"),
+                schedule_name(Task("app.digest", False, b"d", b"", b"x"), "0 7 * * *", "UTC"),
+            }
+        )
+        == 4
+    )
 
 
 def test_the_next_slot_should_follow_on_time_and_skipped_slots_should_be_counted():

@@ -29,8 +29,12 @@ async def test_capacity_freed_during_a_refused_placement_should_retry_at_once(tm
     """Test the lost wake-up: a refusal that raced a capacity event must not park the job."""
     script = Script()
     scheduler = Scheduler(
-        SQLiteStore(str(tmp_path / "jobs.db")), script.place, lambda: None,
-        lease_ttl=600, default_deadline=600, max_pending=None,
+        SQLiteStore(str(tmp_path / "jobs.db")),
+        script.place,
+        lambda: None,
+        lease_ttl=600,
+        default_deadline=600,
+        max_pending=None,
     )
     await scheduler.store.open()
     try:
@@ -67,8 +71,9 @@ async def test_a_lease_that_failed_should_be_tried_again_once_the_store_is_back(
     scheduler = Scheduler(store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
     await store.open()
     try:
-        other = Scheduler(store, script.place, lambda: None, lambda: False, lease_ttl=600, default_deadline=600,
-                          max_pending=None)
+        other = Scheduler(
+            store, script.place, lambda: None, lambda: False, lease_ttl=600, default_deadline=600, max_pending=None
+        )
         await other.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options)  # in the store, not kept
         await scheduler.start()  # its first lease fails; the tick is 200 s away
         first = await asyncio.wait_for(scheduler_call(script), 10)  # leased once the store answered again

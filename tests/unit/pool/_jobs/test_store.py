@@ -21,6 +21,7 @@ from pool._jobs._stores._sqlite import SQLiteStore
 
 NOW = 1_000_000.0
 
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request, tmp_path) -> tuple[str, str]:
     """(kind, where): a SQLite file, or a fresh database on the session's PostgreSQL server."""
@@ -64,7 +65,7 @@ class TestJobStore:
             again, created = await store.submit(job(created=NOW + 5))
             assert not created and again == first
             await store.heartbeat("me", NOW, 10)
-            (leased,) = await store.lease("me", 10, NOW)
+            (_leased,) = await store.lease("me", 10, NOW)
             assert await store.mark_running("a", "me", NOW)
             assert not (await store.submit(job(created=NOW + 6)))[1]  # running: still attaches
             assert await store.finish("a", "me", "succeeded", NOW + 1, outcome=b"out")
@@ -144,10 +145,16 @@ class TestJobStore:
             assert await store.retry("a", "me", NOW + 5, "boom")
             record = await store.get("a")
             assert (record.state, record.owner, record.next_at, record.error, record.attempts) == (
-                "pending", "", NOW + 5, "boom", 1,
+                "pending",
+                "",
+                NOW + 5,
+                "boom",
+                1,
             )
 
-    async def test_finish_with_started_should_record_an_attempt_that_ended_before_it_was_marked(self, backend, tmp_path):
+    async def test_finish_with_started_should_record_an_attempt_that_ended_before_it_was_marked(
+        self, backend, tmp_path
+    ):
         """Test the one-write path: pending + owned -> final, attempts + 1, started_at set; fenced as ever."""
         async with opened(backend, tmp_path) as store:
             await store.submit(job())
@@ -156,8 +163,20 @@ class TestJobStore:
             assert not await store.finish("a", "other", "succeeded", NOW + 2, outcome=b"x", started=NOW + 1)
             assert await store.finish("a", "me", "succeeded", NOW + 2, outcome=b"x", started=NOW + 1)
             record = await store.get("a")
-            assert (record.state, record.owner, record.attempts, record.started_at, record.finished_at, record.outcome) == (
-                "succeeded", "", 1, NOW + 1, NOW + 2, b"x",
+            assert (
+                record.state,
+                record.owner,
+                record.attempts,
+                record.started_at,
+                record.finished_at,
+                record.outcome,
+            ) == (
+                "succeeded",
+                "",
+                1,
+                NOW + 1,
+                NOW + 2,
+                b"x",
             )
             assert not await store.finish("a", "me", "failed", NOW + 3, outcome=None, started=NOW + 1)  # final already
             assert await store.mark_running("b", "me", NOW + 1)  # marked: started only counts from pending
@@ -216,7 +235,6 @@ class TestJobStore:
             assert {(j.state, j.owner) for j in await store.list()} == {("pending", "")}
             assert await store.oldest_due(NOW + 1) == NOW
 
-
     async def test_lease_should_take_higher_priority_first_and_fifo_within_a_priority(self, backend, tmp_path):
         """Test priority order among due jobs (free and limited alike); a job not yet due waits, whatever its priority."""
         async with opened(backend, tmp_path) as store:
@@ -272,11 +290,16 @@ class TestJobStore:
             await store.mark_running("f", "me", NOW)
             await store.finish("f", "me", "failed", NOW + 1, outcome=b"boom", error="ValueError: boom")
             again = await store.requeue("f", NOW + 100)
-            assert (again.state, again.attempts, again.error, again.next_at) == ("pending", 1, "ValueError: boom", NOW + 100)
+            assert (again.state, again.attempts, again.error, again.next_at) == (
+                "pending",
+                1,
+                "ValueError: boom",
+                NOW + 100,
+            )
             assert again.max_attempts == 2 and again.finished_at is None and again.deadline > NOW + 100
             assert (await store.requeue("f", NOW + 101)).state == "pending"  # not final: left as it is
             assert await store.requeue("nope", NOW) is None
-            (leased,) = await store.lease("me", 1, NOW + 100)
+            (_leased,) = await store.lease("me", 1, NOW + 100)
             assert await store.mark_running("f", "me", NOW + 100)
             assert (await store.get("f")).attempts == 2
 
@@ -367,8 +390,9 @@ async def write_v1_store(backend: tuple[str, str]) -> None:
         for statement in sqlite_schema._SCHEMA_V1:
             db.execute(statement)
         db.execute("INSERT INTO leakypool_schema VALUES (1)")
-        db.execute(f"INSERT INTO jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, ?, ?, ?, x'00')",
-                   (NOW, NOW + 60, NOW))
+        db.execute(
+            f"INSERT INTO jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, ?, ?, ?, x'00')", (NOW, NOW + 60, NOW)
+        )
         db.commit()
         db.close()
         return
@@ -380,8 +404,12 @@ async def write_v1_store(backend: tuple[str, str]) -> None:
         for statement in postgres_sql.SCHEMA_V1[1:]:
             await db.execute(statement)
         await db.execute("INSERT INTO leakypool_schema VALUES (1)")
-        await db.execute(f"INSERT INTO leakypool_jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, $1, $2, $1, "
-                         "'\\x00'::bytea)", NOW, NOW + 60)
+        await db.execute(
+            f"INSERT INTO leakypool_jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, $1, $2, $1, "
+            "'\\x00'::bytea)",
+            NOW,
+            NOW + 60,
+        )
     finally:
         await db.close()
 

@@ -96,8 +96,9 @@ class WakeMachine(RuleBasedStateMachine):
 
     def scheduler(self, place, has_workers) -> Scheduler:
         store = SQLiteStore(f"{self.directory.name}/jobs.db")
-        scheduler = Scheduler(store, place, lambda: None, has_workers, lease_ttl=3600, default_deadline=3600,
-                              max_pending=None)
+        scheduler = Scheduler(
+            store, place, lambda: None, has_workers, lease_ttl=3600, default_deadline=3600, max_pending=None
+        )
         self.run(store.open())
         self.run(scheduler.start())
         return scheduler
@@ -117,9 +118,9 @@ class WakeMachine(RuleBasedStateMachine):
         _scheduler.LEASE_BATCH, _placements.MAX_PLACING = self.saved
 
     async def submit(self, scheduler: Scheduler, count: int) -> None:
-        await asyncio.gather(*(
-            scheduler.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options) for _ in range(count)
-        ))
+        await asyncio.gather(
+            *(scheduler.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options) for _ in range(count))
+        )
 
     @rule(count=st.integers(1, 5))
     def jobs_are_submitted_here(self, count):

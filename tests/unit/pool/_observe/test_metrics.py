@@ -29,10 +29,24 @@ def test_histogram_should_match_prometheus_clients_own(samples):
 
 
 def test_exposition_should_parse_with_per_routine_labels_and_no_key_or_workflow_labels():
-    stats = PoolStats(2, 2, 0, 0, 0, 0, 0, 0, 0, 0, {
-        "queue 'tenants' key 'acme'": _Gate(1, 2), "queue 'tenants' key 'globex'": _Gate(1, 0),
-        "queue 'tenants' (total)": _Gate(2, 2), "workflow 'convert:/a.pdf'": _Gate(1, 0),
-    })
+    stats = PoolStats(
+        2,
+        2,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        {
+            "queue 'tenants' key 'acme'": _Gate(1, 2),
+            "queue 'tenants' key 'globex'": _Gate(1, 0),
+            "queue 'tenants' (total)": _Gate(2, 2),
+            "workflow 'convert:/a.pdf'": _Gate(1, 0),
+        },
+    )
     metrics = PoolMetrics(lambda: stats, lambda: {"pending": 3})
     metrics.accepted("add", 0.0)
     families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}

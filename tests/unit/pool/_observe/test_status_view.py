@@ -17,15 +17,33 @@ from pool._observe._status_view import render
 UIDS = ["0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b", "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f3c4d"]
 STATUS = {
     "workers": [
-        {"uid": UIDS[0], "local": True, "address": "unix:/tmp/leakypool-3f2a9c1d/w-3.sock",
-         "in_flight": 3, "capacity": 4, "idle_s": None, "memory": 123 * 2**20, "pid": 41234},
-        {"uid": UIDS[1], "local": False, "address": "10.0.0.17:50051",
-         "in_flight": 0, "capacity": 4, "idle_s": 12.5, "memory": None, "pid": 5120},
+        {
+            "uid": UIDS[0],
+            "local": True,
+            "address": "unix:/tmp/leakypool-3f2a9c1d/w-3.sock",
+            "in_flight": 3,
+            "capacity": 4,
+            "idle_s": None,
+            "memory": 123 * 2**20,
+            "pid": 41234,
+        },
+        {
+            "uid": UIDS[1],
+            "local": False,
+            "address": "10.0.0.17:50051",
+            "in_flight": 0,
+            "capacity": 4,
+            "idle_s": 12.5,
+            "memory": None,
+            "pid": 5120,
+        },
     ],
     "calls": {"running": 3, "waiting_for_worker": 1, "waiting_for_limits": 0, "rejected": 0},
     "rates": {"calls_per_s": 12.3},
-    "queues": {"queue:emails-to-customers-in-the-eu-region": {"running": 2, "waiting": 17}, "key:user-1": {
-        "running": 1, "waiting": 0}},
+    "queues": {
+        "queue:emails-to-customers-in-the-eu-region": {"running": 2, "waiting": 17},
+        "key:user-1": {"running": 1, "waiting": 0},
+    },
     "jobs": {"pending": 4, "running": 3},
 }
 SHORT_UIDS = [f"{u[:8]}…{u[-4:]}" for u in UIDS]

@@ -9,6 +9,7 @@ second run elsewhere.
 from __future__ import annotations
 
 import asyncio
+from typing import Self
 
 import grpc
 import pytest
@@ -44,8 +45,8 @@ class Stream:
         """The worker is gone (its process died): the stream ends under the dispatcher."""
         self.inbound.put_nowait(grpc.aio.EOF)
 
-    async def __aenter__(self) -> Stream:
-        lost = lambda exc: pool.WorkerBroken(f"lost worker w: {exc}", self._code)  # noqa: E731
+    async def __aenter__(self) -> Self:
+        lost = lambda exc: pool.WorkerBroken(f"lost worker w: {exc}", self._code)
         self._task = asyncio.ensure_future(self.session.run(self.inbound.get, self._write, lost))
         return self
 
@@ -91,7 +92,10 @@ async def test_a_call_opened_while_another_batch_was_written_should_be_rejected_
         call = await asyncio.wait_for(first, 5)
         with pytest.raises(pool.WorkerBroken):
             await asyncio.wait_for(call.receive(), 5)
-        assert [[frame.call.routine.name for frame in batch.frames] for batch in stream.writes] == [["first"], ["second"]]
+        assert [[frame.call.routine.name for frame in batch.frames] for batch in stream.writes] == [
+            ["first"],
+            ["second"],
+        ]
 
 
 async def test_a_hard_status_after_the_call_left_should_be_broken_at_once():

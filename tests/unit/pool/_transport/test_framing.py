@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 
@@ -50,7 +51,7 @@ def framed(messages: list[bytes]) -> bytes:
 
 def chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    return [data[a:b] for a, b in zip(edges, edges[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 async def drain(stream: MessageStream, count: int) -> list[bytes]:

@@ -55,7 +55,7 @@ class Link:
             self.messages_to_caller += 1
             self.to_caller.put_nowait(pb.Frames.FromString(message.SerializeToString()))
 
-        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")  # noqa: E731
+        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
         self.tasks = [
             asyncio.ensure_future(self.caller.run(self.to_caller.get, to_callee, lost)),
             asyncio.ensure_future(self.callee.run(self.to_callee.get, to_caller, lost)),
@@ -149,7 +149,6 @@ class TestSession:
             session.finish()
             await asyncio.wait_for(call.receive(), 5)
             assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"last"
-
 
     async def test_a_held_accept_should_leave_with_the_outcome_in_one_message(self):
         """Test the worker's quick path: Accept and Outcome of a call that ends at once cost one write."""

@@ -54,7 +54,9 @@ class TestDumpsLoads:
         monkeypatch.setitem(sys.modules, "__main__", main)
         data = _wire.dumps(main.Point(3), what="v")
         assert b"Point" in data and data != pickle.dumps(main.Point(3), protocol=pickle.HIGHEST_PROTOCOL)
-        monkeypatch.setitem(sys.modules, "__main__", sys.modules[__name__])  # gone from here: loads needs the class by value
+        monkeypatch.setitem(
+            sys.modules, "__main__", sys.modules[__name__]
+        )  # gone from here: loads needs the class by value
         assert _wire.loads(data, what="v").x == 3
         monkeypatch.setattr(_wire, "_BY_VALUE", {"some.module"})
         assert _wire._plain((1, 2)) is None
@@ -87,7 +89,10 @@ class TestDumpsLoads:
 
 
 class TestPackArgs:
-    @given(st.lists(values, max_size=4).map(tuple), st.dictionaries(st.from_regex(r"[a-z]{1,5}", fullmatch=True), values, max_size=3))
+    @given(
+        st.lists(values, max_size=4).map(tuple),
+        st.dictionaries(st.from_regex(r"[a-z]{1,5}", fullmatch=True), values, max_size=3),
+    )
     def test_unpack_args_should_invert_pack_args(self, args, kwargs):
         """Test that arguments survive the round trip."""
         assert _wire.unpack_args(_wire.pack_args("f", args, kwargs), "f") == (args, kwargs)

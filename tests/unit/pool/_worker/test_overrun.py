@@ -69,6 +69,7 @@ async def test_a_task_started_by_user_code_should_run_unlocked_and_ours_should_n
     loop = asyncio.get_running_loop()
     loop.set_task_factory(task_factory(guard))
     try:
+
         async def probe() -> bool:
             return _held(guard)
 
@@ -110,6 +111,7 @@ async def test_the_watch_should_serve_while_user_code_overruns_and_park_when_idl
     watch = Watch(guard, loop, serve)
     watch.start()
     try:
+
         async def hog() -> None:
             assert served.wait(10)  # one step of user code holds the loop (the GIL free) until served
 

@@ -24,8 +24,10 @@ class TestSizeBytes:
         text = f"{number}{unit.lower() if lower else unit}"
         assert size_bytes(text) == number * UNITS[unit]
 
-    @pytest.mark.parametrize(("text", "expected"), [("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30),
-                                                    ("500MB", 500 * 10**6), ("1.5G", 3 * 2**29), ("4096", 4096)])
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30), ("500MB", 500 * 10**6), ("1.5G", 3 * 2**29), ("4096", 4096)],
+    )
     def test_size_should_read_the_documented_forms(self, text, expected):
         assert size_bytes(text) == expected
 
@@ -66,11 +68,14 @@ class TestWorkerConfig:
         config = WorkerConfig(max_tasks=tasks, max_memory=memory, initializer="m:f")
         assert WorkerConfig.from_env(config.to_env()) == config
 
-    @pytest.mark.parametrize(("env", "message"), [
-        ({"LEAKYPOOL_MAX_MEMORY": "lots"}, "LEAKYPOOL_MAX_MEMORY: expected a size in bytes"),
-        ({"LEAKYPOOL_MAX_TASKS": "1.5"}, "LEAKYPOOL_MAX_TASKS: expected an integer >= 0, got '1.5'"),
-        ({"LEAKYPOOL_INITIALIZER": "m.f"}, "LEAKYPOOL_INITIALIZER: expected module:function, got 'm.f'"),
-    ])
+    @pytest.mark.parametrize(
+        ("env", "message"),
+        [
+            ({"LEAKYPOOL_MAX_MEMORY": "lots"}, "LEAKYPOOL_MAX_MEMORY: expected a size in bytes"),
+            ({"LEAKYPOOL_MAX_TASKS": "1.5"}, "LEAKYPOOL_MAX_TASKS: expected an integer >= 0, got '1.5'"),
+            ({"LEAKYPOOL_INITIALIZER": "m.f"}, "LEAKYPOOL_INITIALIZER: expected module:function, got 'm.f'"),
+        ],
+    )
     def test_bad_variable_should_raise_config_error_naming_it(self, env, message):
         with pytest.raises(pool.ConfigError, match=message):
             WorkerConfig.from_env(env)
@@ -85,11 +90,14 @@ class TestPoolConfig:
         config = PoolConfig.from_env(env)
         assert (config.max_tasks_per_worker, config.max_memory_per_worker) == (7, 2**30)
 
-    @pytest.mark.parametrize(("explicit", "message"), [
-        ({"max_tasks_per_worker": 0}, "max_tasks_per_worker: expected an integer >= 1, got '0'"),
-        ({"max_memory_per_worker": "a lot"}, "max_memory_per_worker: expected a size in bytes"),
-        ({"max_memory_per_worker": -5}, "max_memory_per_worker: expected a size in bytes"),
-    ])
+    @pytest.mark.parametrize(
+        ("explicit", "message"),
+        [
+            ({"max_tasks_per_worker": 0}, "max_tasks_per_worker: expected an integer >= 1, got '0'"),
+            ({"max_memory_per_worker": "a lot"}, "max_memory_per_worker: expected a size in bytes"),
+            ({"max_memory_per_worker": -5}, "max_memory_per_worker: expected a size in bytes"),
+        ],
+    )
     def test_bad_limit_should_raise_config_error(self, explicit, message):
         with pytest.raises(pool.ConfigError, match=message):
             PoolConfig.from_env(None, **explicit)

@@ -146,9 +146,9 @@ async def test_postgres_batched_writes_should_match_one_at_a_time(postgres_url, 
         marked = await asyncio.gather(*(store.mark_running(job.id, "me", 5.0) for job in jobs))
         assert marked == [True] * size
         not_mine = await store.mark_running(jobs[0].id, "other", 6.0)
-        finished = await asyncio.gather(*(
-            store.finish(job.id, "me", "succeeded", 7.0, outcome=job.id.encode()) for job in jobs
-        ))
+        finished = await asyncio.gather(
+            *(store.finish(job.id, "me", "succeeded", 7.0, outcome=job.id.encode()) for job in jobs)
+        )
         assert (not_mine, finished) == (False, [True] * size)
         records = {r.id: r for r in await store.list(limit=size + 10)}
         assert {(r.state, r.attempts, r.outcome, r.started_at, r.finished_at) for r in records.values()} == {

@@ -79,8 +79,16 @@ class TestPauses:
             await _pause_since(store_url, "mail", now - 100)
 
             def job(job_id: str, due: float, queue: str = "mail") -> NewJob:  # 60 s to start once due
-                return NewJob(id=job_id, routine="r", payload=b"p", created_at=min(due, now), deadline=due + 60,
-                              queue=queue, concurrency=5, next_at=due)
+                return NewJob(
+                    id=job_id,
+                    routine="r",
+                    payload=b"p",
+                    created_at=min(due, now),
+                    deadline=due + 60,
+                    queue=queue,
+                    concurrency=5,
+                    next_at=due,
+                )
 
             for new in (
                 job("waiting", now - 150),  # 10 s left when paused, 100 s paused
@@ -93,13 +101,16 @@ class TestPauses:
             await store.resume("mail")
             await store.resume("mail")  # a retried resume: the pause is gone, nothing moves twice
             deadlines = {r.id: r.deadline - now for r in await store.list(limit=10)}
-            assert deadlines == pytest.approx({
-                "waiting": 10.0,
-                "submitted_while_paused": 60.0,
-                "expired_before_the_pause": -140.0,
-                "delayed": 90.0,
-                "other_queue": -90.0,
-            }, abs=2.0)
+            assert deadlines == pytest.approx(
+                {
+                    "waiting": 10.0,
+                    "submitted_while_paused": 60.0,
+                    "expired_before_the_pause": -140.0,
+                    "delayed": 90.0,
+                    "other_queue": -90.0,
+                },
+                abs=2.0,
+            )
         finally:
             await store.close()
 

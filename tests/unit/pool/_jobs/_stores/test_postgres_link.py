@@ -21,8 +21,10 @@ from pool._jobs._stores._retry import RetryingStore
 
 def _terminate_all(server, url: str) -> None:
     database = url.rsplit("/", 1)[1]
-    server.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
-                "AND pid <> pg_backend_pid()")
+    server.psql(
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
+        "AND pid <> pg_backend_pid()"
+    )
 
 
 class TestBrokenConnections:
@@ -47,10 +49,9 @@ class TestBrokenConnections:
             first = await guarded.fetchval("SELECT pg_backend_pid()")
             _terminate_all(postgres_server, postgres_url)
             with pytest.raises(pool.StoreError) as raised:  # one try, no RetryingStore: the error is seen
-                async with store._errors():
-                    async with guarded.acquire() as db:
-                        await asyncio.sleep(0.2)  # the FATAL and the end of the stream arrive
-                        await db.fetchval("SELECT 1")
+                async with store._errors(), guarded.acquire() as db:
+                    await asyncio.sleep(0.2)  # the FATAL and the end of the stream arrive
+                    await db.fetchval("SELECT 1")
             assert "\n" not in str(raised.value)
             assert await guarded.fetchval("SELECT pg_backend_pid()") != first
         finally:

@@ -87,8 +87,26 @@ class _Flaky:
         self.submits += 1
         if job.id in self.rows:
             return self.rows[job.id], False
-        record = JobRecord(job.id, job.routine, "pending", 0, 1, job.created_at, None, None, job.deadline,
-                           job.created_at, owner, "", job.payload, None, False, "", "", "")
+        record = JobRecord(
+            job.id,
+            job.routine,
+            "pending",
+            0,
+            1,
+            job.created_at,
+            None,
+            None,
+            job.deadline,
+            job.created_at,
+            owner,
+            "",
+            job.payload,
+            None,
+            False,
+            "",
+            "",
+            "",
+        )
         if self.failures:
             self.failures -= 1
             if self.committed:
@@ -158,7 +176,6 @@ class _FlakyMaintained(_Flaky):
 
     async def schedule_slot(self, name, slot, job):
         self._once("schedule_slot")
-        return None
 
     async def requeue(self, job_id, now):
         self.calls.append("requeue")
@@ -173,17 +190,23 @@ class TestRetryingMaintainedStore:
         """Test purge, next_due, select, schedule_slot and requeue under the same retry policy as the rest."""
         monkeypatch.setattr(_retry, "FIRST_DELAY_S", 0.001)
         inner = _FlakyMaintained()
-        inner.rows["j"] = JobRecord("j", "r", "failed", 1, 1, 1.0, 1.0, 2.0, 9.0, 1.0, "", "boom", b"p", None, False,
-                                    "", "", "")
+        inner.rows["j"] = JobRecord(
+            "j", "r", "failed", 1, 1, 1.0, 1.0, 2.0, 9.0, 1.0, "", "boom", b"p", None, False, "", "", ""
+        )
         store = retrying_store(inner, 5.0)
-        assert isinstance(store, MaintainedStore) and not isinstance(retrying_store(_Flaky(0, False), 5.0),
-                                                                      MaintainedStore)
+        assert isinstance(store, MaintainedStore) and not isinstance(
+            retrying_store(_Flaky(0, False), 5.0), MaintainedStore
+        )
         assert await store.purge(10.0, 100) == 3 and await store.next_due(5.0) == 6.0
         assert await store.select() == [] and await store.schedule_slot("s", 60.0, None) is None
         assert (await store.requeue("j", 7.0)).state == "pending"
         assert inner.calls.count("requeue") == 1  # the lost answer's write was found: not re-queued twice
         assert {name: inner.calls.count(name) for name in ("purge", "next_due", "select", "schedule_slot")} == {
-            "purge": 2, "next_due": 2, "select": 2, "schedule_slot": 2}
+            "purge": 2,
+            "next_due": 2,
+            "select": 2,
+            "schedule_slot": 2,
+        }
 
 
 class TestStoreRetrySetting:

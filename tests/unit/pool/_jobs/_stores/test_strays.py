@@ -25,12 +25,17 @@ class TestStrays:
         try:
             now = time.time()
             for job_id in ("kept", "stray", "running", "theirs"):
-                await store.submit(NewJob(id=job_id, routine="r", payload=b"p", created_at=now, deadline=now + 60),
-                                   owner="other" if job_id == "theirs" else "me")
+                await store.submit(
+                    NewJob(id=job_id, routine="r", payload=b"p", created_at=now, deadline=now + 60),
+                    owner="other" if job_id == "theirs" else "me",
+                )
             assert await store.mark_running("running", "me", now)
             assert await store.unlease_except("me", ["kept"]) == ["stray"]
             assert {r.id: r.owner for r in await store.list()} == {
-                "kept": "me", "stray": "", "running": "me", "theirs": "other"
+                "kept": "me",
+                "stray": "",
+                "running": "me",
+                "theirs": "other",
             }
             assert [r.id for r in await store.lease("someone", 10, now + 1)] == ["stray"]
         finally:
