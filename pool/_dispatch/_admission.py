@@ -330,6 +330,8 @@ class Admission:
             if waiter.served.done():
                 self._leave(waiter)
                 continue
+            if not self.placement.may_take(waiter.ticket.task):
+                return False  # every worker runs a plain call of ours: no offer can succeed (no round trip)
             try:
                 call = await self._place(waiter.ticket.task)
             except NoWorkersAvailable:

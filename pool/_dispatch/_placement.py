@@ -135,6 +135,10 @@ class Placement:
         if uid in self._roster and self.overdue is not None:
             self.overdue(uid)
 
+    def may_take(self, task: Task) -> bool:
+        """Whether some worker may take ``task`` now: False for a plain call while each runs one of ours (I/O-free)."""
+        return not task.plain or len(self._plain.known_full) < len(self._roster)
+
     def doubt(self) -> None:
         """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""
         for uid in list(self._room.known_full):
