@@ -8,6 +8,7 @@ can look a job up by id (``await pool.jobs.get(id)``) and wait for it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime
 import itertools
 import time
@@ -346,7 +347,7 @@ class Jobs:
         self._pauses_changed()
         self._due(0.0)  # due now: lease what it let through
 
-    async def paused(self) -> list[str]:
+    async def paused(self) -> builtins.list[str]:
         """The names of the paused queues, sorted."""
         return await self._pausable().paused()
 
