@@ -33,15 +33,25 @@ POLL_MAX_S: Final[float] = 0.5
 class JobOptions(Protocol):
     """What a submission reads of its routine's options (`pool.Routine.options` carries them)."""
 
-    job_id: str
-    retries: int
-    retry_backoff: float
-    retry_on: tuple[type[BaseException], ...]
-    dispatch_deadline: float | None
-    priority: int
-    delay: float
-    run_at: datetime.datetime | None
-    connection: Any
+    # Read-only (properties): `pool.Routine`'s options are a frozen dataclass, and a submission only reads them.
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def retry_backoff(self) -> float: ...
+    @property
+    def retry_on(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def dispatch_deadline(self) -> float | None: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def run_at(self) -> datetime.datetime | None: ...
+    @property
+    def connection(self) -> Any: ...
 
 
 def queue_name(queue: str | Any) -> str:
