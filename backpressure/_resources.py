@@ -41,7 +41,7 @@ class _ByValue:
         return tuple(getattr(self, name) for name in self._fields())
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._key() == self._key()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._key() == self._key()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key()))
