@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ._protocol import BackpressureContext
@@ -41,7 +41,7 @@ class _ByValue:
         return tuple(getattr(self, name) for name in self._fields())
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._key() == self._key()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._key() == self._key()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key()))
@@ -163,7 +163,9 @@ def _check_hooks(hooks: tuple[Any, ...]) -> None:
             raise TypeError(f"expected backpressure hooks (callables), got {hook!r}")
 
 
-def _combine(hooks: tuple[Any, ...], ctx: BackpressureContext, rule: Any) -> bool | Awaitable[bool]:
+def _combine(
+    hooks: tuple[Any, ...], ctx: BackpressureContext, rule: Callable[[Iterable[bool]], bool]
+) -> bool | Awaitable[bool]:
     verdicts = [hook(ctx) for hook in hooks]
     if not any(inspect.isawaitable(v) for v in verdicts):
         return rule(bool(v) for v in verdicts)
@@ -174,7 +176,7 @@ def _combine(hooks: tuple[Any, ...], ctx: BackpressureContext, rule: Any) -> boo
     return settle()
 
 
-def p99(samples: Any) -> float:
+def p99(samples: Sequence[float]) -> float:
     """The 99th percentile (nearest rank) of ``samples`` (non-empty)."""
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]

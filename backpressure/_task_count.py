@@ -73,7 +73,7 @@ class TaskCountBackpressure:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._threshold == other._threshold  # type: ignore[attr-defined]
+        return self._threshold == other._threshold
 
     def __hash__(self) -> int:
         return hash((type(self), self._threshold))

@@ -106,7 +106,7 @@ def snapshot_ascending(context: LoadBalancerContextView) -> Sequence[uuid.UUID]:
     Uses the pool's ``ascending_uids`` when it offers one (O(1)); otherwise
     sorts (O(n log n)).
     """
-    ordered = getattr(context, "ascending_uids", None)
+    ordered: Sequence[uuid.UUID] | None = getattr(context, "ascending_uids", None)
     if ordered is not None:
         return ordered
     return sorted(context.workers, key=_UID_INT)

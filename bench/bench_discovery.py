@@ -24,7 +24,7 @@ import uvloop
 
 import pool
 from bench import routines
-from pool._fleet._local_worker import _watch_exit
+from pool._base._process import watch_exit
 
 RUNS = 5
 
@@ -34,7 +34,7 @@ async def one(discovery: pool.DiscoveryLike, flags: list[str]) -> dict[str, floa
     async with pool.WorkerPool(discovery=discovery) as p:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "worker_main.py", *flags], env=env, stderr=subprocess.DEVNULL)
-        exited = _watch_exit(proc)
+        exited = watch_exit(proc)
         try:
             await p.wait_for_workers(1, timeout=60)
             t_found = time.perf_counter()

@@ -42,7 +42,7 @@ class _using:
         self.p = p
 
     def __enter__(self) -> None:
-        from pool._routine import reset_dispatcher, set_dispatcher
+        from pool._transport._dispatcher import reset_dispatcher, set_dispatcher
 
         self.token = set_dispatcher(self.p)
         self._reset = reset_dispatcher
@@ -65,7 +65,10 @@ async def main(total: int, n_seq: int, rounds: int) -> dict[str, object]:
             else:
                 off_runs.append(await measure(off, total, n_seq))
                 on_runs.append(await measure(on, total, n_seq))
-        host, port = on.metrics_address
+        address = on.metrics_address
+        if address is None:
+            raise RuntimeError("the pool with metrics_port=0 serves no /metrics")
+        host, port = address
         async with httpx.AsyncClient() as client:
             scraped = (await client.get(f"http://{host}:{port}/metrics")).text
     calls_counted = sum(

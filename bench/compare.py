@@ -148,7 +148,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
                 continue
             values = [read(r[name]) for r in rounds]
             if all(v is not None for v in values):
-                per_runtime[name] = values  # type: ignore[assignment]
+                per_runtime[name] = values
         entry: dict[str, Any] = {
             "better": spec["better"],
             "median": {k: statistics.median(v) for k, v in per_runtime.items()},

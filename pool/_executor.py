@@ -133,7 +133,7 @@ class _Runtime:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._now = False  # close without waiting for the calls handed to the pool
-        self._wake: Callable[[], None] | None = None
+        self._wake: Callable[[], object] | None = None
 
     def start(self) -> None:
         """Start the thread (once; the caller holds the executor's shutdown lock)."""

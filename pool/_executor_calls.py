@@ -85,10 +85,10 @@ def _load(blob: bytes) -> Callable[..., Any]:
 def _unwrap(fn: Any) -> Callable[..., Any]:
     """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
     if isinstance(fn, BoundRoutine):
-        return functools.partial(fn._routine.__wrapped__, fn._instance)  # type: ignore[attr-defined]
+        return functools.partial(fn._routine.__wrapped__, fn._instance)
     if isinstance(fn, Routine):
-        return fn.__wrapped__  # type: ignore[attr-defined,no-any-return]
-    return fn  # type: ignore[no-any-return]
+        return fn.__wrapped__
+    return fn
 
 
 @routine

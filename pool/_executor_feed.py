@@ -85,7 +85,7 @@ class Feed:
         self._workers: Callable[[], int] = lambda: 1
         self._room: asyncio.Event | None = None
         self._broken: BaseException | None = None
-        self._on_idle: Callable[[], None] | None = None
+        self._on_idle: Callable[[], object] | None = None
 
     def attach(
         self,

@@ -86,7 +86,7 @@ def ordered_results(
     else:
         futures = collections.deque(submit(chunk) for chunk in chunks)
     weak: Callable[[], Callable[[Chunk], cf.Future[Any]] | None]
-    weak = weakref.WeakMethod(submit) if hasattr(submit, "__self__") else lambda: submit  # type: ignore[arg-type]
+    weak = weakref.WeakMethod(submit) if hasattr(submit, "__self__") else lambda: submit
     return _results(futures, chunks if buffersize else None, weak, split, end_time)
 
 

@@ -188,6 +188,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
     ) -> None:
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
+        tags = frozenset(tags)  # read once: admission and the spawned workers both use it (a generator would be spent)
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)

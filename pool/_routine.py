@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_Head = tuple[str, bool, bytes, bytes]
+"""A Task's fields before its arguments: name, generator, digest, blob."""
+_Tail = tuple[float | None, str, int, int, str, str, bool, int, float | None, str, Any, int, tuple[int, float] | None]
+"""A Task's fields after its arguments, ``timeout`` to ``rate`` (see `Routine.task`)."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallOptions:
@@ -133,6 +138,10 @@ class Routine(Generic[P, R]):
     shipped with the call).
     """
 
+    __name__: str  # these three are the function's, copied by functools.update_wrapper
+    __qualname__: str
+    __wrapped__: Callable[P, R]
+
     def __init__(self, fn: Callable[P, R], options: CallOptions, base: Routine[P, R] | None = None) -> None:
         if not callable(fn) or isinstance(fn, type):
             raise TypeError(f"@routine needs a function (async def, async generator or plain def), got {fn!r}")
@@ -148,7 +157,7 @@ class Routine(Generic[P, R]):
         self._plain = not (self._generator or inspect.iscoroutinefunction(fn))
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
-        self._fields: tuple[Any, ...] | None = None  # a Task's fields but its arguments, computed once
+        self._fields: tuple[_Head, _Tail] | None = None  # a Task's fields but its arguments, computed once
         self._job_only = _job_only(options)  # checked once here, not per call
 
     @property
@@ -184,8 +193,8 @@ class Routine(Generic[P, R]):
         dispatcher = current_dispatcher(self.__qualname__)
         task = self.task(args, kwargs)
         if self._generator:
-            return dispatcher.generator(task)  # type: ignore[return-value]
-        return dispatcher.call(task)  # type: ignore[return-value]
+            return dispatcher.generator(task)  # type: ignore[return-value]  # R is fn's async iterator; this one stands for it
+        return dispatcher.call(task)  # type: ignore[return-value]  # R is fn's awaitable; this coroutine stands for it
 
     async def submit(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write this call to the pool's job store as a durable `pool.Job`; returns once it is committed.
@@ -304,7 +313,7 @@ def _job_only(options: CallOptions) -> str:
 
 
 def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]:
-    return Routine(base.__wrapped__, options, base)  # type: ignore[attr-defined]
+    return Routine(base.__wrapped__, options, base)
 
 
 def _importable(routine: Routine[Any, Any]) -> bool:

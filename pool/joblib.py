@@ -96,7 +96,7 @@ atexit.register(shutdown)
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc]  # joblib ships no types
+class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):
     """joblib's ``ParallelBackendBase`` over a `pool.Executor`.
 
     Args:
@@ -125,7 +125,7 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[
         if executor is not None and not isinstance(executor, concurrent.futures.Executor):
             raise TypeError(f"executor: expected a pool.Executor, got {executor!r}")
         self._given = executor
-        self._executor: concurrent.futures.Executor | None = None
+        self._executor: Executor | None = None  # the given one or the shared one
         self._n_jobs = 0  # as configured for the current Parallel call
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._pending_lock = threading.Lock()

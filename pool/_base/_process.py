@@ -98,7 +98,12 @@ def watch_exit(process: Child | subprocess.Popen[bytes]) -> asyncio.Future[int]:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):  # no pidfd (old kernel, not Linux): a thread waits instead
         task = asyncio.ensure_future(asyncio.to_thread(process.wait))
-        task.add_done_callback(lambda t: exited.done() or exited.set_result(t.result()))
+
+        def settle(waited: asyncio.Future[int]) -> None:
+            if not exited.done():
+                exited.set_result(waited.result())
+
+        task.add_done_callback(settle)
         return exited
 
     def readable() -> None:

@@ -28,7 +28,7 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZerocon
 
 from .._base._tasks import TaskOwner
 from .._transport._rpc import WorkerMetadata
-from ._protocol import DiscoveryEvent
+from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
 
@@ -185,7 +185,7 @@ class LanDiscovery:
                 worker = await self._resolve(zc, name)
                 if worker is None:
                     continue
-                kind = "updated" if name in known else "added"
+                kind: EventKind = "updated" if name in known else "added"
                 if known.get(name) != worker:
                     known[name] = worker
                     yield DiscoveryEvent(kind, worker)

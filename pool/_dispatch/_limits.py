@@ -336,7 +336,7 @@ class Limits:
 
     @staticmethod
     def _needs(task: Any) -> list[tuple[tuple[str, ...], int]]:
-        needs = []
+        needs: list[tuple[tuple[str, ...], int]] = []
         if task.workflow:
             needs.append((("workflow", task.workflow), 1))
         if task.queue:

@@ -66,7 +66,7 @@ class Placement:
         self._room = roster.room
         self._plain = PlainRoster(roster)
         self.dispatched = 0
-        self.overdue: Callable[[uuid.UUID], None] | None = None  # a worker past a plain call's hard timeout
+        self.overdue: Callable[[uuid.UUID], object] | None = None  # a worker past a plain call's hard timeout
         self.draining: set[uuid.UUID] = set()  # workers that turned a call away as draining (pruned by the pool)
 
     async def place(self, task: Task) -> OutgoingCall:

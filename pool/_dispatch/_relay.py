@@ -36,7 +36,12 @@ class _Relay:
         self.task = task
         self.parent = parent
         self.steps: asyncio.Queue[pb.Step] = asyncio.Queue()
-        self.runner: asyncio.Task[None] | None = None
+        self.runner: asyncio.Task[None] | None = None  # set once spawned, right after it is registered
+
+    def cancel(self) -> None:
+        """Cancel its runner (there is one by the time a step or the session's end can reach it)."""
+        if self.runner is not None:
+            self.runner.cancel()
 
 
 @dataclasses.dataclass(eq=False)
@@ -80,7 +85,7 @@ class NestedHost:
         if relay is None:
             return
         if frame.step.kind == pb.Step.CANCEL:
-            relay.runner.cancel()
+            relay.cancel()
         else:
             relay.steps.put_nowait(frame.step)
 
@@ -88,7 +93,7 @@ class NestedHost:
         peer = self._peers.pop(session, None)
         if peer is not None:
             for relay in list(peer.relays.values()):
-                relay.runner.cancel()
+                relay.cancel()
 
     @staticmethod
     def _cancelled_before_start(peer: _Peer, relay: _Relay, runner: asyncio.Task[None]) -> None:

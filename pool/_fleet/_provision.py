@@ -18,7 +18,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import functools
 import logging
 import shlex
 import signal
@@ -276,15 +275,17 @@ async def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes
     Raises:
         ProvisionError: it could not start (no such program, not executable).
     """
-    popen = functools.partial(
-        subprocess.Popen,
-        argv,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
     starting = asyncio.get_running_loop().run_in_executor(None, popen)
     try:
         return await asyncio.shield(starting)

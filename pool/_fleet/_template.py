@@ -214,7 +214,7 @@ async def _send_fds(channel: socket.socket, data: bytes, fds: tuple[int, int]) -
             return
         except BlockingIOError:
             writable = loop.create_future()
-            loop.add_writer(channel, lambda fut=writable: fut.done() or fut.set_result(None))
+            loop.add_writer(channel, _settle_once, writable)
             try:
                 await writable
             finally:
@@ -294,10 +294,21 @@ class ForkedWorker:
             self._settle(-1)  # the template is gone: nobody reaps it for us, nobody reports its status
             return
         timer = loop.call_later(STATUS_WAIT_S, self._settle, -1)
-        status.add_done_callback(lambda f: (timer.cancel(), self._settle(f.result())))
+
+        def settle(answer: asyncio.Future[int]) -> None:
+            timer.cancel()
+            self._settle(answer.result())
+
+        status.add_done_callback(settle)
 
     def _settle(self, code: int) -> None:
         if not self.exited.done():
             self._template.forget(self.pid)
             self.returncode = code
             self.exited.set_result(code)
+
+
+def _settle_once(waiter: asyncio.Future[None]) -> None:
+    """Resolve ``waiter`` unless it already is (a writer callback may run again before it is removed)."""
+    if not waiter.done():
+        waiter.set_result(None)

@@ -8,6 +8,7 @@ can look a job up by id (``await pool.jobs.get(id)``) and wait for it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime
 import itertools
 import time
@@ -32,15 +33,25 @@ POLL_MAX_S: Final[float] = 0.5
 class JobOptions(Protocol):
     """What a submission reads of its routine's options (`pool.Routine.options` carries them)."""
 
-    job_id: str
-    retries: int
-    retry_backoff: float
-    retry_on: tuple[type[BaseException], ...]
-    dispatch_deadline: float | None
-    priority: int
-    delay: float
-    run_at: datetime.datetime | None
-    connection: Any
+    # Read-only (properties): `pool.Routine`'s options are a frozen dataclass, and a submission only reads them.
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def retry_backoff(self) -> float: ...
+    @property
+    def retry_on(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def dispatch_deadline(self) -> float | None: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def run_at(self) -> datetime.datetime | None: ...
+    @property
+    def connection(self) -> Any: ...
 
 
 def queue_name(queue: str | Any) -> str:
@@ -346,7 +357,7 @@ class Jobs:
         self._pauses_changed()
         self._due(0.0)  # due now: lease what it let through
 
-    async def paused(self) -> list[str]:
+    async def paused(self) -> builtins.list[str]:
         """The names of the paused queues, sorted."""
         return await self._pausable().paused()
 

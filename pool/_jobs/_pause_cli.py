@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from .._errors import ConfigError, StoreError
 from ._job import queue_name
+from ._store import PausableStore
 from ._stores._open import open_store, open_waiting
 from ._stores._postgres_link import redacted
 
@@ -51,7 +52,7 @@ async def _run(url: str, verb: str, name: str) -> str:
     if url.startswith("sqlite:///") and not os.path.exists("/" + url[len("sqlite:///") :].lstrip("/")):  # noqa: ASYNC240 - a command-line tool, one stat before it opens the store
         raise ConfigError(f"store {redacted(url)}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(url)
-    if store is None or not hasattr(store, "pause"):
+    if not isinstance(store, PausableStore):
         raise ConfigError(f"store: expected a store URL (sqlite:///PATH or postgresql://...), got {redacted(url)!r}")
     await open_waiting(store)
     try:

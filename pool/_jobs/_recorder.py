@@ -49,13 +49,13 @@ class Recorder:
     async def follow(self, attempt: Attempt, call: OutgoingCall) -> JobRecord | None:
         """Record the accepted attempt: running (unless it ends at once), then its outcome; the final record."""
         job = attempt.job
-        attempt.started = time.time()
+        started = attempt.started = time.time()
         receiving = asyncio.ensure_future(call.receive())
         marked = False
         try:
             await asyncio.wait((receiving,), timeout=RUNNING_AFTER_S)
             if not receiving.done():
-                if not await self._mark(attempt):
+                if not await self._mark(attempt, started):
                     call.cancel()  # cancelled (or taken) meanwhile
                     return None
                 marked = True
@@ -70,7 +70,9 @@ class Recorder:
                 raise  # the pool is closing: release_owner re-queues it
             return await self._finish(attempt, "cancelled", None, "cancelled by request", marked)
         if not marked and decide(job, attempt.policy, outcome).retry_in is not None:
-            if not await self._mark(attempt):  # a retry starts from running: mark it, as a longer attempt would be
+            if not await self._mark(
+                attempt, started
+            ):  # a retry starts from running: mark it, as a longer attempt would be
                 return None
             marked = True
         return await self._record(attempt, outcome, marked)
@@ -83,10 +85,10 @@ class Recorder:
             lambda: self.store.fail_pending(job.id, self.owner, time.time(), describe(error), outcome),
         )
 
-    async def _mark(self, attempt: Attempt) -> bool:
+    async def _mark(self, attempt: Attempt, started: float) -> bool:
         job = attempt.job
         try:
-            return await self.store.mark_running(job.id, self.owner, attempt.started)
+            return await self.store.mark_running(job.id, self.owner, started)
         except StoreError:
             # The write may have committed before the connection broke: ask again,
             # and count "already running, ours" as done (the worker runs it meanwhile).

@@ -15,6 +15,7 @@ what another process did since. The state machine:
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
 from collections.abc import Callable
@@ -205,11 +206,11 @@ class JobStore(Protocol):
         """Pending + running jobs."""
         ...
 
-    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+    async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         """Take up to ``limit`` due, unowned pending jobs for ``owner``, oldest due first."""
         ...
 
-    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+    async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         """Give back pending jobs ``owner`` holds (optionally due at ``next_at``).
 
         A job given back has not started: the rate-limit slot its lease took is
@@ -252,7 +253,7 @@ class JobStore(Protocol):
         """pending -> cancelled; running -> cancel requested; final -> unchanged. The record after."""
         ...
 
-    async def cancel_requested(self, owner: str) -> list[str]:
+    async def cancel_requested(self, owner: str) -> builtins.list[str]:
         """Running jobs of ``owner`` whose cancellation was asked for."""
         ...
 
@@ -260,7 +261,7 @@ class JobStore(Protocol):
         """Renew ``owner``'s lease until ``now + ttl``."""
         ...
 
-    async def recover(self, now: float) -> list[str]:
+    async def recover(self, now: float) -> builtins.list[str]:
         """Re-queue the jobs of owners whose lease expired (or who never had one); their ids."""
         ...
 

@@ -53,6 +53,13 @@ class ObservationServer:
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] | None = None
 
+    @property
+    def port(self) -> int:
+        """The TCP port it listens on (once started)."""
+        if self.address is None:
+            raise RuntimeError("the observation server was not started")
+        return self.address[1]
+
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
         self.address = self._server.sockets[0].getsockname()[:2]

@@ -59,7 +59,8 @@ class _Histogram:
         """``(le, count of values <= le)`` per bucket, as the exposition writes them."""
         from prometheus_client.utils import floatToGoString
 
-        running, out = 0, []
+        running = 0
+        out: list[tuple[str, float]] = []
         for bound, count in zip((*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"), self.counts, strict=True):
             running += count
             out.append((bound, running))

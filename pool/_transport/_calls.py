@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
 from . import _buffers, _wire
-from ._dispatcher import Dispatcher
+from ._dispatcher import Dispatches
 from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
 from ._rpc import TRANSIENT_CODES, status_name
@@ -181,7 +181,7 @@ CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
 
 
-async def call_routine(dispatcher: Dispatcher, task: Task) -> Any:
+async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     """Run a coroutine routine's task through ``dispatcher`` and return its result.
 
     The task's timeout bounds the whole call, waiting included; on expiry
@@ -257,7 +257,7 @@ class RemoteGenerator:
     Each step waits at most the task's timeout.
     """
 
-    def __init__(self, dispatcher: Dispatcher, task: Task) -> None:
+    def __init__(self, dispatcher: Dispatches, task: Task) -> None:
         self._dispatcher = dispatcher
         self._task = task
         self._call: OutgoingCall | None = None

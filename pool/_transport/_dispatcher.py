@@ -18,7 +18,15 @@ from ._outgoing import OutgoingCall
 from ._task import Task
 
 
-class Dispatcher(Protocol):
+class Dispatches(Protocol):
+    """What a call or a generator needs of its dispatcher: `Dispatcher.dispatch` alone."""
+
+    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+        """See `Dispatcher.dispatch`."""
+        ...
+
+
+class Dispatcher(Dispatches, Protocol):
     """Where routine calls go: the innermost `WorkerPool`, or inside a worker its upstream.
 
     `pool.routine` hands a call's task to `call` or `generator`; both end up

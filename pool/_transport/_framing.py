@@ -31,7 +31,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 from ._proto import leakypool_pb2 as pb
 
@@ -111,8 +111,9 @@ class MessageStream(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
-        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        stream = cast("asyncio.Transport", transport)  # a stream's (uvloop's are no asyncio.Transport subclasses)
+        self.transport = stream
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
         if self._received:
             received, self._received = self._received, b""
             self.data_received(received)  # before anything the transport reads

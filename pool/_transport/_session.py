@@ -134,7 +134,7 @@ class Session:
     def step(self, call_id: int, kind: int, value: bytes = b"") -> None:
         """Send a Step for a call this end opened."""
         step = self._frame(call_id).step
-        step.kind = kind
+        step.kind = kind  # type: ignore[assignment]  # a protobuf enum field takes any int; the generated stub types it as the enum class
         if value:
             step.value = self.carry(value)
         step.SetInParent()
@@ -176,7 +176,7 @@ class Session:
         """Report an outcome of a call the peer opened."""
         outcome = self._frame(call_id).outcome
         outcome.SetInParent()
-        outcome.kind = kind
+        outcome.kind = kind  # type: ignore[assignment]  # a protobuf enum field takes any int; the generated stub types it as the enum class
         if value:
             outcome.value = self.carry(value)
         if traceback:

@@ -66,7 +66,7 @@ class Lifecycle:
         self._draining: asyncio.Task[None] | None = None
         self._deadline: float | None = None  # loop time by which in-flight calls must be done
         self._regrace = asyncio.Event()
-        self._on_drain: list[Callable[[], None]] = []
+        self._on_drain: list[Callable[[], object]] = []  # what they return is not used
         self._retired = ""  # set by `retired`: a reason to exit on purpose other than the recycler's
         self.recycler: Recycler | None = None  # set by whoever starts the worker (--max-tasks, --max-memory)
         self.handoff: Callable[[], Awaitable[object]] | None = None  # a recycle waits for this before ending streams
@@ -86,7 +86,7 @@ class Lifecycle:
         if self._lifetime_timer is not None:
             self._lifetime_timer.cancel()
 
-    def on_drain(self, callback: Callable[[], None]) -> None:
+    def on_drain(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` when the worker stops accepting (e.g. withdraw its record)."""
         self._on_drain.append(callback)
 

@@ -229,7 +229,7 @@ async def serve(
         await service.aclose()
         raise
     if observation is not None:
-        info["metrics_port"] = observation.address[1]
+        info["metrics_port"] = observation.port
     try:
         withdraw = _publish(config, service, info)
     except OSError as exc:
@@ -326,7 +326,7 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
         await observation.start(config.metrics_host, config.metrics_port)
     except OSError as exc:
         raise ConfigError(f"--metrics-port: cannot bind {config.metrics_host}:{config.metrics_port}: {exc}") from None
-    _log.info("metrics on http://%s:%d/metrics", config.metrics_host, observation.address[1])
+    _log.info("metrics on http://%s:%d/metrics", config.metrics_host, observation.port)
     return observation
 
 

@@ -15,7 +15,7 @@ from .._transport._proto import leakypool_pb2 as pb
 REASONS = {"BUSY": "backpressure", "DRAINING": "draining", "HOOK_FAILED": "hook_error"}
 """``leakypool_worker_rejected_total{reason}`` by admission verdict name."""
 
-_OUTCOMES = {
+_OUTCOMES: dict[int, str] = {
     pb.Outcome.RETURN: "ok",
     pb.Outcome.STOP: "ok",
     pb.Outcome.RAISE: "error",

@@ -124,6 +124,7 @@ def load_initializer(config: WorkerConfig) -> tuple[Callable[..., Any], tuple[An
     Raises:
         ConfigError: it cannot be read, imported or is not callable.
     """
+    fn: Any
     if config.initializer_file:
         try:
             with open(config.initializer_file, "rb") as f:
@@ -135,7 +136,7 @@ def load_initializer(config: WorkerConfig) -> tuple[Callable[..., Any], tuple[An
         return None
     module, _, attribute = config.initializer.partition(":")
     try:
-        fn: Any = importlib.import_module(module)
+        fn = importlib.import_module(module)
         for part in attribute.split("."):
             fn = getattr(fn, part)
     except Exception as exc:  # noqa: BLE001 - an import error of any kind in user code: a bad flag, said in one line
@@ -199,7 +200,12 @@ async def set_up(
     if config.max_tasks or config.max_memory:
         lifecycle = service.lifecycle
         lifecycle.recycler = Recycler(config.max_tasks, config.max_memory)
-        lifecycle.on_drain(lambda: lifecycle.recycled and report_retiring(lifecycle.recycled))
+
+        def retiring() -> None:
+            if lifecycle.recycled:  # a recycling drain (not a stop asked for): tell the pool why
+                report_retiring(lifecycle.recycled)
+
+        lifecycle.on_drain(retiring)
         if config.ready_fd >= 0:  # a pool listens: it closes our streams once it sent its last call
             lifecycle.handoff = lambda: streams_closed(service, HANDOFF_S)
     if setup is None:

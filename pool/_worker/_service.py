@@ -115,6 +115,13 @@ class WorkerService:
         self._plain = PlainSlot(self.admission, self._overdue)
 
     @property
+    def runner(self) -> RoutineRunner:
+        """What runs the routines; there is one from `start` on (calls reach a service only then)."""
+        if self._runner is None:
+            raise RuntimeError("the worker service was not started")
+        return self._runner
+
+    @property
     def done(self) -> asyncio.Event:
         """Set once the worker has drained."""
         return self.lifecycle.done
@@ -180,7 +187,7 @@ class WorkerService:
     def _cancel_all(self) -> None:
         for peer in self._peers.values():
             for hosted in list(peer.hosted.values()):
-                self._runner.cancel(hosted)
+                self.runner.cancel(hosted)
 
     async def _end_streams(self) -> None:
         for session in self._peers:
@@ -293,7 +300,7 @@ class WorkerService:
             # it leaves at once: holding it would make the dispatcher wait.
             hold = alone and session.holds_accepts and not hosted.task.generator
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
-            self._runner.start(hosted)
+            self.runner.start(hosted)
             return
         _buffers.forget(hosted.task.args)  # turned away: the descriptor of its large arguments is not kept
         if verdict is Verdict.HOOK_FAILED:
@@ -342,15 +349,15 @@ class WorkerService:
         if hosted is None:
             return  # finished, or rejected, already
         if frame.step.kind == pb.Step.CANCEL:
-            self._runner.cancel(hosted)
+            self.runner.cancel(hosted)
         else:
-            self._runner.step(hosted, frame.step)
+            self.runner.step(hosted, frame.step)
 
     def on_session_end(self, session: Session) -> None:
         peer = self._peers.get(session)
         if peer is not None:
             for hosted in list(peer.hosted.values()):
-                self._runner.cancel(hosted)
+                self.runner.cancel(hosted)
 
     # -- Host: what the runner reports (where the streams live) -----------------------
 

@@ -44,7 +44,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from .._base._process import native_threads
 
@@ -69,8 +69,9 @@ def main(fd: int, preload: list[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wake the select; the loop reaps
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the pool's to handle
     channel.send(json.dumps({"ready": os.getpid()}).encode())
+    watched: list[socket.socket | int] = [channel, wake_r]
     while True:
-        readable, _, _ = select.select([channel, wake_r], [], [])
+        readable, _, _ = select.select(watched, [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
             _reap(channel)
@@ -206,13 +207,13 @@ def _leave_the_pool(inherited: dict[int, tuple[int, int]], keep: set[int]) -> No
         warnings.filterwarnings(action, category=category, module=module, append=True)
     sys.settrace(None)
     sys.setprofile(None)
-    threading.settrace(None)  # type: ignore[arg-type]
-    threading.setprofile(None)  # type: ignore[arg-type]
+    threading.settrace(None)
+    threading.setprofile(None)
     gc.enable()
     gc.set_threshold(700, 10, 10)
 
 
-_DEFAULT_WARNING_FILTERS: list[tuple[str, type[Warning], str]] = [
+_DEFAULT_WARNING_FILTERS: list[tuple[Literal["default", "ignore"], type[Warning], str]] = [
     ("default", DeprecationWarning, "__main__"),
     ("ignore", DeprecationWarning, ""),
     ("ignore", PendingDeprecationWarning, ""),

@@ -10,13 +10,18 @@ nested call passes on the context its caller arrived with.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._observe._trace import active_tracer, remote_context, traceparent
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._task import Task
 
-_OUTCOMES = {
+if TYPE_CHECKING:
+    from contextvars import Token
+
+    from opentelemetry.context import Context  # an optional dependency: for the checker only
+
+_OUTCOMES: dict[int, str] = {
     pb.Outcome.RETURN: "ok",
     pb.Outcome.STOP: "ok",
     pb.Outcome.RAISE: "error",
@@ -24,7 +29,7 @@ _OUTCOMES = {
 }
 
 
-def start(task: Task) -> tuple[Any, object] | None:
+def start(task: Task) -> tuple[Any, Token[Context]] | None:
     """Open and make current ``task``'s worker-side span (call on the routine's own asyncio task); None: no tracing."""
     tracer = active_tracer()
     if tracer is None:
@@ -39,7 +44,7 @@ def start(task: Task) -> tuple[Any, object] | None:
     return span, context.attach(trace.set_span_in_context(span))
 
 
-def end(started: tuple[Any, object], kind: int, traceback: str) -> None:
+def end(started: tuple[Any, Token[Context]], kind: int, traceback: str) -> None:
     """Close the span `start` opened, with the call's outcome."""
     from opentelemetry import context
     from opentelemetry.trace import StatusCode

@@ -110,18 +110,21 @@ class UnixServer:
         handed to the loop with what was read of it, and served once the
         routine lets go.
         """
+        listener, loop = self._listener, self._loop
+        if listener is None or loop is None:
+            return  # not an inline worker's (never registered then)
         for _ in range(ACCEPTS_PER_PASS):
             try:
-                conn, _ = self._listener.accept()
+                conn, _ = listener.accept()
             except OSError:
                 return  # none waiting (or the socket is closing)
             try:
-                self._answer_or_hand_over(conn)
+                self._answer_or_hand_over(conn, loop)
             except (OSError, ProtocolError) as exc:  # a broken or silent peer: its connection ends
                 _log.debug("closing a unix-socket connection accepted during an overrun: %s", exc)
                 conn.close()
 
-    def _answer_or_hand_over(self, conn: socket.socket) -> None:
+    def _answer_or_hand_over(self, conn: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         deadline = time.monotonic() + WATCH_READ_S
         received = bytearray()
         try:
@@ -131,7 +134,7 @@ class UnixServer:
         except TimeoutError:
             state = False  # slow to say what it wants: the loop waits for it as for any new connection
         if not state:
-            self._loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
+            loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
             return
         reply = self._service.state().SerializeToString()
         conn.settimeout(WATCH_READ_S)
@@ -213,13 +216,14 @@ class UnixServer:
         becomes the dispatcher's side connection, keyed by its pid, which is
         how its Dispatch streams find it; then it is answered ``ok``.
         """
-        sock = stream.transport.get_extra_info("socket") if stream.transport is not None else None
-        if sock is None:
+        transport = stream.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if transport is None or sock is None:
             return
-        stream.transport.pause_reading()
+        transport.pause_reading()
         dup = socket.socket(fileno=os.dup(sock.fileno()))
         _side.register(_side.peer_pid(dup.fileno()), _side.SideChannel(dup))
-        stream.transport.write(framed(b"ok"))
+        transport.write(framed(b"ok"))
 
     async def aclose(self) -> None:
         """Stop listening, end every connection, and remove the socket."""

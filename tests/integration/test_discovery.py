@@ -161,3 +161,30 @@ async def test_discovered_worker_should_leave_when_its_tags_stop_matching():
         await p.wait_for_workers(1, timeout=10)
         discovery.add(pool.WorkerMetadata(uid=blue.uid, address=blue.address, tags=frozenset({"red"})))
         await until_members(p, lambda p: not p.workers, timeout=10)
+
+
+async def test_provisioned_workers_should_be_asked_for_the_pool_tags_however_they_are_given(tmp_path):
+    """``tags`` may be any iterable, a generator too: read once, a provisioned worker is started with them all
+    (it would otherwise start untagged, and the pool, admitting only tagged workers, would never take it)."""
+    asked = asyncio.Event()
+    requests: list[pool.WorkerRequest] = []
+
+    class Recording:
+        async def provision(self, request: pool.WorkerRequest) -> None:
+            requests.append(request)
+            asked.set()
+            raise OSError("recorded, not started")
+
+    async with pool.WorkerPool(
+        provisioner=Recording(),
+        discovery=pool.StoreDiscovery(f"sqlite:///{tmp_path / 'registry.db'}", poll_interval=0.2),
+        tags=(tag for tag in ["blue", "gpu"]),
+        max_workers=1,
+        dispatch_deadline=30,
+    ):
+        call = asyncio.ensure_future(routines.add(1, 2))  # waits for a worker: the pool provisions one
+        try:
+            await asyncio.wait_for(asked.wait(), timeout=30)
+        finally:
+            call.cancel()
+    assert requests[0].env["LEAKYPOOL_TAGS"] == "blue,gpu"

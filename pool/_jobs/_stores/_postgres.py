@@ -14,6 +14,7 @@ imported only when a PostgreSQL store is used (the ``postgres`` extra).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import uuid
@@ -176,7 +177,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
     async def count_active(self) -> int:
         return await self._call("fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')")
 
-    async def cancel_requested(self, owner: str) -> list[str]:
+    async def cancel_requested(self, owner: str) -> builtins.list[str]:
         rows = await self._call(
             "fetch",
             "SELECT id FROM leakypool_jobs WHERE state = 'running' AND owner = $1 AND cancel_requested",
@@ -204,7 +205,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             await self._notify("due")
         return created
 
-    async def _insert_many(self, items: list[tuple[NewJob, str]]) -> list[JobRecord | None]:
+    async def _insert_many(self, items: builtins.list[tuple[NewJob, str]]) -> builtins.list[JobRecord | None]:
         columns: list[list[Any]] = [[] for _ in range(16)]
         for job, owner in items:
             for column, value in zip(
@@ -240,7 +241,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             row, created = await admin.submit_one(self._db(), job, max_active, owner)
         return _record(row), created
 
-    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+    async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
 
         Jobs with limits are counted against what every process holds, so
@@ -267,7 +268,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
                 await admin.count_rates(db, [r for r in chosen[:limit] if len(r) > 4], now)
         return sorted((_record(row) for row in rows), key=lambda r: r.lease_order)
 
-    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+    async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         await self._call("execute", sql.UNLEASE, list(ids), owner, next_at)
         await self._notify("due")
 
@@ -277,7 +278,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
         return await self._marks((job_id, owner, now))
 
-    async def _mark_many(self, items: list[tuple[str, str, float]]) -> list[bool]:
+    async def _mark_many(self, items: builtins.list[tuple[str, str, float]]) -> builtins.list[bool]:
         ids, owners, times = (list(column) for column in zip(*items, strict=True))
         marked = {row[0] for row in await self._call("fetch", sql.MARK_RUNNING_MANY, ids, owners, times)}
         return [job_id in marked for job_id, _, _ in items]
@@ -297,7 +298,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
         return await self._finishes((job_id, owner, state, now, outcome, error, started))
 
-    async def _finish_many(self, items: list[_Finish]) -> list[bool]:
+    async def _finish_many(self, items: builtins.list[_Finish]) -> builtins.list[bool]:
         columns = [list(column) for column in zip(*items, strict=True)]
         rows = await self._call("fetch", sql.FINISH_MANY, *columns)
         if any(limited for _, limited in rows):
@@ -357,7 +358,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
             now + ttl,
         )
 
-    async def recover(self, now: float) -> list[str]:
+    async def recover(self, now: float) -> builtins.list[str]:
         pool = self._db()
         async with self._errors(), pool.acquire() as db, db.transaction():
             rows = await db.fetch(
@@ -390,7 +391,9 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         async with self._errors():
             return await admin.purge(self._db(), finished_before, limit)
 
-    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
+    async def select(
+        self, state: str | None = None, routine: str | None = None, limit: int = 100
+    ) -> builtins.list[JobRecord]:
         return [_record(row) for row in await self._call("fetch", sql.SELECT, state, routine, limit)]
 
     async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:

@@ -23,15 +23,16 @@ owner lease and ``pool.jobs`` all get the same policy in one place.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ..._base._lost import lost_connection as lost_connection
 from ..._base._random import RANDOM
 from ..._errors import StoreError
-from .._store import JobRecord, JobStore, MaintainedStore, NewJob
+from .._store import JobRecord, JobStore, MaintainedStore, NewJob, PausableStore
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -244,7 +245,7 @@ class RetryingStore:
     async def count_active(self) -> int:
         return await self._retry("counting active jobs", self.inner.count_active)
 
-    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+    async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         async def once() -> list[JobRecord]:
             try:
                 return await self.inner.lease(owner, limit, now)
@@ -257,14 +258,14 @@ class RetryingStore:
 
         return await self._retry("leasing jobs", once)
 
-    async def reclaim(self, owner: str, held: list[str]) -> None:
+    async def reclaim(self, owner: str, held: builtins.list[str]) -> None:
         """After a lease in doubt: give back ``owner``'s pending jobs not in ``held`` (none may be on their way in)."""
         strays = await self._retry("giving back unseen leased jobs", lambda: _unlease_except(self.inner, owner, held))
         self.lease_in_doubt = False
         if strays:
             _log.warning("gave back %d job(s) a lease took while its answer was lost", len(strays))
 
-    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+    async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         await self._retry("giving jobs back", lambda: self.inner.unlease(owner, ids, next_at))
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
@@ -278,13 +279,13 @@ class RetryingStore:
     async def cancel(self, job_id: str, now: float) -> JobRecord | None:
         return await self._retry(f"cancelling job {job_id}", lambda: self.inner.cancel(job_id, now))
 
-    async def cancel_requested(self, owner: str) -> list[str]:
+    async def cancel_requested(self, owner: str) -> builtins.list[str]:
         return await self._retry("polling cancel requests", lambda: self.inner.cancel_requested(owner))
 
     async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
         await self._retry("renewing the owner lease", lambda: self.inner.heartbeat(owner, now, ttl))
 
-    async def recover(self, now: float) -> list[str]:
+    async def recover(self, now: float) -> builtins.list[str]:
         return await self._retry("re-queueing dead owners' jobs", lambda: self.inner.recover(now))
 
     async def release_owner(self, owner: str, now: float) -> None:
@@ -294,38 +295,56 @@ class RetryingStore:
         return await self._retry("reading the next due time", lambda: self.inner.oldest_due(now))
 
     async def pause(self, queue: str) -> None:
-        await self._retry(f"pausing queue {queue!r}", lambda: self.inner.pause(queue))  # type: ignore[attr-defined]
+        await self._retry(f"pausing queue {queue!r}", lambda: self._pausable().pause(queue))
 
     async def resume(self, queue: str) -> None:
-        await self._retry(f"resuming queue {queue!r}", lambda: self.inner.resume(queue))  # type: ignore[attr-defined]
+        await self._retry(f"resuming queue {queue!r}", lambda: self._pausable().resume(queue))
 
-    async def paused(self) -> list[str]:
-        return await self._retry("reading paused queues", self.inner.paused)  # type: ignore[attr-defined]
+    async def paused(self) -> builtins.list[str]:
+        return await self._retry("reading paused queues", lambda: self._pausable().paused())
+
+    def _pausable(self) -> PausableStore:
+        """The wrapped store as a `PausableStore`; AttributeError (as a plain attribute look-up) if it is none."""
+        if not isinstance(self.inner, PausableStore):
+            raise AttributeError(f"{self.inner!r} keeps no paused queues")  # noqa: TRY004 - what a look-up of a missing method raises, as before
+        return self.inner
+
+
+class MaintainedJobStore(JobStore, MaintainedStore, Protocol):
+    """A `JobStore` that is also a `MaintainedStore` (both built-in stores): what `RetryingMaintainedStore` wraps."""
 
 
 class RetryingMaintainedStore(RetryingStore):
     """`RetryingStore` of a `MaintainedStore`: retention, schedules and requeues ride over a restart too.
 
     A class apart, so that wrapping a store that is no `MaintainedStore` does not make it look like one.
+
+    Args:
+        store: The store to wrap (a `MaintainedStore`).
+        budget_s: ``store_retry``.
     """
+
+    def __init__(self, store: MaintainedJobStore, budget_s: float) -> None:
+        super().__init__(store, budget_s)
+        self.maintained = store  # `inner`, typed as what this class relies on
 
     async def purge(self, finished_before: float, limit: int) -> int:
         """See `MaintainedStore.purge`. Safe to try again: a batch that committed before its answer was lost
         is gone, the next try deletes the next batch (the count returned is the last try's)."""
-        return await self._retry("purging finished jobs", lambda: self.inner.purge(finished_before, limit))
+        return await self._retry("purging finished jobs", lambda: self.maintained.purge(finished_before, limit))
 
     async def next_due(self, now: float) -> float | None:
-        return await self._retry("reading the next due time", lambda: self.inner.next_due(now))
+        return await self._retry("reading the next due time", lambda: self.maintained.next_due(now))
 
     async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
-        return await self._retry("selecting jobs", lambda: self.inner.select(state, routine, limit))
+        return await self._retry("selecting jobs", lambda: self.maintained.select(state, routine, limit))
 
     async def schedule_slot(self, name: str, slot: float, job: NewJob | None) -> float | None:
         """See `MaintainedStore.schedule_slot`. Safe to try again: the slot is recorded and its job inserted
         only if the recorded slot is older, and the job id names the slot; a try after one that committed
         finds ``slot`` recorded and inserts nothing (it returns ``slot`` as the slot recorded before)."""
         return await self._retry(
-            f"recording slot {slot:.0f} of schedule {name}", lambda: self.inner.schedule_slot(name, slot, job)
+            f"recording slot {slot:.0f} of schedule {name}", lambda: self.maintained.schedule_slot(name, slot, job)
         )
 
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
@@ -341,15 +360,16 @@ class RetryingMaintainedStore(RetryingStore):
                 if record is None or record.next_at == now:
                     return record
             tried = True
-            return await self.inner.requeue(job_id, now)
+            return await self.maintained.requeue(job_id, now)
 
         return await self._retry(f"re-queueing job {job_id}", once)
 
 
 def retrying_store(store: JobStore, budget_s: float) -> RetryingStore:
     """``store`` with the retry policy on every call it has (a `RetryingMaintainedStore` for a `MaintainedStore`)."""
-    cls = RetryingMaintainedStore if isinstance(store, MaintainedStore) else RetryingStore
-    return cls(store, budget_s)
+    if isinstance(store, MaintainedStore):
+        return RetryingMaintainedStore(store, budget_s)
+    return RetryingStore(store, budget_s)
 
 
 async def _unlease_except(store: JobStore, owner: str, keep: list[str]) -> list[str]:

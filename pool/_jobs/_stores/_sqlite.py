@@ -15,6 +15,7 @@ the cost of an fsync per commit).
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 from typing import Any, Final
@@ -121,6 +122,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def list(self, state: str | None = None, limit: int = 100, newest: bool = False) -> list[JobRecord]:
         order = "created_at DESC, rowid DESC" if newest else "created_at, rowid"
+        args: tuple[object, ...]
         if state is None:
             sql, args = f"SELECT {_COLUMNS} FROM jobs ORDER BY {order} LIMIT ?", (limit,)
         else:
@@ -139,7 +141,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     async def count_active(self) -> int:
         return await self._run(_count_active, write=False)
 
-    async def cancel_requested(self, owner: str) -> list[str]:
+    async def cancel_requested(self, owner: str) -> builtins.list[str]:
         sql = "SELECT id FROM jobs WHERE state = 'running' AND owner = ? AND cancel_requested"
         return [row[0] for row in await self._run(lambda db: db.execute(sql, (owner,)).fetchall(), write=False)]
 
@@ -175,7 +177,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
         return await self._run(op, write=True)
 
-    async def lease(self, owner: str, limit: int, now: float) -> list[JobRecord]:
+    async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         """Due jobs, oldest first: any without limits, and those whose limits fit (see LIMITED_DUE_SQL).
 
         The write transaction (BEGIN IMMEDIATE) is the lease lock: leases of
@@ -202,7 +204,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
         return await self._run(op, write=True)
 
-    async def unlease(self, owner: str, ids: list[str], next_at: float | None = None) -> None:
+    async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         def op(db: sqlite3.Connection) -> None:
             given = [
                 db.execute(
@@ -283,7 +285,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
             write=True,
         )
 
-    async def recover(self, now: float) -> list[str]:
+    async def recover(self, now: float) -> builtins.list[str]:
         def op(db: sqlite3.Connection) -> list[str]:
             dead = "owner != '' AND owner NOT IN (SELECT owner FROM owners WHERE expires_at >= ?)"
             revived = [
@@ -326,7 +328,9 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         """One bounded batch, oldest finished first (the write lock is held for this batch only)."""
         return await self._run(lambda db: db.execute(_PURGE, (finished_before, limit)).rowcount, write=SINGLE)
 
-    async def select(self, state: str | None = None, routine: str | None = None, limit: int = 100) -> list[JobRecord]:
+    async def select(
+        self, state: str | None = None, routine: str | None = None, limit: int = 100
+    ) -> builtins.list[JobRecord]:
         sql = (
             f"SELECT {_COLUMNS} FROM jobs WHERE (? IS NULL OR state = ?) AND (? IS NULL OR routine = ?) "
             "ORDER BY created_at DESC, rowid DESC LIMIT ?"
