@@ -17,6 +17,7 @@ import json
 import platform
 import statistics
 import time
+from typing import Any
 
 import uvloop
 
@@ -36,7 +37,7 @@ from bench.workloads import (
 P_CALLS = 400
 
 
-async def leakypool_round(iterations: int, calls: int, lat_calls: int, tp_calls: int) -> dict[str, object]:
+async def leakypool_round(iterations: int, calls: int, lat_calls: int, tp_calls: int) -> dict[str, Any]:
     async with pool.WorkerPool(spawn=WORKERS) as p:
         await p.wait_for_workers(WORKERS)
         await asyncio.gather(*(plain_burn(iterations) for _ in range(WORKERS * 2)))  # warm-up
@@ -54,7 +55,7 @@ async def leakypool_round(iterations: int, calls: int, lat_calls: int, tp_calls:
     }
 
 
-def processpool_round(iterations: int, calls: int, lat_calls: int, tp_calls: int) -> dict[str, object]:
+def processpool_round(iterations: int, calls: int, lat_calls: int, tp_calls: int) -> dict[str, Any]:
     with cf.ProcessPoolExecutor(WORKERS) as ex:
         list(ex.map(burn, [iterations] * WORKERS * 2))
         t0 = time.perf_counter()

@@ -15,8 +15,8 @@ import functools
 import inspect
 import math
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ._dispatch._limits import Queue
 from ._errors import ConfigError
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 _Head = tuple[str, bool, bytes, bytes]
 """A Task's fields before its arguments: name, generator, digest, blob."""
@@ -333,8 +334,24 @@ def _importable(routine: Routine[Any, Any]) -> bool:
     return obj is routine
 
 
+class RoutineDecorator(Protocol):
+    """What ``@routine(...)`` with options returns: it makes a routine of an async or plain function."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, T]], /) -> Routine[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, AsyncIterator[T]], /) -> Routine[P, AsyncIterator[T]]: ...  # type: ignore[overload-overlap]  # first match wins: an async def above, a plain def below
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> Routine[P, Coroutine[Any, Any, T]]: ...
+    def __call__(self, fn: Callable[..., Any], /) -> Routine[..., Any]: ...
+
+
 @overload
-def routine(fn: Callable[P, R], /) -> Routine[P, R]: ...
+def routine(fn: Callable[P, Coroutine[Any, Any, T]], /) -> Routine[P, Coroutine[Any, Any, T]]: ...
+@overload
+def routine(fn: Callable[P, AsyncIterator[T]], /) -> Routine[P, AsyncIterator[T]]: ...  # type: ignore[overload-overlap]  # first match wins: an async def above, a plain def below
+@overload
+def routine(fn: Callable[P, T], /) -> Routine[P, Coroutine[Any, Any, T]]: ...
 @overload
 def routine(
     *,
@@ -351,7 +368,7 @@ def routine(
     priority: int = 0,
     delay: float = 0.0,
     run_at: datetime.datetime | None = None,
-) -> Callable[[Callable[P, R]], Routine[P, R]]: ...
+) -> RoutineDecorator: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make a function a routine: its calls run on the pool's workers.
 
