@@ -53,11 +53,14 @@ from typing import Any
 
 import uvloop
 
-LEASE_TTL_S, SPAWN, CAPACITY = 3.0, 2, 8
+from bench import soak_report
+
+LEASE_TTL_S = soak_report.LEASE_TTL_S
+SPAWN, CAPACITY = 2, 8
 CHAOS_EVERY_S = (4.0, 12.0)  # pause between two random kills
 RESTART_AFTER_S = (0.5, 3.0)  # a killed dispatcher comes back after this
 PG_DOWN_S = 3.0
-DRAIN_LIMIT_S = 240.0
+RSS_WARMUP_S = 10.0  # a dispatching process's "start" RSS is taken once it has run this long
 
 
 # -- one dispatching process ------------------------------------------------------------------
@@ -98,7 +101,7 @@ async def dispatcher(url: str, name: str, log: str, rate: float) -> None:
             except pool.PoolError as exc:
                 print("NACK", job_id, type(exc).__name__, flush=True)
             else:
-                print("ACK", job_id, flush=True)
+                print("ACK", job_id, f"{time.time():.6f}", flush=True)
             if p.pids != last_pids:
                 last_pids = list(p.pids)
                 print("WORKERS", *last_pids, flush=True)
@@ -123,14 +126,18 @@ class Dispatcher:
         self.process: asyncio.subprocess.Process | None = None
         self.workers: list[int] = []
         self.reader: asyncio.Future[Any] | None = None
+        self.started_at = 0.0
+        self.rss_first: tuple[float, int] | None = None  # (when, KiB): the current process, once warmed up
 
-    async def start(self, acked: set[str], nacked: list[str], requeued: list[float]) -> None:
+    async def start(self, acked: dict[str, float], nacked: list[str], requeued: list[float]) -> None:
         self.generation += 1
+        self.rss_first = None
         name = f"d{self.index}g{self.generation}"
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.soak_jobs", "--child", self.url, name, self.log, str(self.rate),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
+        self.started_at = time.monotonic()
         self.reader = asyncio.ensure_future(asyncio.gather(
             self._read(self.process, acked, nacked), self._read_log(self.process, requeued)
         ))
@@ -144,12 +151,12 @@ class Dispatcher:
                 requeued.append(time.time())
             sys.stderr.write(line.decode(errors="replace"))
 
-    async def _read(self, process: asyncio.subprocess.Process, acked: set[str], nacked: list[str]) -> None:
+    async def _read(self, process: asyncio.subprocess.Process, acked: dict[str, float], nacked: list[str]) -> None:
         assert process.stdout is not None
         while line := await process.stdout.readline():
             kind, *rest = line.decode().split()
             if kind == "ACK":
-                acked.add(rest[0])
+                acked[rest[0]] = float(rest[1])  # when its submit returned
             elif kind == "NACK":
                 nacked.append(rest[0])
             elif kind == "WORKERS":
@@ -180,29 +187,47 @@ def restart_times(duration: float, every: float) -> list[float]:
 
 
 async def soak(
-    url: str, server: Any, duration: float, count: int, rate: float, seed: int, restart_every: float = 90.0
+    url: str, server: Any, duration: float, count: int, rate: float, seed: int, restart_every: float = 90.0,
+    pair: Any = None, failover_every: float = 0.0, keep: int = 0,
 ) -> dict[str, Any]:
+    """Run the chaos; `server` (a `tests.pg.Server`) is restarted, or `pair` (a `soak_failover.Pair`) failed over."""
+    from bench.soak_failover import install_outcome_log, rss_kib
+
     rng = random.Random(seed)
-    acked: set[str] = set()
+    acked: dict[str, float] = {}  # job id -> when its submit returned (wall clock)
     nacked: list[str] = []
     chaos: dict[str, int] = defaultdict(int)
     events: list[tuple[float, float]] = []  # (from, to) wall-clock seconds of each kill or outage
     requeued: list[float] = []  # when a process re-queued the running jobs of one whose lease expired
+    failovers: list[dict[str, Any]] = []
+    rss: list[dict[str, Any]] = []
+    await install_outcome_log(url)
     with tempfile.TemporaryDirectory(prefix="leakypool-soak-") as scratch:
         log = os.path.join(scratch, "runs.log")
         dispatchers = [Dispatcher(i, url, log, rate) for i in range(count)]
         try:
             for d in dispatchers:
                 await d.start(acked, nacked, requeued)
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
             restarts = [] if server is None else restart_times(duration, restart_every)
+            if pair is not None:
+                restarts = restart_times(duration, failover_every)
             while (elapsed := time.monotonic() - t0) < duration:
+                for d in dispatchers:  # each process's RSS once it has warmed up
+                    if d.rss_first is None and d.process and time.monotonic() - d.started_at >= RSS_WARMUP_S:
+                        d.rss_first = (time.monotonic(), rss_kib(d.process.pid) or 0)
                 pause = rng.uniform(*CHAOS_EVERY_S)
                 if restarts:
                     pause = min(pause, max(0.0, restarts[0] - elapsed))  # a restart comes on time
                 await asyncio.sleep(min(pause, max(0.1, duration - elapsed)))
                 if time.monotonic() - t0 >= duration:
                     break
+                if restarts and time.monotonic() - t0 >= restarts[0] and pair is not None:
+                    restarts.pop(0)
+                    failovers.append(await asyncio.to_thread(pair.failover))
+                    events.append((failovers[-1]["killed"], failovers[-1]["rebuilt"]))
+                    chaos["failovers"] += 1
+                    continue
                 if restarts and time.monotonic() - t0 >= restarts[0]:
                     restarts.pop(0)
                     mode = ("fast", "immediate")[chaos["postgres_restarts"] % 2]
@@ -214,12 +239,12 @@ async def soak(
                     chaos["postgres_restarts"] += 1
                     continue
                 victim = rng.choice(dispatchers)
-                if rng.random() < 0.5 and victim.workers:
+                if (rng.random() < 0.5 or victim.index < keep) and victim.workers:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(rng.choice(victim.workers), signal.SIGKILL)
                         chaos["worker_kills"] += 1
                         events.append((time.time(), time.time()))
-                else:
+                elif victim.index >= keep:
                     events.append((time.time(), time.time()))
                     victim.kill()
                     await victim.reap()
@@ -227,8 +252,13 @@ async def soak(
                     await asyncio.sleep(rng.uniform(*RESTART_AFTER_S))
                     await victim.start(acked, nacked, requeued)
             for d in dispatchers:
+                assert d.process is not None
+                first = d.rss_first or (time.monotonic(), None)
+                rss.append({"dispatcher": d.index, "kept": d.index < keep, "pid": d.process.pid,
+                            "lived_s": round(time.monotonic() - d.started_at), "rss_kib_warm": first[1],
+                            "warm_at_s": round(first[0] - d.started_at), "rss_kib_end": rss_kib(d.process.pid)})
                 await d.tell("STOP")
-            drained_in = await drain(url, acked)
+            drained_in = await soak_report.drain(url, acked)
             for d in dispatchers:
                 await d.tell("EXIT")
             async with asyncio.timeout(60):
@@ -239,89 +269,8 @@ async def soak(
                 d.kill()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(d.reap(), 30)
-        return await report(url, log, acked, nacked, dict(chaos), events, requeued, drained_in, duration)
-
-
-async def drain(url: str, acked: set[str]) -> float | None:
-    """Wait until every acknowledged job is final; seconds it took (None: not within `DRAIN_LIMIT_S`)."""
-    import asyncpg
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < DRAIN_LIMIT_S:
-        with contextlib.suppress(OSError, asyncpg.PostgresError):
-            db = await asyncpg.connect(url)
-            try:
-                open_ids = {r["id"] for r in await db.fetch(
-                    "SELECT id FROM leakypool_jobs WHERE state IN ('pending', 'running')")}
-            finally:
-                await db.close()
-            if not open_ids & acked:
-                return round(time.monotonic() - t0, 1)
-        await asyncio.sleep(1.0)
-    return None
-
-
-async def report(url: str, log: str, acked: set[str], nacked: list[str], chaos: dict[str, int],
-                 events: list[tuple[float, float]], requeued: list[float], drained_in: float | None,
-                 duration: float) -> dict[str, Any]:
-    import asyncpg
-
-    db = await asyncpg.connect(url)
-    try:
-        rows = {r["id"]: r for r in await db.fetch("SELECT id, state, attempts, created_at FROM leakypool_jobs")}
-    finally:
-        await db.close()
-    starts: dict[str, list[float]] = defaultdict(list)
-    pids: dict[str, list[str]] = defaultdict(list)
-    ends: dict[str, int] = defaultdict(int)
-    with contextlib.suppress(FileNotFoundError), open(log) as f:
-        for line in f:
-            kind, job_id, at, pid = line.split()
-            if kind == "S":
-                starts[job_id].append(float(at))
-                pids[job_id].append(pid)
-            else:
-                ends[job_id] += 1
-    states: dict[str, int] = defaultdict(int)
-    for job_id in acked:
-        states[rows[job_id]["state"] if job_id in rows else "missing"] += 1
-    twice = [j for j in acked if len(starts.get(j, ())) > 1]
-    unexplained = [j for j in twice if not chaos_between(events, min(starts[j]), max(starts[j]))]
-    after_expiry = [j for j in unexplained if any(min(starts[j]) <= t <= max(starts[j]) for t in requeued)]
-    past_due = sorted(min(starts[j]) - rows[j]["created_at"] for j in acked if j in rows and starts.get(j))
-    return {
-        "duration_s": duration,
-        "submitted": len(acked),
-        "submit_errors": len(nacked),
-        "unacknowledged_in_store": len(set(rows) - acked),
-        "succeeded": states["succeeded"],
-        "failed": states["failed"],
-        "lost": len(acked) - states["succeeded"] - states["failed"],
-        "run_twice": sum(1 for j in acked if len(starts.get(j, ())) > 1),
-        "completed_twice": sum(1 for j in acked if ends.get(j, 0) > 1),
-        "run_twice_without_chaos": len(unexplained),
-        "run_twice_after_a_lease_expired_unkilled": len(after_expiry),
-        "suspects": [suspect(j, starts[j], pids[j], requeued) for j in unexplained[:5]],
-        "lease_requeues": len(requeued),
-        "max_past_due_s": round(past_due[-1], 3) if past_due else None,
-        "p99_past_due_s": round(past_due[int(0.99 * (len(past_due) - 1))], 3) if past_due else None,
-        "drained_in_s": drained_in,
-        **{k: chaos.get(k, 0) for k in ("dispatcher_kills", "worker_kills", "postgres_restarts")},
-        "cpu_s": round(sum(os.times()[:4]), 1),
-    }
-
-
-def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[float]) -> dict[str, Any]:
-    """A job run twice with no kill or outage near: its starts and the lease re-queues around them."""
-    first = min(starts)
-    return {"job": job_id, "pids": pids, "starts_s": [round(t - first, 3) for t in starts],
-            "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10]}
-
-
-def chaos_between(events: list[tuple[float, float]], first: float, last: float) -> bool:
-    """Whether a kill or an outage happened while a job's first attempt could still have been running."""
-    return any(start <= last and end >= first - LEASE_TTL_S for start, end in events)
-
+        return await soak_report.report(url, log, acked, nacked, dict(chaos), events, requeued, drained_in, duration,
+                            {"failovers": failovers, "rss": rss, "t0": t0_wall})
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -332,21 +281,34 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--pg-restart-every", type=float, default=90.0,
                         help="seconds between PostgreSQL restarts, alternately fast and immediate (0: once, half-way)")
+    parser.add_argument("--failover-every", type=float, default=0.0,
+                        help="seconds between failovers of a primary + synchronous standby (replaces restarts; 0: off)")
+    parser.add_argument("--keep", type=int, default=None,
+                        help="dispatching processes never SIGKILLed (default 1 with --failover-every, else 0)")
     parser.add_argument("--child", nargs=4, metavar=("URL", "NAME", "LOG", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         url, name, log, rate = args.child
         uvloop.run(dispatcher(url, name, log, float(rate)))
         return
+    keep = args.keep if args.keep is not None else int(args.failover_every > 0)
     if args.postgres != "auto":
-        result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0))
+        result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0,
+                                 keep=keep))
+    elif args.failover_every > 0:
+        from bench.soak_failover import pair
+
+        with pair("soak") as cluster:
+            result = uvloop.run(soak(cluster.url(), None, args.duration, args.dispatchers, args.rate, args.seed,
+                                     pair=cluster, failover_every=args.failover_every, keep=keep))
     else:
         from tests import pg
 
         with pg.server() as server:
             server.psql(f"CREATE DATABASE soak OWNER {pg.USER}")
             result = uvloop.run(soak(
-                server.url("soak"), server, args.duration, args.dispatchers, args.rate, args.seed, args.pg_restart_every
+                server.url("soak"), server, args.duration, args.dispatchers, args.rate, args.seed, args.pg_restart_every,
+                keep=keep,
             ))
     print(json.dumps(result, indent=2))
 
