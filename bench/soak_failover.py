@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import glob
 import heapq
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +32,7 @@ from tests import pg
 SYNC_NAME = "standby1"  # the cluster_name every node runs with; only a standby's counts (its walreceiver's name)
 ORPHANS_GONE_S = 30.0  # a SIGKILLed postmaster's backends notice its death and exit within this
 SYNC_WITHIN_S = 60.0  # a rebuilt standby streams synchronously within this
+SLOW_PROMOTE_S = 2.0  # a promotion slower than this keeps the promoted node's log lines for the report
 
 
 def _children(pid: int) -> list[int]:
@@ -82,11 +85,11 @@ class Pair:
             time.sleep(0.1)
 
     def kill_primary(self) -> list[int]:
-        """SIGKILL the primary's postmaster; its backends' pids (they exit once they notice)."""
+        """SIGKILL the primary's postmaster; its pid and its backends' (they exit once they notice)."""
         postmaster = pg.postmaster_pid(self.primary)
         orphans = _children(postmaster)
         os.kill(postmaster, signal.SIGKILL)
-        return orphans
+        return [postmaster, *orphans]
 
     def promote(self) -> None:
         """Promote the standby (``pg_ctl promote -w``) and make it the primary, asynchronous until `rebuild`."""
@@ -104,22 +107,35 @@ class Pair:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.standby.data)
+        # the dead postmaster's socket lock names its pid, which may linger as a zombie nobody reaps yet
+        # (kill(pid, 0) succeeds on one): the new postmaster would take it for a live one and refuse to start
+        for stale in glob.glob(os.path.join(self.standby.sockets, f".s.PGSQL.{self.standby.port}*")):
+            os.unlink(stale)
         self.standby.run("pg_basebackup", "-D", self.standby.data, "-h", self.primary.sockets,
                          "-p", str(self.primary.port), "-U", "postgres", "-R", "-X", "stream", "--no-sync",
                          "--checkpoint=fast")
-        self.standby.start()
+        try:
+            self.standby.start()
+        except subprocess.CalledProcessError as exc:
+            with open(os.path.join(self.standby.base, "server.log")) as f:
+                raise RuntimeError(f"the rebuilt standby did not start: {exc.stderr}{f.read()[-2000:]}") from exc
         self.primary.psql(f"ALTER SYSTEM SET synchronous_standby_names = '{SYNC_NAME}'")
         self.primary.psql("SELECT pg_reload_conf()")
         self.wait_sync()
 
     def failover(self) -> dict[str, Any]:
         """Kill the primary, promote the standby, rebuild the old primary as the standby; wall-clock times."""
+        log = os.path.join(self.standby.base, "server.log")
+        seen = os.path.getsize(log)
         killed = time.time()
         orphans = self.kill_primary()
         self.promote()
         promoted = time.time()
+        with open(log, errors="replace") as f:  # what the promoted node said meanwhile: why a slow one was slow
+            f.seek(seen)
+            said = f.read()[-3000:] if promoted - killed > SLOW_PROMOTE_S else ""
         self.rebuild(orphans)
-        return {"killed": killed, "promoted": promoted, "rebuilt": time.time()}
+        return {"killed": killed, "promoted": promoted, "rebuilt": time.time(), "log": said}
 
 
 @contextlib.contextmanager

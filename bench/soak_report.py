@@ -85,6 +85,7 @@ async def report(url: str, log: str, acked: dict[str, float], nacked: list[str],
         "rebuild_s": [round(f["rebuilt"] - f["promoted"], 3) for f in run["failovers"]],
         **stretch_report(stretches, run["failovers"], run["t0"]),
         "dispatcher_rss": run["rss"],
+        "slow_promotions_log": [f["log"] for f in run["failovers"] if f["log"]][:3],
         "cpu_s": round(sum(os.times()[:4]), 1),
     }
 
