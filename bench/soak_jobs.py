@@ -1,7 +1,7 @@
 """Chaos soak for durable jobs across processes: nothing acknowledged is lost.
 
     python -m bench.soak_jobs [--duration 600] [--dispatchers 3] [--rate 10] [--postgres auto|URL] [--seed N]
-                              [--pg-restart-every 90]
+                              [--pg-restart-every 90 | --failover-every S] [--keep N]
 
 Three dispatching processes (each ``WorkerPool(spawn=2, store=PG)``) share
 one PostgreSQL store and submit jobs continuously (``retries=20``; each
@@ -13,8 +13,22 @@ is retried); and every ``--pg-restart-every`` seconds (default 90; 0: once,
 half-way) PostgreSQL itself is stopped, alternately ``fast`` (a clean
 shutdown that ends every session) and ``immediate`` (as a crash), and started
 again ``PG_DOWN_S`` later: submits ride over it (``store_retry``, 10 s by
-default). When the time is up, submitting stops and the backlog drains. It
-prints JSON:
+default). When the time is up, submitting stops and the backlog drains.
+
+``--failover-every S`` replaces the restarts by failovers (issue 35): the
+soak starts a primary and a synchronous streaming standby (bench/soak_failover.py
+on tests/pg.py: ``initdb``, ``pg_basebackup -R``, ``synchronous_standby_names``,
+both on loopback), the dispatching processes use the two-host URL
+``postgresql://...@127.0.0.1:P1,127.0.0.1:P2/soak?target_session_attrs=read-write``,
+and every S seconds the current primary's postmaster is SIGKILLed, the
+standby promoted (``pg_ctl promote``), and the dead primary rebuilt as the
+new standby (its data directory wiped, ``pg_basebackup -R`` from the new
+primary; asynchronous while it copies, synchronous again once it streams) so
+the next failover can come. ``--keep N`` (default 1 in this mode, else 0):
+the first N dispatching processes are never SIGKILLed (their workers are),
+so their RSS at the end compares with their RSS at the start.
+
+It prints JSON:
 
 - ``submitted``: jobs whose ``submit`` returned (acknowledged: committed);
   ``submit_errors``: submits that raised (the store down): not acknowledged;
@@ -28,9 +42,30 @@ prints JSON:
   machine, ``lease_ttl`` 3 s); ``suspects``: the first few, with details;
   ``completed_twice``: jobs whose routine ran to its end more than once (a
   run whose outcome a kill or an outage kept from the store);
+  ``ran_after_its_outcome_committed``: jobs that started again after their
+  final outcome committed (a trigger logs each final outcome in the
+  transaction that commits it), and ``outcome_committed_twice``: both must
+  be 0, failovers included;
 - ``max_past_due_s`` / ``p99_past_due_s``: how long after its due time
   (its submission) a job's routine first started;
-- the chaos done: ``dispatcher_kills``, ``worker_kills``, ``postgres_restarts``.
+- ``max_due_idle_s``: the longest stretch with a job due and no job
+  starting. A job is due from when its ``submit`` returned until its routine
+  first starts; a stretch is a gap between two consecutive starts (of any
+  job, any attempt) during which some job was due, from the later of the
+  gap's start and that job's due time (`soak_failover.due_stretches`). It
+  bounds idle workers from above (with every worker busy a due job waits
+  too), and does not count a submit held up in flight (not yet due).
+  ``max_due_idle_outside_failovers_s`` leaves out stretches overlapping a
+  failover (kill to standby rebuilt); ``due_idle_over_1s`` counts those over
+  1 s; ``longest_due_idle``: the top five (seconds into the soak);
+- the chaos done: ``dispatcher_kills``, ``worker_kills``, ``postgres_restarts``,
+  ``failovers``; per failover: ``failover_s``, from the SIGKILL to the first
+  ``submit`` that returned after it (its commit is on the new primary),
+  ``promote_s`` (SIGKILL to promoted) and ``rebuild_s`` (old primary back as
+  a synchronous standby); ``slow_promotions_log``: the promoted node's log
+  lines when a promotion took over 2 s;
+- ``dispatcher_rss``: per dispatching process alive at the end, its RSS
+  (KiB) once it had run ``RSS_WARMUP_S`` and at the end, and how long it lived.
 
 ``--postgres auto`` (default) starts a throwaway server (tests/pg.py; PostgreSQL must be installed).
 Run it with ``nice``: it is meant to share the machine.
