@@ -326,6 +326,8 @@ def main() -> None:
         url, name, log, rate = args.child
         uvloop.run(dispatcher(url, name, log, float(rate)))
         return
+    if args.failover_every > 0 and args.postgres != "auto":
+        parser.error("--failover-every needs --postgres auto: the soak starts the primary and its standby")
     keep = args.keep if args.keep is not None else int(args.failover_every > 0)
     if args.postgres != "auto":
         result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0,
