@@ -1,7 +1,7 @@
 """Chaos soak for durable jobs across processes: nothing acknowledged is lost.
 
     python -m bench.soak_jobs [--duration 600] [--dispatchers 3] [--rate 10] [--postgres auto|URL] [--seed N]
-                              [--pg-restart-every 90]
+                              [--pg-restart-every 90 | --failover-every S] [--keep N]
 
 Three dispatching processes (each ``WorkerPool(spawn=2, store=PG)``) share
 one PostgreSQL store and submit jobs continuously (``retries=20``; each
@@ -13,8 +13,22 @@ is retried); and every ``--pg-restart-every`` seconds (default 90; 0: once,
 half-way) PostgreSQL itself is stopped, alternately ``fast`` (a clean
 shutdown that ends every session) and ``immediate`` (as a crash), and started
 again ``PG_DOWN_S`` later: submits ride over it (``store_retry``, 10 s by
-default). When the time is up, submitting stops and the backlog drains. It
-prints JSON:
+default). When the time is up, submitting stops and the backlog drains.
+
+``--failover-every S`` replaces the restarts by failovers (issue 35): the
+soak starts a primary and a synchronous streaming standby (bench/soak_failover.py
+on tests/pg.py: ``initdb``, ``pg_basebackup -R``, ``synchronous_standby_names``,
+both on loopback), the dispatching processes use the two-host URL
+``postgresql://...@127.0.0.1:P1,127.0.0.1:P2/soak?target_session_attrs=read-write``,
+and every S seconds the current primary's postmaster is SIGKILLed, the
+standby promoted (``pg_ctl promote``), and the dead primary rebuilt as the
+new standby (its data directory wiped, ``pg_basebackup -R`` from the new
+primary; asynchronous while it copies, synchronous again once it streams) so
+the next failover can come. ``--keep N`` (default 1 in this mode, else 0):
+the first N dispatching processes are never SIGKILLed (their workers are),
+so their RSS at the end compares with their RSS at the start.
+
+It prints JSON:
 
 - ``submitted``: jobs whose ``submit`` returned (acknowledged: committed);
   ``submit_errors``: submits that raised (the store down): not acknowledged;
@@ -28,9 +42,30 @@ prints JSON:
   machine, ``lease_ttl`` 3 s); ``suspects``: the first few, with details;
   ``completed_twice``: jobs whose routine ran to its end more than once (a
   run whose outcome a kill or an outage kept from the store);
+  ``ran_after_its_outcome_committed``: jobs that started again after their
+  final outcome committed (a trigger logs each final outcome in the
+  transaction that commits it), and ``outcome_committed_twice``: both must
+  be 0, failovers included;
 - ``max_past_due_s`` / ``p99_past_due_s``: how long after its due time
   (its submission) a job's routine first started;
-- the chaos done: ``dispatcher_kills``, ``worker_kills``, ``postgres_restarts``.
+- ``max_due_idle_s``: the longest stretch with a job due and no job
+  starting. A job is due from when its ``submit`` returned until its routine
+  first starts; a stretch is a gap between two consecutive starts (of any
+  job, any attempt) during which some job was due, from the later of the
+  gap's start and that job's due time (`soak_failover.due_stretches`). It
+  bounds idle workers from above (with every worker busy a due job waits
+  too), and does not count a submit held up in flight (not yet due).
+  ``max_due_idle_outside_failovers_s`` leaves out stretches overlapping a
+  failover (kill to standby rebuilt); ``due_idle_over_1s`` counts those over
+  1 s; ``longest_due_idle``: the top five (seconds into the soak);
+- the chaos done: ``dispatcher_kills``, ``worker_kills``, ``postgres_restarts``,
+  ``failovers``; per failover: ``failover_s``, from the SIGKILL to the first
+  ``submit`` that returned after it (its commit is on the new primary),
+  ``promote_s`` (SIGKILL to promoted) and ``rebuild_s`` (old primary back as
+  a synchronous standby); ``slow_promotions_log``: the promoted node's log
+  lines when a promotion took over 2 s;
+- ``dispatcher_rss``: per dispatching process alive at the end, its RSS
+  (KiB) once it had run ``RSS_WARMUP_S`` and at the end, and how long it lived.
 
 ``--postgres auto`` (default) starts a throwaway server (tests/pg.py; PostgreSQL must be installed).
 Run it with ``nice``: it is meant to share the machine.
@@ -53,11 +88,14 @@ from typing import Any
 
 import uvloop
 
-LEASE_TTL_S, SPAWN, CAPACITY = 3.0, 2, 8
+from bench import soak_report
+
+LEASE_TTL_S = soak_report.LEASE_TTL_S
+SPAWN, CAPACITY = 2, 8
 CHAOS_EVERY_S = (4.0, 12.0)  # pause between two random kills
 RESTART_AFTER_S = (0.5, 3.0)  # a killed dispatcher comes back after this
 PG_DOWN_S = 3.0
-DRAIN_LIMIT_S = 240.0
+RSS_WARMUP_S = 10.0  # a dispatching process's "start" RSS is taken once it has run this long
 
 
 # -- one dispatching process ------------------------------------------------------------------
@@ -98,7 +136,7 @@ async def dispatcher(url: str, name: str, log: str, rate: float) -> None:
             except pool.PoolError as exc:
                 print("NACK", job_id, type(exc).__name__, flush=True)
             else:
-                print("ACK", job_id, flush=True)
+                print("ACK", job_id, f"{time.time():.6f}", flush=True)
             if p.pids != last_pids:
                 last_pids = list(p.pids)
                 print("WORKERS", *last_pids, flush=True)
@@ -123,9 +161,12 @@ class Dispatcher:
         self.process: asyncio.subprocess.Process | None = None
         self.workers: list[int] = []
         self.reader: asyncio.Future[Any] | None = None
+        self.started_at = 0.0
+        self.rss_first: tuple[float, int] | None = None  # (when, KiB): the current process, once warmed up
 
-    async def start(self, acked: set[str], nacked: list[str], requeued: list[float]) -> None:
+    async def start(self, acked: dict[str, float], nacked: list[str], requeued: list[float]) -> None:
         self.generation += 1
+        self.rss_first = None
         name = f"d{self.index}g{self.generation}"
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -140,6 +181,7 @@ class Dispatcher:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
+        self.started_at = time.monotonic()
         self.reader = asyncio.ensure_future(
             asyncio.gather(self._read(self.process, acked, nacked), self._read_log(self.process, requeued))
         )
@@ -153,12 +195,12 @@ class Dispatcher:
                 requeued.append(time.time())
             sys.stderr.write(line.decode(errors="replace"))
 
-    async def _read(self, process: asyncio.subprocess.Process, acked: set[str], nacked: list[str]) -> None:
+    async def _read(self, process: asyncio.subprocess.Process, acked: dict[str, float], nacked: list[str]) -> None:
         assert process.stdout is not None
         while line := await process.stdout.readline():
             kind, *rest = line.decode().split()
             if kind == "ACK":
-                acked.add(rest[0])
+                acked[rest[0]] = float(rest[1])  # when its submit returned
             elif kind == "NACK":
                 nacked.append(rest[0])
             elif kind == "WORKERS":
@@ -189,29 +231,55 @@ def restart_times(duration: float, every: float) -> list[float]:
 
 
 async def soak(
-    url: str, server: Any, duration: float, count: int, rate: float, seed: int, restart_every: float = 90.0
+    url: str,
+    server: Any,
+    duration: float,
+    count: int,
+    rate: float,
+    seed: int,
+    restart_every: float = 90.0,
+    pair: Any = None,
+    failover_every: float = 0.0,
+    keep: int = 0,
 ) -> dict[str, Any]:
+    """Run the chaos; `server` (a `tests.pg.Server`) is restarted, or `pair` (a `soak_failover.Pair`) failed over."""
+    from bench.soak_failover import install_outcome_log, rss_kib
+
     rng = random.Random(seed)
-    acked: set[str] = set()
+    acked: dict[str, float] = {}  # job id -> when its submit returned (wall clock)
     nacked: list[str] = []
     chaos: dict[str, int] = defaultdict(int)
     events: list[tuple[float, float]] = []  # (from, to) wall-clock seconds of each kill or outage
     requeued: list[float] = []  # when a process re-queued the running jobs of one whose lease expired
+    failovers: list[dict[str, Any]] = []
+    rss: list[dict[str, Any]] = []
+    await install_outcome_log(url)
     with tempfile.TemporaryDirectory(prefix="leakypool-soak-") as scratch:
         log = os.path.join(scratch, "runs.log")
         dispatchers = [Dispatcher(i, url, log, rate) for i in range(count)]
         try:
             for d in dispatchers:
                 await d.start(acked, nacked, requeued)
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
             restarts = [] if server is None else restart_times(duration, restart_every)
+            if pair is not None:
+                restarts = restart_times(duration, failover_every)
             while (elapsed := time.monotonic() - t0) < duration:
+                for d in dispatchers:  # each process's RSS once it has warmed up
+                    if d.rss_first is None and d.process and time.monotonic() - d.started_at >= RSS_WARMUP_S:
+                        d.rss_first = (time.monotonic(), rss_kib(d.process.pid) or 0)
                 pause = rng.uniform(*CHAOS_EVERY_S)
                 if restarts:
                     pause = min(pause, max(0.0, restarts[0] - elapsed))  # a restart comes on time
                 await asyncio.sleep(min(pause, max(0.1, duration - elapsed)))
                 if time.monotonic() - t0 >= duration:
                     break
+                if restarts and time.monotonic() - t0 >= restarts[0] and pair is not None:
+                    restarts.pop(0)
+                    failovers.append(await asyncio.to_thread(pair.failover))
+                    events.append((failovers[-1]["killed"], failovers[-1]["rebuilt"]))
+                    chaos["failovers"] += 1
+                    continue
                 if restarts and time.monotonic() - t0 >= restarts[0]:
                     restarts.pop(0)
                     mode = ("fast", "immediate")[chaos["postgres_restarts"] % 2]
@@ -223,12 +291,12 @@ async def soak(
                     chaos["postgres_restarts"] += 1
                     continue
                 victim = rng.choice(dispatchers)
-                if rng.random() < 0.5 and victim.workers:
+                if (rng.random() < 0.5 or victim.index < keep) and victim.workers:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(rng.choice(victim.workers), signal.SIGKILL)
                         chaos["worker_kills"] += 1
                         events.append((time.time(), time.time()))
-                else:
+                elif victim.index >= keep:
                     events.append((time.time(), time.time()))
                     victim.kill()
                     await victim.reap()
@@ -236,8 +304,21 @@ async def soak(
                     await asyncio.sleep(rng.uniform(*RESTART_AFTER_S))
                     await victim.start(acked, nacked, requeued)
             for d in dispatchers:
+                assert d.process is not None
+                first = d.rss_first or (time.monotonic(), None)
+                rss.append(
+                    {
+                        "dispatcher": d.index,
+                        "kept": d.index < keep,
+                        "pid": d.process.pid,
+                        "lived_s": round(time.monotonic() - d.started_at),
+                        "rss_kib_warm": first[1],
+                        "warm_at_s": round(first[0] - d.started_at),
+                        "rss_kib_end": rss_kib(d.process.pid),
+                    }
+                )
                 await d.tell("STOP")
-            drained_in = await drain(url, acked)
+            drained_in = await soak_report.drain(url, acked)
             for d in dispatchers:
                 await d.tell("EXIT")
             async with asyncio.timeout(60):
@@ -248,102 +329,18 @@ async def soak(
                 d.kill()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(d.reap(), 30)
-        return await report(url, log, acked, nacked, dict(chaos), events, requeued, drained_in, duration)
-
-
-async def drain(url: str, acked: set[str]) -> float | None:
-    """Wait until every acknowledged job is final; seconds it took (None: not within `DRAIN_LIMIT_S`)."""
-    import asyncpg
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < DRAIN_LIMIT_S:
-        with contextlib.suppress(OSError, asyncpg.PostgresError):
-            db = await asyncpg.connect(url)
-            try:
-                open_ids = {
-                    r["id"]
-                    for r in await db.fetch("SELECT id FROM leakypool_jobs WHERE state IN ('pending', 'running')")
-                }
-            finally:
-                await db.close()
-            if not open_ids & acked:
-                return round(time.monotonic() - t0, 1)
-        await asyncio.sleep(1.0)
-    return None
-
-
-async def report(
-    url: str,
-    log: str,
-    acked: set[str],
-    nacked: list[str],
-    chaos: dict[str, int],
-    events: list[tuple[float, float]],
-    requeued: list[float],
-    drained_in: float | None,
-    duration: float,
-) -> dict[str, Any]:
-    import asyncpg
-
-    db = await asyncpg.connect(url)
-    try:
-        rows = {r["id"]: r for r in await db.fetch("SELECT id, state, attempts, created_at FROM leakypool_jobs")}
-    finally:
-        await db.close()
-    starts: dict[str, list[float]] = defaultdict(list)
-    pids: dict[str, list[str]] = defaultdict(list)
-    ends: dict[str, int] = defaultdict(int)
-    with contextlib.suppress(FileNotFoundError), open(log) as f:
-        for line in f:
-            kind, job_id, at, pid = line.split()
-            if kind == "S":
-                starts[job_id].append(float(at))
-                pids[job_id].append(pid)
-            else:
-                ends[job_id] += 1
-    states: dict[str, int] = defaultdict(int)
-    for job_id in acked:
-        states[rows[job_id]["state"] if job_id in rows else "missing"] += 1
-    twice = [j for j in acked if len(starts.get(j, ())) > 1]
-    unexplained = [j for j in twice if not chaos_between(events, min(starts[j]), max(starts[j]))]
-    after_expiry = [j for j in unexplained if any(min(starts[j]) <= t <= max(starts[j]) for t in requeued)]
-    past_due = sorted(min(starts[j]) - rows[j]["created_at"] for j in acked if j in rows and starts.get(j))
-    return {
-        "duration_s": duration,
-        "submitted": len(acked),
-        "submit_errors": len(nacked),
-        "unacknowledged_in_store": len(set(rows) - acked),
-        "succeeded": states["succeeded"],
-        "failed": states["failed"],
-        "lost": len(acked) - states["succeeded"] - states["failed"],
-        "run_twice": sum(1 for j in acked if len(starts.get(j, ())) > 1),
-        "completed_twice": sum(1 for j in acked if ends.get(j, 0) > 1),
-        "run_twice_without_chaos": len(unexplained),
-        "run_twice_after_a_lease_expired_unkilled": len(after_expiry),
-        "suspects": [suspect(j, starts[j], pids[j], requeued) for j in unexplained[:5]],
-        "lease_requeues": len(requeued),
-        "max_past_due_s": round(past_due[-1], 3) if past_due else None,
-        "p99_past_due_s": round(past_due[int(0.99 * (len(past_due) - 1))], 3) if past_due else None,
-        "drained_in_s": drained_in,
-        **{k: chaos.get(k, 0) for k in ("dispatcher_kills", "worker_kills", "postgres_restarts")},
-        "cpu_s": round(sum(os.times()[:4]), 1),
-    }
-
-
-def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[float]) -> dict[str, Any]:
-    """A job run twice with no kill or outage near: its starts and the lease re-queues around them."""
-    first = min(starts)
-    return {
-        "job": job_id,
-        "pids": pids,
-        "starts_s": [round(t - first, 3) for t in starts],
-        "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10],
-    }
-
-
-def chaos_between(events: list[tuple[float, float]], first: float, last: float) -> bool:
-    """Whether a kill or an outage happened while a job's first attempt could still have been running."""
-    return any(start <= last and end >= first - LEASE_TTL_S for start, end in events)
+        return await soak_report.report(
+            url,
+            log,
+            acked,
+            nacked,
+            dict(chaos),
+            events,
+            requeued,
+            drained_in,
+            duration,
+            {"failovers": failovers, "rss": rss, "t0": t0_wall},
+        )
 
 
 def main() -> None:
@@ -359,14 +356,48 @@ def main() -> None:
         default=90.0,
         help="seconds between PostgreSQL restarts, alternately fast and immediate (0: once, half-way)",
     )
+    parser.add_argument(
+        "--failover-every",
+        type=float,
+        default=0.0,
+        help="seconds between failovers of a primary + synchronous standby (replaces restarts; 0: off)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=int,
+        default=None,
+        help="dispatching processes never SIGKILLed (default 1 with --failover-every, else 0)",
+    )
     parser.add_argument("--child", nargs=4, metavar=("URL", "NAME", "LOG", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         url, name, log, rate = args.child
         uvloop.run(dispatcher(url, name, log, float(rate)))
         return
+    if args.failover_every > 0 and args.postgres != "auto":
+        parser.error("--failover-every needs --postgres auto: the soak starts the primary and its standby")
+    keep = args.keep if args.keep is not None else int(args.failover_every > 0)
     if args.postgres != "auto":
-        result = uvloop.run(soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0))
+        result = uvloop.run(
+            soak(args.postgres, None, args.duration, args.dispatchers, args.rate, args.seed, 0, keep=keep)
+        )
+    elif args.failover_every > 0:
+        from bench.soak_failover import pair
+
+        with pair("soak") as cluster:
+            result = uvloop.run(
+                soak(
+                    cluster.url(),
+                    None,
+                    args.duration,
+                    args.dispatchers,
+                    args.rate,
+                    args.seed,
+                    pair=cluster,
+                    failover_every=args.failover_every,
+                    keep=keep,
+                )
+            )
     else:
         from tests import pg
 
@@ -381,6 +412,7 @@ def main() -> None:
                     args.rate,
                     args.seed,
                     args.pg_restart_every,
+                    keep=keep,
                 )
             )
     print(json.dumps(result, indent=2))
