@@ -297,8 +297,9 @@ class WorkerService:
             # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
             # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
             # first step that computes. Behind other calls (a routine hogging the CPU, say)
-            # it leaves at once: holding it would make the dispatcher wait.
-            hold = alone and session.holds_accepts and not hosted.task.generator
+            # it leaves at once: holding it would make the dispatcher wait. A plain call's leaves at
+            # once too: calls queued for a worker are placed one by one, each awaiting its Accept.
+            hold = alone and session.holds_accepts and not (hosted.task.generator or plain)
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self.runner.start(hosted)
             return
