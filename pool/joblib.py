@@ -70,11 +70,44 @@ def _reusable(n_jobs: int) -> Executor:
         if _shared is not None and _shared_size == n_jobs:
             return _shared
         # No grace at shutdown: what still runs then was given up (joblib aborted it), as loky kills its workers.
-        old, _shared, _shared_size = _shared, Executor(max_workers=n_jobs, shutdown_grace=0.0), n_jobs
+        threads = max((os.cpu_count() or 1) // n_jobs, 1)  # as loky does: n_jobs workers share the CPUs
+        executor = Executor(max_workers=n_jobs, shutdown_grace=0.0, initializer=_limit_threads, initargs=(threads,))
+        old, _shared, _shared_size = _shared, executor, n_jobs
         current = _shared
     if old is not None:
         old.shutdown(wait=False, cancel_futures=True)
     return current
+
+
+THREAD_VARIABLES: Final[tuple[str, ...]] = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+"""The thread pools of native libraries a worker of the reusable executor caps (joblib's list)."""
+
+_limits: Any = None  # the worker's threadpoolctl limits, kept for its life
+
+
+def _limit_threads(threads: int) -> None:
+    """In each worker of the reusable executor: cap native thread pools at ``threads`` (no oversubscription).
+
+    The variables cover libraries loaded later; threadpoolctl (scikit-learn's
+    dependency) caps those loaded already (a worker forked from a process
+    that imported numpy).
+    """
+    global _limits
+    for variable in THREAD_VARIABLES:
+        os.environ.setdefault(variable, str(threads))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    _limits = threadpool_limits(threads)
 
 
 def _discard(executor: Executor) -> None:
