@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._call_options import CallOptions
 from ._config import PoolConfig
 from ._dispatch._path import CallPath
 from ._errors import ConfigError, PoolClosed
-from ._routine import CallOptions, Routine
+from ._routine import Routine
 from ._transport._task import Task
 
 if TYPE_CHECKING:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -43,7 +42,6 @@ from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Read, Session, Write
 from .._transport._task import Task
-from .._version import __version__
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
@@ -54,6 +52,7 @@ from ._plain import PlainSlot, timed_out
 from ._recycle import report_retiring
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
+from ._state import worker_state
 from ._threads import Hop, LoopThread
 from ._upstream import bridge, in_task
 
@@ -231,23 +230,7 @@ class WorkerService:
 
     def state(self) -> pb.WorkerState:
         """This worker's load and lifecycle, as the State RPC reports it."""
-        now = time.monotonic()
-        admission = self.admission
-        return pb.WorkerState(
-            uid=self.uid,
-            pid=os.getpid(),
-            in_flight=admission.in_flight,
-            waiting=admission.parked,
-            idle_seconds=(now - self.lifecycle.idle_since) if admission.in_flight == 0 else 0.0,
-            capacity=self.capacity,
-            accepting=admission.accepting,
-            uptime_seconds=now - self.lifecycle.started,
-            version=__version__,
-            memory_bytes=self.signals.memory_bytes or 0,
-            memory_fraction=self.signals.memory_fraction or 0.0,
-            loop_lag_seconds=self.signals.loop_lag_s,
-            latency_p99_seconds=self.signals.p99(),
-        )
+        return worker_state(self.uid, self.capacity, self.admission, self.lifecycle, self.signals)
 
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
