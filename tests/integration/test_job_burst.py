@@ -14,10 +14,18 @@ import pytest
 import pool
 from bench import routines
 from bench.bench_job_burst import burst_trial
+from pool._config import PoolConfig
 
 pytestmark = pytest.mark.integration
 
 TRIALS = 5
+
+TICK_S = PoolConfig().lease_ttl / 3
+"""The scheduler's backstop tick with the default lease: a lost wake-up stalls a burst about this long."""
+
+STALL_BOUND_S = TICK_S / 2
+"""Tied to the mechanism, not to this machine's speed: half a tick tells a lost wake-up from a busy machine
+(a loaded 2-core machine showed stalls of 0.3-0.65 s; a lost wake-up shows ~3.3 s)."""
 
 
 async def bursts(url: str) -> list[dict[str, float]]:
@@ -30,4 +38,4 @@ async def bursts(url: str) -> list[dict[str, float]]:
 async def test_a_burst_should_never_stall_with_jobs_pending_and_workers_free(store, request, tmp_path):
     url = request.getfixturevalue("postgres_url") if store == "postgresql" else f"sqlite:///{tmp_path}/jobs.db"
     results = await bursts(url)
-    assert all(r["longest_stall_s"] < 0.5 for r in results), results
+    assert all(r["longest_stall_s"] < STALL_BOUND_S for r in results), results
