@@ -198,7 +198,9 @@ class Dispatcher:
     async def _read(self, process: asyncio.subprocess.Process, acked: dict[str, float], nacked: list[str]) -> None:
         assert process.stdout is not None
         while line := await process.stdout.readline():
-            kind, *rest = line.decode().split()
+            if not line.endswith(b"\n"):
+                break  # the process was killed mid-line: the rest never came (its submit was not acknowledged)
+            kind, *rest = line.decode().split() or [""]
             if kind == "ACK":
                 acked[rest[0]] = float(rest[1])  # when its submit returned
             elif kind == "NACK":
