@@ -14,8 +14,9 @@ its own: the worker's loop stays free to accept, reject and answer State
 (Python hands the GIL over every switch interval) and a cancelled caller
 only drops the result. A call with a timeout gets a hard limit instead:
 past its deadline the worker reports `TimeoutError` for it and exits, so a
-stuck function never holds a slot (`WorkerService.overdue`). The thread is
-a daemon so that such an exit is not held up by the function still running.
+stuck function never holds a slot (`WorkerService._overdue`; a worker too
+stuck to run its own deadline is killed by its pool). The thread is a
+daemon so that such an exit is not held up by the function still running.
 """
 
 from __future__ import annotations
