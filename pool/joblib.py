@@ -69,8 +69,8 @@ def _reusable(n_jobs: int) -> Executor:
     with _lock:
         if _shared is not None and _shared_size == n_jobs:
             return _shared
-        # No grace at shutdown: what still runs then was given up (joblib aborted it), as loky kills its workers.
         threads = max((os.cpu_count() or 1) // n_jobs, 1)  # as loky does: n_jobs workers share the CPUs
+        # No grace at shutdown: what still runs then was given up (joblib aborted it), as loky kills its workers.
         executor = Executor(max_workers=n_jobs, shutdown_grace=0.0, initializer=_limit_threads, initargs=(threads,))
         old, _shared, _shared_size = _shared, executor, n_jobs
         current = _shared
