@@ -19,7 +19,7 @@ import builtins
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
@@ -69,6 +69,14 @@ class NewJob:
     def due(self) -> float:
         """When the job is due (its ``next_at``, or at once)."""
         return self.created_at if self.next_at is None else self.next_at
+
+    def values(self, owner: str) -> tuple[Any, ...]:
+        """The INSERT's arguments for this job, in the column order both stores' INSERT names them."""
+        return (
+            self.id, self.routine, self.max_attempts, self.created_at, self.deadline, self.due, self.payload,
+            self.queue, self.key, self.workflow, owner, self.concurrency, self.total, self.priority, self.rate,
+            self.rate_per,
+        )  # fmt: skip
 
 
 LEASE_ORDER: Final[str] = "priority DESC, next_at, created_at, id"

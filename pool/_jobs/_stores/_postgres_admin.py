@@ -46,28 +46,6 @@ async def purge(pool: Any, finished_before: float, limit: int) -> int:
     return int(status.split()[-1])
 
 
-def insert_values(job: NewJob, owner: str) -> tuple[Any, ...]:
-    """`sql.INSERT`'s arguments for ``job``."""
-    return (
-        job.id,
-        job.routine,
-        job.max_attempts,
-        job.created_at,
-        job.deadline,
-        job.due,
-        job.payload,
-        job.queue,
-        job.key,
-        job.workflow,
-        owner,
-        job.concurrency,
-        job.total,
-        job.priority,
-        job.rate,
-        job.rate_per,
-    )
-
-
 COMMITTED: Final[str] = "-"
 """The sender of a notice sent inside a caller's transaction: every process hears it, the submitting one too
 (its own wake-up came before the commit, when the job could not be seen yet)."""
@@ -94,7 +72,7 @@ async def submit_one(pool: Any, job: NewJob, max_active: int | None, owner: str)
                 )
         if row is not None:
             await db.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)
-        return await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *insert_values(job, owner)), True
+        return await db.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *job.values(owner)), True
 
 
 async def submit_in(connection: Any, job: NewJob) -> tuple[Any, bool]:
@@ -113,14 +91,14 @@ async def submit_in(connection: Any, job: NewJob) -> tuple[Any, bool]:
             "got one outside any transaction"
         )
     row = await connection.fetchrow(
-        sql.INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + sql.COLUMNS, *insert_values(job, "")
+        sql.INSERT + " ON CONFLICT (id) DO NOTHING RETURNING " + sql.COLUMNS, *job.values("")
     )
     if row is None:
         existing = await connection.fetchrow(f"SELECT {sql.COLUMNS} FROM leakypool_jobs WHERE id = $1", job.id)
         if existing is not None and existing[2] in ("pending", "running"):
             return existing, False
         await connection.execute("DELETE FROM leakypool_jobs WHERE id = $1", job.id)  # a final job: replaced
-        row = await connection.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *insert_values(job, ""))
+        row = await connection.fetchrow(sql.INSERT + " RETURNING " + sql.COLUMNS, *job.values(""))
     await connection.execute(sql.NOTIFY, sql.CHANNEL, f"{COMMITTED} due")
     return row, True
 
@@ -140,7 +118,7 @@ async def schedule_slot(pool: Any, name: str, slot: float, job: NewJob | None) -
         inserted = False
         if claim:
             assert job is not None  # noqa: S101 - an invariant, stated for the type checker
-            status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *insert_values(job, ""))
+            status = await db.execute(sql.INSERT + " ON CONFLICT (id) DO NOTHING", *job.values(""))
             inserted = status.endswith(" 1")
     return previous, inserted
 

@@ -156,7 +156,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     # -- writes ----------------------------------------------------------------------
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        values = _values(job, owner)
+        values = job.values(owner)
 
         def op(db: sqlite3.Connection) -> tuple[JobRecord, bool]:
             if max_active is None:  # the common case: one statement when the id is new
@@ -350,7 +350,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
                     (name, slot, slot),
                 )
             if job is not None and (previous is None or previous < slot):
-                db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING", _values(job, ""))
+                db.execute(_INSERT + " ON CONFLICT (id) DO NOTHING", job.values(""))
             return previous
 
         return await self._run(op, write=True)
@@ -392,25 +392,3 @@ _REQUEUE: Final[str] = (
     "max_attempts = max(max_attempts, attempts + 1), finished_at = NULL, outcome = NULL, cancel_requested = 0 "
     "WHERE id = ? AND state IN ('failed', 'cancelled')"
 )
-
-
-def _values(job: NewJob, owner: str) -> tuple[Any, ...]:
-    """`_INSERT`'s arguments for ``job``."""
-    return (
-        job.id,
-        job.routine,
-        job.max_attempts,
-        job.created_at,
-        job.deadline,
-        job.due,
-        job.payload,
-        job.queue,
-        job.key,
-        job.workflow,
-        owner,
-        job.concurrency,
-        job.total,
-        job.priority,
-        job.rate,
-        job.rate_per,
-    )
