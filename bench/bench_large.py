@@ -12,6 +12,13 @@ an echo). Prints one JSON object::
 
     python -m bench.bench_large            # every size
     python -m bench.bench_large --quick    # without 1 GiB
+    python -m bench.bench_large --grpc     # echo over gRPC (workers on loopback TCP) beside a bare grpc.aio echo
+
+With ``--grpc`` the pool's workers are on TCP (``local_transport="tcp"``,
+what a LAN worker sees: no side connection, so the buffers cross the stream
+in chunks, `pool._transport._chunks`), and the peer is a bare grpc.aio
+bidirectional stream echoing one message of the same number of bytes from a
+server in a subprocess (no pickling): what gRPC itself costs.
 """
 
 from __future__ import annotations
@@ -163,13 +170,81 @@ def ppe_runner(ex: concurrent.futures.ProcessPoolExecutor) -> Callable[..., Call
     return runner
 
 
-async def main(quick: bool) -> dict[str, Any]:
+def _grpc_echo_server(port_queue: Any) -> None:
+    """A bare grpc.aio server (in a subprocess) whose one stream method echoes every message."""
+    import grpc
+
+    async def serve() -> None:
+        async def stream(requests: Any, context: Any) -> Any:
+            async for request in requests:
+                yield request
+
+        handler = grpc.method_handlers_generic_handler(
+            "bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(stream, _same, _same)}
+        )
+        server = grpc.aio.server(options=_GRPC_OPTIONS)
+        server.add_generic_rpc_handlers((handler,))
+        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+_GRPC_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+async def grpc_rows(cases: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """Echo over gRPC: the pool with its workers on loopback TCP, and a bare grpc.aio echo of as many bytes."""
+    import multiprocessing
+
+    import grpc
+
+    rows = []
+    async with pool.WorkerPool(spawn=2, local_transport="tcp") as p:
+        pids = list(p.pids)
+        for kind, size in cases:
+            rows.append(await run_case("leakypool-grpc", kind, "echo", size, leaky_runner, pids))
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    server = context.Process(target=_grpc_echo_server, args=(ports,), daemon=True)
+    server.start()
+    assert server.pid is not None
+    try:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{ports.get(timeout=60)}", options=_GRPC_OPTIONS)
+        stream = channel.stream_stream("/bench.Echo/Stream", _same, _same)()
+
+        def bare(call_kind: str, kind: str, size: int, value: Any) -> Callable[[], Any]:
+            data = bytes(memoryview(value).cast("B"))
+
+            async def once() -> None:
+                await stream.write(data)
+                await stream.read()
+
+            return once
+
+        for kind, size in cases:
+            rows.append(await run_case("bare grpc.aio", kind, "echo", size, bare, [server.pid]))
+        await channel.close()
+    finally:
+        server.kill()
+        server.join()
+    return rows
+
+
+async def main(quick: bool, over_grpc: bool = False) -> dict[str, Any]:
     cases = [("array", s) for s in ARRAY_SIZES if not (quick and s > 128 * MIB)] + [("bytes", BYTES_SIZE)]
     rows: list[dict[str, Any]] = []
     floors = {
         s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
         for s in sorted({s for _, s in cases})
     }
+    if over_grpc:
+        return {"workload": "s over gRPC", "floor": _floors(floors), "rows": await grpc_rows(cases)}
     async with pool.WorkerPool(spawn=2) as p:
         pids = list(p.pids)
         for kind, size in cases:
@@ -182,11 +257,16 @@ async def main(quick: bool) -> dict[str, Any]:
         for kind, size in cases:
             for call_kind in KINDS:
                 rows.append(await run_case("ProcessPoolExecutor", kind, call_kind, size, runner, pids))
-    return {"workload": "s", "floor": {str(s // MIB): f for s, f in floors.items()}, "rows": rows}
+    return {"workload": "s", "floor": _floors(floors), "rows": rows}
+
+
+def _floors(floors: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {str(s // MIB): f for s, f in floors.items()}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip 1 GiB")
+    parser.add_argument("--grpc", action="store_true", help="echo over gRPC beside a bare grpc.aio echo")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.quick)), indent=1))
+    print(json.dumps(asyncio.run(main(args.quick, args.grpc)), indent=1))

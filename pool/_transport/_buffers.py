@@ -43,7 +43,7 @@ import weakref
 from typing import Final
 
 from . import _side
-from ._side import SideChannel, _let_go, take
+from ._side import _let_go, take
 
 MARK: Final[int] = 0
 """First byte of a payload whose buffers are out of band (a pickle starts with 0x80)."""
@@ -159,7 +159,8 @@ def idle_bytes() -> int:
         return sum(region.size for region in _free)
 
 
-def _released(token: int) -> None:
+def returned(token: int) -> None:
+    """One holder of this process's region ``token`` let go of it (a peer's mapping, a spill, an assembly)."""
     region = _lent.get(token)
     if region is not None:
         region.lent -= 1
@@ -182,6 +183,19 @@ def pack(pickled: bytes, buffers: list[memoryview]) -> Payload:
     payload = Payload(b"".join((_HEADER.pack(MARK, region.token, region.size, len(buffers)), *spans, pickled)))
     payload.region = region
     return payload
+
+
+def receiving(size: int) -> Region:
+    """A region of this arena for a value a peer sends in chunks (`_chunks`), held until `returned`."""
+    region = _acquire(_size_class(size))
+    region.owned, region.lent = False, 1
+    return region
+
+
+def spans(data: bytes) -> list[tuple[int, int]]:
+    """Where payload ``data``'s buffers lie in its region: (offset, length) each."""
+    count = _HEADER.unpack_from(data)[3]
+    return [_SPAN.unpack_from(data, _HEADER.size + i * _SPAN.size) for i in range(count)]
 
 
 def size(data: bytes) -> int:
@@ -226,8 +240,8 @@ def unpack(data: bytes) -> tuple[memoryview, list[memoryview]]:
     return memoryview(data)[at:], [whole[offset : offset + n] for offset, n in spans]
 
 
-def _release(side: SideChannel | None, token: int) -> None:
-    _released(token) if side is None else side.release(token)
+def _release(side: _side.Holder | None, token: int) -> None:
+    returned(token) if side is None else side.release(token)
 
 
 def _size_class(n: int) -> int:
@@ -250,4 +264,4 @@ def forget(data: bytes) -> None:
         _let_go(*take(token := _HEADER.unpack_from(data)[1]), token)
 
 
-_side.on_release = _released
+_side.on_release = returned

@@ -11,8 +11,8 @@ socket) wakes the writer task.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Final, Protocol
 
 from ._proto import leakypool_pb2 as pb
 
@@ -22,6 +22,18 @@ SLOW_WRITE_S: Final[float] = 0.01
 Write = Callable[[pb.Frames], Awaitable[None]]
 WriteNow = Callable[[pb.Frames], bool]
 """Sends one message at once, or returns False if it cannot without waiting."""
+
+
+class Spill(Protocol):
+    """Messages that must leave before the batch being built (`_chunks.Spill`: a large value's chunks)."""
+
+    def frames(self) -> Iterator[pb.Frames]:
+        """The messages, made one at a time as they are sent."""
+        ...
+
+    def close(self) -> None:
+        """Sent, or the stream is gone: let go of what they were made from."""
+        ...
 
 
 class Outbox:
@@ -37,6 +49,7 @@ class Outbox:
         "_closing",
         "_flush_soon",
         "_ready",
+        "_spills",
         "_taken",
         "_write_now",
         "writing",
@@ -46,6 +59,7 @@ class Outbox:
 
     def __init__(self) -> None:
         self._batch = pb.Frames()
+        self._spills: list[Spill] = []  # sent, in order, before the batch being built
         self._ready = asyncio.Event()  # wakes the writer task
         self._closing = False
         self._write_now: WriteNow | None = None
@@ -76,6 +90,16 @@ class Outbox:
     def queued(self) -> list[pb.Frame]:
         """The frames of the batch being built (not yet handed to the transport)."""
         return list(self._batch.frames)
+
+    def spill(self, spill: Spill) -> None:
+        """Send ``spill``'s messages before the batch being built (the frame they belong to is in it).
+
+        Only for a transport the writer task awaits (gRPC: `pump` has no
+        ``write_now``), so no batch leaves ahead of them. The outbox closes
+        the spill once its messages are sent, or the stream is gone.
+        """
+        self._spills.append(spill)
+        self._ready.set()
 
     def hold(self, call_id: int, at_most_s: float) -> pb.Frame:
         """A frame that waits for company: it leaves with the next frame sent, or after ``at_most_s``.
@@ -156,7 +180,16 @@ class Outbox:
             while True:
                 await self._ready.wait()
                 batch, self._batch = self._batch, pb.Frames()
+                spills, self._spills = self._spills, []
                 self._ready.clear()
+                try:
+                    for spill in spills:
+                        for message in spill.frames():
+                            await self._write(write, message)
+                        spill.close()
+                finally:
+                    for spill in spills:
+                        spill.close()  # the stream failed mid-way: the rest will never leave
                 if batch.frames:
                     self._taken += 1
                     number = self._taken
@@ -167,6 +200,9 @@ class Outbox:
         finally:
             self._write_now = None
             self.writing = False
+            spills, self._spills = self._spills, []
+            for spill in spills:
+                spill.close()
             if self._backstop is not None:
                 self._backstop.cancel()
                 self._backstop = None

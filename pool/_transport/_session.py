@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from . import _buffers, _side, _wire
+from ._chunks import Assembly, Spill
 from ._outbox import Outbox, Write, WriteNow
 from ._outgoing import OutgoingCall, is_final
 from ._proto import leakypool_pb2 as pb
@@ -78,6 +79,8 @@ class Session:
         self._transport_busy_at: Callable[[], float] | None = None  # the transport's own view (`run`'s ``busy_at``)
         self._side: Callable[[], _side.SideChannel | None] | None = None  # where large buffers cross (`carry`)
         self._running = False  # `run` has started: the side connection is known
+        self._chunks = False  # large buffers cross in chunks on the stream (no side connection: gRPC)
+        self._assembly = Assembly()  # what the peer is sending in chunks
 
     @property
     def written(self) -> int:
@@ -114,16 +117,22 @@ class Session:
 
         A value whose large buffers are out of band (`_buffers`) sends its
         region's descriptor over the side connection now, before the frame
-        naming it leaves; a stream without one (gRPC) gets the value inlined.
-        Anything else passes as it is (one byte looked at).
+        naming it leaves; on a gRPC stream (no side connection) the region
+        goes in chunks ahead of that frame (`_chunks`). A payload received
+        here and passed on (nested calls), or one for a unix stream whose side
+        connection is gone, is put back in band. Anything else passes as it
+        is (one byte looked at).
         """
         if not value or value[0] != _buffers.MARK or not self._running:
             return value  # not a payload; or the stream is not up yet: `run` settles it (`_carry_queued`)
-        side = None if self._side is None else self._side()
         region = _buffers.region_of(value)
+        if region is not None and self._chunks and self.failure is None:
+            self._outbox.spill(Spill(value, region))
+            return value
+        side = None if self._side is None else self._side()
         if side is not None and region is not None and side.lend(region):
             return value
-        return _wire.inline(value)  # no side connection, or a payload received here and passed on (nested calls)
+        return _wire.inline(value)
 
     def _carry_queued(self) -> None:
         """Carry the payloads of the calls opened before the stream was up (its side connection unknown then)."""
@@ -234,7 +243,9 @@ class Session:
         """Route every frame of one received message."""
         for frame in message.frames:
             if frame.id == 0:
-                if self._on_room is not None and frame.HasField("room"):
+                if frame.HasField("chunk"):
+                    self._assembly.add(frame.chunk)
+                elif self._on_room is not None and frame.HasField("room"):
                     self._on_room(frame.room)
             elif frame.id & 1 == self._mine:
                 outgoing = self._outgoing.get(frame.id)
@@ -260,6 +271,7 @@ class Session:
         if self.failure is not None:
             return
         self.failure = exc
+        self._assembly.close()
         outgoing, self._outgoing = self._outgoing, {}
         for call in outgoing.values():
             call.deliver(exc)
@@ -303,6 +315,9 @@ class Session:
         self.holds_accepts = write_now is not None
         self._transport_busy_at = busy_at
         self._side = side
+        self._chunks = write_now is None and side is None
+        if self._chunks:
+            _side.expect()  # large values go out of band from now on: in chunks on this stream
         self._running = True
         self._carry_queued()
         writer = asyncio.ensure_future(self._outbox.pump(write, write_now))

@@ -37,6 +37,12 @@ class Lendable(Protocol):
     lent: int
 
 
+class Holder(Protocol):
+    """Where a received region came from, told when it is let go (a `SideChannel`, or `_chunks`' own arena)."""
+
+    def release(self, token: int) -> None: ...
+
+
 def _nobody(token: int) -> None:
     pass
 
@@ -116,7 +122,7 @@ class SideChannel:
                 if token is None:
                     os.close(fd)
                 else:
-                    _keep(token, fd, self)
+                    keep(token, fd, self)
 
     def close(self) -> None:
         """Close the connection: what it lent counts as released (the peer is gone, or being replaced)."""
@@ -138,19 +144,20 @@ class SideChannel:
                 on_release(token)
 
 
-_inbox: collections.OrderedDict[int, tuple[int, SideChannel]] = collections.OrderedDict()  # token -> (fd, from)
+_inbox: collections.OrderedDict[int, tuple[int, Holder]] = collections.OrderedDict()  # token -> (fd, from)
 _channels: dict[object, SideChannel] = {}  # by peer (a worker's pid as its dispatcher sees it, or a dispatcher's)
 
 
 def expect() -> None:
-    """This process reaches workers over unix sockets: large buffers go out of band from now on (see `wanted`)."""
+    """This process has a peer that takes large buffers out of band (a unix socket's side connection, or a gRPC
+    stream's chunks): they go out of band from now on (see `wanted`)."""
     global _expected
     _expected = True
 
 
 def wanted() -> bool:
-    """Whether payloads made now may go out of band: a process with no unix-socket peer (a LAN worker, a pool
-    of gRPC workers only) would only put every buffer back in band, one copy more, so it makes none."""
+    """Whether payloads made now may go out of band: a process with no stream up yet (one that only writes to a
+    store) would only put every buffer back in band, one copy more, so it makes none."""
     return _expected or bool(_channels)
 
 
@@ -177,7 +184,8 @@ def peer_pid(fileno: int) -> int:
         return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
 
 
-def _keep(token: int, fd: int, side: SideChannel) -> None:
+def keep(token: int, fd: int, side: Holder) -> None:
+    """Put the descriptor of region ``token`` (from ``side``) in the inbox, for the frame that names it."""
     old = _inbox.pop(token, None)
     if old is not None:
         _let_go(*old, token)
@@ -187,7 +195,7 @@ def _keep(token: int, fd: int, side: SideChannel) -> None:
         _let_go(stale_fd, stale_side, stale)
 
 
-def _let_go(fd: int, side: SideChannel, token: int) -> None:
+def _let_go(fd: int, side: Holder, token: int) -> None:
     os.close(fd)
     side.release(token)
 
@@ -198,7 +206,7 @@ def drain_all() -> None:
         side.drain()
 
 
-def take(token: int) -> tuple[int, SideChannel]:
+def take(token: int) -> tuple[int, Holder]:
     """The descriptor that arrived for ``token`` and where from (the caller closes it, and releases the token there).
 
     Raises:

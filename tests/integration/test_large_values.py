@@ -9,8 +9,10 @@ compared them, to keep the run's peak memory to a few copies of the payload.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -54,10 +56,28 @@ async def test_echo_of_1_gib_should_come_back_equal_over_the_unix_socket():
         await _echo_both()
 
 
-async def test_arrays_should_cross_with_value_semantics_and_come_back_writable():
-    """Test that a worker writing to an array it got changes neither the caller's array nor what it sent back later."""
-    array = np.zeros(4 << 20)  # 32 MiB: out of band on a pool's own workers
-    async with pool.WorkerPool(spawn=1):
+@contextlib.asynccontextmanager
+async def _one_worker(transport: str) -> AsyncIterator[None]:
+    """A pool of one worker: its own over a unix socket, or one started on loopback TCP (gRPC: chunks)."""
+    if transport == "unix":
+        async with pool.WorkerPool(spawn=1):
+            yield
+        return
+    async with worker("--host", "127.0.0.1", "--port", "0") as w:
+        async with pool.WorkerPool(discovery=pool.StaticDiscovery([f"127.0.0.1:{w.port}"])) as p:
+            await p.wait_for_workers(1, timeout=30)
+            yield
+
+
+@pytest.mark.parametrize("transport", ["unix", "grpc"])
+async def test_arrays_should_cross_with_value_semantics_and_come_back_writable(transport):
+    """Test that a worker writing to an array it got changes neither the caller's array nor what it sent back later.
+
+    Over gRPC the buffers cross in chunks into a region of the receiver's
+    own (reused from round to round), mapped privately as on a unix socket.
+    """
+    array = np.zeros(4 << 20)  # 32 MiB: out of band
+    async with _one_worker(transport):
         for round_ in range(1, 4):  # the regions are reused between rounds
             back = await routines.bump_first(array)
             assert back[0] == 1.0 and array[0] == 0.0 and back.flags.writeable

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fleakypool.proto\x12\x0cleakypool.v1\"-\n\x06\x46rames\x12#\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x13.leakypool.v1.Frame\"\x81\x02\n\x05\x46rame\x12\n\n\x02id\x18\x01 \x01(\x04\x12\"\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x12.leakypool.v1.CallH\x00\x12\"\n\x04step\x18\x03 \x01(\x0b\x32\x12.leakypool.v1.StepH\x00\x12&\n\x06\x61\x63\x63\x65pt\x18\x04 \x01(\x0b\x32\x14.leakypool.v1.AcceptH\x00\x12&\n\x06reject\x18\x05 \x01(\x0b\x32\x14.leakypool.v1.RejectH\x00\x12(\n\x07outcome\x18\x06 \x01(\x0b\x32\x15.leakypool.v1.OutcomeH\x00\x12\"\n\x04room\x18\x07 \x01(\x0b\x32\x12.leakypool.v1.RoomH\x00\x42\x06\n\x04\x62ody\"W\n\x07Routine\x12\x0e\n\x06\x64igest\x18\x01 \x01(\x0c\x12\x0c\n\x04\x62lob\x18\x02 \x01(\x0c\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tgenerator\x18\x04 \x01(\x08\x12\r\n\x05plain\x18\x05 \x01(\x08\"\x98\x01\n\x04\x43\x61ll\x12&\n\x07routine\x18\x01 \x01(\x0b\x32\x15.leakypool.v1.Routine\x12\x0c\n\x04\x61rgs\x18\x02 \x01(\x0c\x12\x0e\n\x06parent\x18\x03 \x01(\x04\x12\x0f\n\x07timeout\x18\x04 \x01(\x01\x12$\n\x06limits\x18\x05 \x01(\x0b\x32\x14.leakypool.v1.Limits\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\"q\n\x06Limits\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08workflow\x18\x03 \x01(\t\x12\x13\n\x0b\x63oncurrency\x18\x04 \x01(\r\x12\r\n\x05total\x18\x05 \x01(\r\x12\x15\n\rhalt_on_error\x18\x06 \x01(\x08\"z\n\x04Step\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.leakypool.v1.Step.Kind\x12\r\n\x05value\x18\x02 \x01(\x0c\"<\n\x04Kind\x12\x08\n\x04NEXT\x10\x00\x12\x08\n\x04SEND\x10\x01\x12\t\n\x05THROW\x10\x02\x12\t\n\x05\x43LOSE\x10\x03\x12\n\n\x06\x43\x41NCEL\x10\x04\"\x08\n\x06\x41\x63\x63\x65pt\"^\n\x04Room\x12\x11\n\tin_flight\x18\x01 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\r\x12\x17\n\x0fmemory_fraction\x18\x03 \x01(\x01\x12\x18\n\x10loop_lag_seconds\x18\x04 \x01(\x01\"L\n\x06Reject\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tin_flight\x18\x03 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\"\x98\x01\n\x07Outcome\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.leakypool.v1.Outcome.Kind\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x11\n\ttraceback\x18\x03 \x01(\t\"A\n\x04Kind\x12\n\n\x06RETURN\x10\x00\x12\t\n\x05YIELD\x10\x01\x12\t\n\x05RAISE\x10\x02\x12\x08\n\x04STOP\x10\x03\x12\r\n\tCANCELLED\x10\x04\"\x1c\n\x0bStopRequest\x12\r\n\x05grace\x18\x01 \x01(\x01\"\x0e\n\x0cStateRequest\"\x95\x02\n\x0bWorkerState\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x11\n\tin_flight\x18\x03 \x01(\r\x12\x14\n\x0cidle_seconds\x18\x04 \x01(\x01\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\r\x12\x11\n\taccepting\x18\x06 \x01(\x08\x12\x16\n\x0euptime_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x0f\n\x07waiting\x18\t \x01(\r\x12\x14\n\x0cmemory_bytes\x18\n \x01(\x04\x12\x17\n\x0fmemory_fraction\x18\x0b \x01(\x01\x12\x18\n\x10loop_lag_seconds\x18\x0c \x01(\x01\x12\x1b\n\x13latency_p99_seconds\x18\r \x01(\x01\x32\xc2\x01\n\x06Worker\x12:\n\x08\x44ispatch\x12\x14.leakypool.v1.Frames\x1a\x14.leakypool.v1.Frames(\x01\x30\x01\x12<\n\x04Stop\x12\x19.leakypool.v1.StopRequest\x1a\x19.leakypool.v1.WorkerState\x12>\n\x05State\x12\x1a.leakypool.v1.StateRequest\x1a\x19.leakypool.v1.WorkerStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fleakypool.proto\x12\x0cleakypool.v1\"-\n\x06\x46rames\x12#\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x13.leakypool.v1.Frame\"\xa7\x02\n\x05\x46rame\x12\n\n\x02id\x18\x01 \x01(\x04\x12\"\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x12.leakypool.v1.CallH\x00\x12\"\n\x04step\x18\x03 \x01(\x0b\x32\x12.leakypool.v1.StepH\x00\x12&\n\x06\x61\x63\x63\x65pt\x18\x04 \x01(\x0b\x32\x14.leakypool.v1.AcceptH\x00\x12&\n\x06reject\x18\x05 \x01(\x0b\x32\x14.leakypool.v1.RejectH\x00\x12(\n\x07outcome\x18\x06 \x01(\x0b\x32\x15.leakypool.v1.OutcomeH\x00\x12\"\n\x04room\x18\x07 \x01(\x0b\x32\x12.leakypool.v1.RoomH\x00\x12$\n\x05\x63hunk\x18\x08 \x01(\x0b\x32\x13.leakypool.v1.ChunkH\x00\x42\x06\n\x04\x62ody\"W\n\x07Routine\x12\x0e\n\x06\x64igest\x18\x01 \x01(\x0c\x12\x0c\n\x04\x62lob\x18\x02 \x01(\x0c\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tgenerator\x18\x04 \x01(\x08\x12\r\n\x05plain\x18\x05 \x01(\x08\"\x98\x01\n\x04\x43\x61ll\x12&\n\x07routine\x18\x01 \x01(\x0b\x32\x15.leakypool.v1.Routine\x12\x0c\n\x04\x61rgs\x18\x02 \x01(\x0c\x12\x0e\n\x06parent\x18\x03 \x01(\x04\x12\x0f\n\x07timeout\x18\x04 \x01(\x01\x12$\n\x06limits\x18\x05 \x01(\x0b\x32\x14.leakypool.v1.Limits\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\"q\n\x06Limits\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08workflow\x18\x03 \x01(\t\x12\x13\n\x0b\x63oncurrency\x18\x04 \x01(\r\x12\r\n\x05total\x18\x05 \x01(\r\x12\x15\n\rhalt_on_error\x18\x06 \x01(\x08\"z\n\x04Step\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.leakypool.v1.Step.Kind\x12\r\n\x05value\x18\x02 \x01(\x0c\"<\n\x04Kind\x12\x08\n\x04NEXT\x10\x00\x12\x08\n\x04SEND\x10\x01\x12\t\n\x05THROW\x10\x02\x12\t\n\x05\x43LOSE\x10\x03\x12\n\n\x06\x43\x41NCEL\x10\x04\"\x08\n\x06\x41\x63\x63\x65pt\"^\n\x04Room\x12\x11\n\tin_flight\x18\x01 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\r\x12\x17\n\x0fmemory_fraction\x18\x03 \x01(\x01\x12\x18\n\x10loop_lag_seconds\x18\x04 \x01(\x01\"P\n\x05\x43hunk\x12\r\n\x05token\x18\x01 \x01(\x06\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0c\n\x04last\x18\x05 \x01(\x08\"L\n\x06Reject\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tin_flight\x18\x03 \x01(\r\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\"\x98\x01\n\x07Outcome\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.leakypool.v1.Outcome.Kind\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x11\n\ttraceback\x18\x03 \x01(\t\"A\n\x04Kind\x12\n\n\x06RETURN\x10\x00\x12\t\n\x05YIELD\x10\x01\x12\t\n\x05RAISE\x10\x02\x12\x08\n\x04STOP\x10\x03\x12\r\n\tCANCELLED\x10\x04\"\x1c\n\x0bStopRequest\x12\r\n\x05grace\x18\x01 \x01(\x01\"\x0e\n\x0cStateRequest\"\x95\x02\n\x0bWorkerState\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x11\n\tin_flight\x18\x03 \x01(\r\x12\x14\n\x0cidle_seconds\x18\x04 \x01(\x01\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\r\x12\x11\n\taccepting\x18\x06 \x01(\x08\x12\x16\n\x0euptime_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x0f\n\x07waiting\x18\t \x01(\r\x12\x14\n\x0cmemory_bytes\x18\n \x01(\x04\x12\x17\n\x0fmemory_fraction\x18\x0b \x01(\x01\x12\x18\n\x10loop_lag_seconds\x18\x0c \x01(\x01\x12\x1b\n\x13latency_p99_seconds\x18\r \x01(\x01\x32\xc2\x01\n\x06Worker\x12:\n\x08\x44ispatch\x12\x14.leakypool.v1.Frames\x1a\x14.leakypool.v1.Frames(\x01\x30\x01\x12<\n\x04Stop\x12\x19.leakypool.v1.StopRequest\x1a\x19.leakypool.v1.WorkerState\x12>\n\x05State\x12\x1a.leakypool.v1.StateRequest\x1a\x19.leakypool.v1.WorkerStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,33 +34,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FRAMES']._serialized_start=33
   _globals['_FRAMES']._serialized_end=78
   _globals['_FRAME']._serialized_start=81
-  _globals['_FRAME']._serialized_end=338
-  _globals['_ROUTINE']._serialized_start=340
-  _globals['_ROUTINE']._serialized_end=427
-  _globals['_CALL']._serialized_start=430
-  _globals['_CALL']._serialized_end=582
-  _globals['_LIMITS']._serialized_start=584
-  _globals['_LIMITS']._serialized_end=697
-  _globals['_STEP']._serialized_start=699
-  _globals['_STEP']._serialized_end=821
-  _globals['_STEP_KIND']._serialized_start=761
-  _globals['_STEP_KIND']._serialized_end=821
-  _globals['_ACCEPT']._serialized_start=823
-  _globals['_ACCEPT']._serialized_end=831
-  _globals['_ROOM']._serialized_start=833
-  _globals['_ROOM']._serialized_end=927
-  _globals['_REJECT']._serialized_start=929
-  _globals['_REJECT']._serialized_end=1005
-  _globals['_OUTCOME']._serialized_start=1008
-  _globals['_OUTCOME']._serialized_end=1160
-  _globals['_OUTCOME_KIND']._serialized_start=1095
-  _globals['_OUTCOME_KIND']._serialized_end=1160
-  _globals['_STOPREQUEST']._serialized_start=1162
-  _globals['_STOPREQUEST']._serialized_end=1190
-  _globals['_STATEREQUEST']._serialized_start=1192
-  _globals['_STATEREQUEST']._serialized_end=1206
-  _globals['_WORKERSTATE']._serialized_start=1209
-  _globals['_WORKERSTATE']._serialized_end=1486
-  _globals['_WORKER']._serialized_start=1489
-  _globals['_WORKER']._serialized_end=1683
+  _globals['_FRAME']._serialized_end=376
+  _globals['_ROUTINE']._serialized_start=378
+  _globals['_ROUTINE']._serialized_end=465
+  _globals['_CALL']._serialized_start=468
+  _globals['_CALL']._serialized_end=620
+  _globals['_LIMITS']._serialized_start=622
+  _globals['_LIMITS']._serialized_end=735
+  _globals['_STEP']._serialized_start=737
+  _globals['_STEP']._serialized_end=859
+  _globals['_STEP_KIND']._serialized_start=799
+  _globals['_STEP_KIND']._serialized_end=859
+  _globals['_ACCEPT']._serialized_start=861
+  _globals['_ACCEPT']._serialized_end=869
+  _globals['_ROOM']._serialized_start=871
+  _globals['_ROOM']._serialized_end=965
+  _globals['_CHUNK']._serialized_start=967
+  _globals['_CHUNK']._serialized_end=1047
+  _globals['_REJECT']._serialized_start=1049
+  _globals['_REJECT']._serialized_end=1125
+  _globals['_OUTCOME']._serialized_start=1128
+  _globals['_OUTCOME']._serialized_end=1280
+  _globals['_OUTCOME_KIND']._serialized_start=1215
+  _globals['_OUTCOME_KIND']._serialized_end=1280
+  _globals['_STOPREQUEST']._serialized_start=1282
+  _globals['_STOPREQUEST']._serialized_end=1310
+  _globals['_STATEREQUEST']._serialized_start=1312
+  _globals['_STATEREQUEST']._serialized_end=1326
+  _globals['_WORKERSTATE']._serialized_start=1329
+  _globals['_WORKERSTATE']._serialized_end=1606
+  _globals['_WORKER']._serialized_start=1609
+  _globals['_WORKER']._serialized_end=1803
 # @@protoc_insertion_point(module_scope)

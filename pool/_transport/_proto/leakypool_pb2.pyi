@@ -14,7 +14,7 @@ class Frames(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room")
+    __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room", "chunk")
     ID_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class Frame(_message.Message):
     REJECT_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ROOM_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
     id: int
     call: Call
     step: Step
@@ -29,7 +30,8 @@ class Frame(_message.Message):
     reject: Reject
     outcome: Outcome
     room: Room
-    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., room: _Optional[_Union[Room, _Mapping]] = ...) -> None: ...
+    chunk: Chunk
+    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., room: _Optional[_Union[Room, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
 
 class Routine(_message.Message):
     __slots__ = ("digest", "blob", "name", "generator", "plain")
@@ -112,6 +114,20 @@ class Room(_message.Message):
     memory_fraction: float
     loop_lag_seconds: float
     def __init__(self, in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ...) -> None: ...
+
+class Chunk(_message.Message):
+    __slots__ = ("token", "size", "offset", "data", "last")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    token: int
+    size: int
+    offset: int
+    data: bytes
+    last: bool
+    def __init__(self, token: _Optional[int] = ..., size: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: bool = ...) -> None: ...
 
 class Reject(_message.Message):
     __slots__ = ("code", "message", "in_flight", "capacity")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 from pool._transport._outbox import Outbox
 from pool._transport._proto import leakypool_pb2 as pb
@@ -68,3 +69,59 @@ async def test_written_should_count_batches_in_order_whichever_path_sent_them():
     finally:
         pump.cancel()
         await asyncio.gather(pump, return_exceptions=True)
+
+
+class FakeSpill:
+    """Messages that must precede a batch (`_chunks.Spill`), recording whether the outbox closed it."""
+
+    def __init__(self, *ids: int) -> None:
+        self.ids = ids
+        self.closed = False
+
+    def frames(self) -> Iterator[pb.Frames]:
+        for call_id in self.ids:
+            message = pb.Frames()
+            message.frames.add().id = call_id
+            yield message
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_spill_should_leave_before_the_batch_it_was_added_to_and_be_closed():
+    """Test that a large value's chunks go before the frame that names them, each its own message."""
+    outbox, write = Outbox(), GatedWrite()
+    write.gate.set()
+    spill = FakeSpill(100, 101)
+    pump = asyncio.ensure_future(outbox.pump(write))
+    try:
+        outbox.frame(1)
+        outbox.spill(spill)
+        outbox.frame(3)
+        async with asyncio.timeout(5):
+            while len(write.batches) < 3:
+                write.started.clear()
+                await write.started.wait()
+        assert [[frame.id for frame in batch.frames] for batch in write.batches] == [[100], [101], [1, 3]]
+        assert spill.closed and outbox.written == 1  # chunk messages are not batches
+    finally:
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
+
+
+async def test_spills_should_be_closed_when_the_stream_fails_mid_way():
+    """Test that a write failing under a spill lets go of it and of the spills behind it (their regions reused)."""
+
+    async def broken(batch: pb.Frames) -> None:
+        raise ConnectionResetError("gone")
+
+    outbox = Outbox()
+    first, second = FakeSpill(100), FakeSpill(200)
+    outbox.frame(1)
+    outbox.spill(first)
+    outbox.spill(second)
+    try:
+        await asyncio.wait_for(outbox.pump(broken), 5)
+    except ConnectionResetError:
+        pass
+    assert first.closed and second.closed

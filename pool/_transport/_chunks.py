@@ -1,0 +1,120 @@
+"""Large buffers in chunks on the stream itself, for a peer with no side connection (gRPC: a LAN worker).
+
+A payload whose buffers are out of band (`_buffers`) names a region. Over
+a unix socket the region's descriptor crosses the side connection; over
+gRPC there is none, so the region's bytes cross the Dispatch stream as
+`Chunk` frames (frame id 0), each its own message of `CHUNK_BYTES` at
+most, all before the frame that names the region:
+
+    sender                                       receiver
+    Session.carry: Spill(region) -> Outbox       Session.feed: Assembly.add(chunk)
+    Outbox.pump: the spill's chunks, then          copies it into a region of its own arena
+                 the batch with the frame          the last one: the region into the inbox
+                                                 _wire.loads -> _buffers.unpack: mapped, no copy
+
+Neither end holds another copy of the whole value: the sender copies one
+chunk at a time out of its region (lent to the spill until it is sent),
+the receiver one chunk at a time into its region, which it maps privately
+for the value as if the descriptor had come over a side connection (so
+arrays arrive writable, with value semantics, and the pages are reused
+for the next large value: no page faults per call).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Final
+
+from . import _buffers, _side
+from ._proto import leakypool_pb2 as pb
+
+CHUNK_BYTES: Final[int] = 4 << 20
+"""The most bytes one chunk carries: big enough that a GiB costs a few hundred messages, small enough that
+the copies on the way (protobuf, gRPC) stay in cache and other frames are not held up for long."""
+
+
+class Spill:
+    """The chunks of one region, for the outbox to send before the batch holding the frame that names it.
+
+    The region is lent to the spill (not reused) until `close`, which the
+    outbox calls once the chunks are sent or the stream is gone.
+    """
+
+    __slots__ = ("_region", "_spans", "_token")
+
+    def __init__(self, payload: bytes, region: _buffers.Region) -> None:
+        self._region: _buffers.Region | None = region
+        self._token = region.token
+        self._spans = _buffers.spans(payload)
+        region.lent += 1
+
+    def frames(self) -> Iterator[pb.Frames]:
+        """One message per chunk, the last one marked."""
+        region = self._region
+        if region is None:
+            return
+        pieces = [
+            (start, min(CHUNK_BYTES, offset + length - start))
+            for offset, length in self._spans
+            for start in range(offset, offset + length, CHUNK_BYTES)
+        ]
+        with memoryview(region.mem) as mem:
+            for index, (start, length) in enumerate(pieces):
+                message = pb.Frames()
+                chunk = message.frames.add().chunk
+                chunk.token, chunk.size, chunk.offset = self._token, region.size, start
+                chunk.data = bytes(mem[start : start + length])
+                chunk.last = index == len(pieces) - 1
+                yield message
+
+    def close(self) -> None:
+        """The chunks are sent (or never will be): the region may be reused once nothing else holds it."""
+        if self._region is not None:
+            self._region = None
+            _buffers.returned(self._token)
+
+
+class _Held:
+    """Stands for the peer in the inbox: letting go of an assembled region gives it back to this arena."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self, token: int) -> None:
+        self._token = token
+
+    def release(self, token: int) -> None:
+        _buffers.returned(self._token)
+
+
+class Assembly:
+    """The regions a peer is sending in chunks on one stream, until each is complete (then in the inbox)."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[int, _buffers.Region] = {}  # the peer's token -> the region its chunks go into
+
+    def add(self, chunk: pb.Chunk) -> None:
+        """Copy ``chunk`` into its region; the last one hands the region to the inbox under the peer's token.
+
+        Raises:
+            ValueError: the chunk does not fit the region it names (a peer that does not speak our protocol).
+        """
+        region = self._open.get(chunk.token)
+        if region is None:
+            region = self._open[chunk.token] = _buffers.receiving(chunk.size)
+        data = chunk.data
+        end = chunk.offset + len(data)
+        if end > chunk.size or chunk.size > region.size:
+            raise ValueError(f"a chunk of {len(data)} bytes at {chunk.offset} overruns its region of {chunk.size}")
+        region.mem[chunk.offset : end] = data
+        if chunk.last:
+            del self._open[chunk.token]
+            _side.keep(chunk.token, os.dup(region.fd), _Held(region.token))
+
+    def close(self) -> None:
+        """The stream is gone: the regions still being sent are given back."""
+        regions, self._open = self._open, {}
+        for region in regions.values():
+            _buffers.returned(region.token)

@@ -1,0 +1,82 @@
+"""Tests for pool._transport._chunks: a region sent in chunks arrives whole in the receiver's inbox, and every
+region involved goes back to its arena once let go (on success, and when the stream ends mid-way)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+
+import pytest
+
+from pool._transport import _buffers, _chunks, _side
+from pool._transport._proto import leakypool_pb2 as pb
+
+
+def _chunks_of(data: bytes, token: int, size: int, step: int) -> list[pb.Chunk]:
+    pieces = []
+    for start in range(0, len(data), step):
+        chunk = pb.Chunk(token=token, size=size, offset=start, data=data[start : start + step])
+        chunk.last = start + step >= len(data)
+        pieces.append(chunk)
+    return pieces
+
+
+def test_a_spill_should_cut_only_the_buffers_spans_and_mark_the_last_chunk():
+    """Test that a spill sends each buffer's bytes (not the region's padding), in order, the last one marked."""
+    first, second = os.urandom(3 * 4096 + 5), os.urandom(600 << 10)
+    payload = _buffers.pack(b"pickle", [memoryview(first), memoryview(second)])
+    region = _buffers.region_of(payload)
+    assert region is not None
+    spill = _chunks.Spill(payload, region)
+    assert region.lent == 1
+    messages = list(spill.frames())
+    spill.close()
+    spill.close()  # twice is once
+    assert region.lent == 0
+    got = [message.frames[0].chunk for message in messages]
+    assert all(message.frames[0].id == 0 and len(message.frames) == 1 for message in messages)
+    assert [chunk.last for chunk in got] == [False] * (len(got) - 1) + [True]
+    assert {chunk.token for chunk in got} == {region.token} and {chunk.size for chunk in got} == {region.size}
+    (offset_a, _), (offset_b, _) = _buffers.spans(payload)
+    assert b"".join(c.data for c in got if c.offset < offset_b) == first
+    assert b"".join(c.data for c in got if c.offset >= offset_b) == second
+    assert offset_a == 0 and offset_b % mmap.PAGESIZE == 0
+
+
+def test_an_assembled_region_should_reach_the_inbox_whole_and_return_to_the_arena_when_let_go():
+    """Test that the last chunk puts the region in the inbox under the peer's token, and releasing it frees it."""
+    token, data = secrets.randbits(64), os.urandom(5 << 20)
+    assembly = _chunks.Assembly()
+    for chunk in _chunks_of(data, token, 8 << 20, 1 << 20):
+        assembly.add(chunk)
+    idle_before = _buffers.idle_bytes()  # the region is held: not idle
+    fd, holder = _side.take(token)
+    try:
+        with mmap.mmap(fd, len(data), flags=mmap.MAP_PRIVATE) as mapped:
+            assert mapped[:] == data
+    finally:
+        os.close(fd)
+    holder.release(token)
+    assert _buffers.idle_bytes() >= idle_before + (8 << 20)  # back in the arena, for the next value
+
+
+def test_a_region_half_sent_when_the_stream_ends_should_go_back_to_the_arena_and_never_reach_the_inbox():
+    """Test that an assembly closed mid-way (the stream failed) frees its region and leaves nothing to take."""
+    token, data = secrets.randbits(64), os.urandom(3 << 20)
+    assembly = _chunks.Assembly()
+    for chunk in _chunks_of(data, token, 4 << 20, 1 << 20)[:-1]:
+        assembly.add(chunk)
+    idle_before = _buffers.idle_bytes()  # the region is held: not idle
+    assembly.close()
+    assert _buffers.idle_bytes() >= idle_before + (4 << 20)
+    with pytest.raises(LookupError):
+        _side.take(token)
+
+
+def test_a_chunk_past_its_region_should_be_refused():
+    """Test that a chunk that overruns the region it names ends the stream (a peer not speaking our protocol)."""
+    assembly = _chunks.Assembly()
+    with pytest.raises(ValueError, match="overruns"):
+        assembly.add(pb.Chunk(token=1, size=1 << 20, offset=(1 << 20) - 10, data=b"x" * 11))
+    assembly.close()
