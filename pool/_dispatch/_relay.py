@@ -4,7 +4,8 @@ A routine running on worker A that calls another routine sends the call
 back up A's stream (an even id). The pool accepts it at once, dispatches
 it like any call of its own (balancer, admission, limits), and relays
 frames both ways: A's steps down to worker B, B's outcomes up to A. Blobs
-pass through untouched; this process never unpickles them. A dispatch
+pass through untouched; this process never unpickles them (large buffers
+that came out of band are copied into a region of its own: `_buffers.adopt`). A dispatch
 that fails (no worker, admission refused) becomes the call's RAISE
 outcome, so A's routine sees the same error a top-level caller would.
 """
@@ -12,11 +13,12 @@ outcome, so A's routine sees the same error a top-level caller would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
 from .._base._tasks import TaskOwner
-from .._transport import _wire
+from .._transport import _buffers, _wire
 from .._transport._dispatcher import Dispatcher
 from .._transport._outgoing import FINAL_OUTCOMES, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
@@ -73,7 +75,10 @@ class NestedHost:
             session.reject(frame.id, FAILED_PRECONDITION, "unknown routine digest")
             return
         caller = session.outgoing(frame.call.parent)  # the call whose routine made this one
-        relay = _Relay(session, frame.id, Task.from_message(frame.call, blob), caller)
+        task = Task.from_message(frame.call, blob)
+        with contextlib.suppress(LookupError):  # its buffers never came: sending it raises, the call's RAISE
+            task.args = _buffers.adopt(task.args)  # large buffers: ours now, lent as often as the call is offered
+        relay = _Relay(session, frame.id, task, caller)
         peer.relays[frame.id] = relay
         session.accept(frame.id)
         relay.runner = self._tasks.spawn(self._run(peer, relay), name=f"relay {relay.task.name}")

@@ -27,8 +27,10 @@ faulting fresh pages in. A memfd has no name in /dev/shm to leak and no
 /dev/shm size limit, and is freed once its last descriptor and mapping go. The side connection (`SideChannel`) is
 a second connection to the worker's unix socket (method ``Buffers``); the
 descriptor is sent before the frame that names it, so it is waiting when
-the frame is read. A stream without one (gRPC) gets the value inlined
-(`_wire.inline`).
+the frame is read. A stream without one (gRPC) carries the region's bytes
+in chunks ahead of the frame (`_chunks`) into a region of the receiver's
+arena. A payload passed on (the pool relaying a nested call) is copied
+into a region of the relaying process (`adopt`), never unpickled there.
 """
 
 from __future__ import annotations
@@ -196,6 +198,44 @@ def spans(data: bytes) -> list[tuple[int, int]]:
     """Where payload ``data``'s buffers lie in its region: (offset, length) each."""
     count = _HEADER.unpack_from(data)[3]
     return [_SPAN.unpack_from(data, _HEADER.size + i * _SPAN.size) for i in range(count)]
+
+
+def adopt(data: bytes) -> bytes:
+    """Payload ``data`` received here, made one of this process's own, to pass on (nested calls); else ``data``.
+
+    The buffers are copied from the region that came with it into a region
+    of this process (one copy, at memory speed), the pickle untouched: the
+    value is never unpickled here (the pool relays what it may not be able
+    to import), and the result can be lent again and again (a relayed call
+    turned away and offered to another worker). The region that came is let
+    go at once.
+
+    Raises:
+        LookupError: its region did not arrive (or was already taken).
+    """
+    if not is_payload(data) or region_of(data) is not None:
+        return data
+    _, token, length, count = _HEADER.unpack_from(data)
+    fd, side = take(token)
+    try:
+        theirs = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except BaseException:
+        _let_go(fd, side, token)
+        raise
+    os.close(fd)
+    region = _acquire(_size_class(length))
+    try:
+        with theirs, memoryview(theirs) as view:
+            region.write([view[offset : offset + n] for offset, n in spans(data)])  # the same layout: `pack`'s
+    except BaseException:
+        region.owned = False
+        _settle(region)
+        raise
+    finally:
+        side.release(token)  # unmapped: the sender may write there again
+    payload = Payload(_HEADER.pack(MARK, region.token, region.size, count) + data[_HEADER.size :])
+    payload.region = region
+    return payload
 
 
 def size(data: bytes) -> int:

@@ -119,12 +119,14 @@ class Session:
         region's descriptor over the side connection now, before the frame
         naming it leaves; on a gRPC stream (no side connection) the region
         goes in chunks ahead of that frame (`_chunks`). A payload received
-        here and passed on (nested calls), or one for a unix stream whose side
-        connection is gone, is put back in band. Anything else passes as it
-        is (one byte looked at).
+        here and passed on (nested calls) is first copied into a region of
+        this process (`_buffers.adopt`); one for a unix stream whose side
+        connection is gone is put back in band. Anything else passes as it is
+        (one byte looked at).
         """
         if not value or value[0] != _buffers.MARK or not self._running:
             return value  # not a payload; or the stream is not up yet: `run` settles it (`_carry_queued`)
+        value = _buffers.adopt(value)  # received here and passed on (nested calls): made our own, not unpickled
         region = _buffers.region_of(value)
         if region is not None and self._chunks and self.failure is None:
             self._outbox.spill(Spill(value, region))

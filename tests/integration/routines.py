@@ -396,3 +396,33 @@ async def arrived_mapped(array):
     while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
         base = base.base
     return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+@pool.routine
+async def checksum(array):
+    """The sum of ``array`` and whether it arrived mapped (out of band)."""
+    return float(array.sum()), await arrived_mapped.__wrapped__(array)
+
+
+@pool.routine
+async def checksum_nested(array):
+    """Pass ``array`` on to a nested call (relayed by the pool) and return what it found."""
+    return await checksum(array)
+
+
+class TurnAwayOnce:
+    """Backpressure that turns away the first offer of routine ``name`` in the whole pool (a marker file says
+    it happened), so the pool must offer that call again: its arguments are sent a second time."""
+
+    def __init__(self, marker: str, name: str) -> None:
+        self.marker = marker
+        self.name = name
+
+    def __call__(self, ctx) -> bool:
+        if not ctx.task.name.endswith(self.name):
+            return False
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False
+        return True

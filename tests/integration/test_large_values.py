@@ -96,3 +96,21 @@ async def test_echo_of_1_gib_should_come_back_equal_over_grpc():
         async with pool.WorkerPool(discovery=discovery) as p:
             await p.wait_for_workers(1, timeout=30)
             await _echo_both()
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+async def test_a_relayed_nested_call_turned_away_once_should_send_its_large_argument_again(transport, tmp_path):
+    """Test that a nested call's large argument survives the call being offered twice.
+
+    The pool relays a worker's nested call; the first worker offered it turns
+    it away (`TurnAwayOnce`), so the pool sends the argument again. It used
+    to be put back in band by unpickling what had arrived, which takes the
+    region's descriptor: the second offer found it gone. The pool now copies
+    what arrived into a region of its own once (no unpickling) and lends
+    that as often as needed; the argument still arrives out of band.
+    """
+    array = np.arange(4 << 20, dtype=np.float64)  # 32 MiB
+    hook = routines.TurnAwayOnce(str(tmp_path / "turned-away"), "checksum")
+    async with pool.WorkerPool(spawn=2, local_transport=transport, backpressure=hook):
+        assert await routines.checksum_nested(array) == (float(array.sum()), True)
+    assert (tmp_path / "turned-away").exists()  # it was turned away once
