@@ -196,7 +196,7 @@ class BoundRoutine:
         self._routine = routine
         self._instance = instance
         self.__qualname__ = routine.__qualname__
-        self.__name__ = routine.__name__
+        self.__name__: str = routine.__name__
         self.__doc__ = routine.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

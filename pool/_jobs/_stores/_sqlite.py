@@ -49,8 +49,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigError(f"synchronous: expected 'NORMAL' or 'FULL', got {synchronous!r}")
-        self.path = os.path.abspath(path)
-        self.url = f"sqlite:///{self.path}"
+        self.path: str = os.path.abspath(path)
+        self.url: str = f"sqlite:///{self.path}"
         self._synchronous = synchronous
         self._thread: SQLiteThread | None = None
 
