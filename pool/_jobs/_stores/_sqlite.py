@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
@@ -29,6 +29,8 @@ from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import give_back_rates, prepare
 from ._sqlite_thread import SINGLE, Op, SQLiteThread
 from ._strays import SQLiteStrays
+
+T = TypeVar("T")
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
@@ -101,7 +103,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         if thread is not None:
             await thread.stop()
 
-    async def _run(self, op: Op, *, write: bool | str) -> Any:
+    async def _run(self, op: Op[T], *, write: bool | str) -> T:
         if self._thread is None:
             raise StoreError(f"store {self.url} is not open")
         return await self._thread.run(op, write=write)
@@ -147,11 +149,13 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def oldest_due(self, now: float) -> float | None:
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = ''"
-        return (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
+        due: float | None = (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
+        return due
 
     async def next_due(self, now: float) -> float | None:
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = '' AND next_at > ?"
-        return (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+        due: float | None = (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+        return due
 
     # -- writes ----------------------------------------------------------------------
 
@@ -380,7 +384,8 @@ _RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, 
 
 
 def _count_active(db: sqlite3.Connection) -> int:
-    return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+    count: int = db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+    return count
 
 
 _PURGE: Final[str] = (
