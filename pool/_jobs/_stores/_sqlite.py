@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
@@ -27,10 +27,8 @@ from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import give_back_rates, prepare
-from ._sqlite_thread import SINGLE, Op, SQLiteThread
+from ._sqlite_thread import SINGLE, Op, SQLiteThread, T
 from ._strays import SQLiteStrays
-
-T = TypeVar("T")
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
