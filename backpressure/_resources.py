@@ -13,7 +13,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from ._protocol import BackpressureContext
+from ._protocol import BackpressureContext, BackpressureLike
 
 
 def _fraction(value: float, what: str) -> float:
@@ -70,7 +70,7 @@ class MemoryBackpressure(_ByValue):
     __slots__ = ("max_fraction",)
 
     def __init__(self, max_fraction: float) -> None:
-        self.max_fraction = _fraction(max_fraction, "max_fraction")
+        self.max_fraction: float = _fraction(max_fraction, "max_fraction")
 
     def __call__(self, ctx: BackpressureContext) -> bool:
         used = getattr(ctx, "memory_fraction", None)
@@ -92,10 +92,10 @@ class LatencyBackpressure(_ByValue):
     __slots__ = ("p99_s", "window")
 
     def __init__(self, p99_s: float, window: int = 100) -> None:
-        self.p99_s = _seconds(p99_s, "p99_s")
+        self.p99_s: float = _seconds(p99_s, "p99_s")
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window: expected an int >= 1, got {window!r}")
-        self.window = window
+        self.window: int = window
 
     def __call__(self, ctx: BackpressureContext) -> bool:
         latencies = getattr(ctx, "recent_latencies_s", ())
@@ -114,7 +114,7 @@ class LoopLagBackpressure(_ByValue):
     __slots__ = ("max_lag_s",)
 
     def __init__(self, max_lag_s: float) -> None:
-        self.max_lag_s = _seconds(max_lag_s, "max_lag_s")
+        self.max_lag_s: float = _seconds(max_lag_s, "max_lag_s")
 
     def __call__(self, ctx: BackpressureContext) -> bool:
         lag = getattr(ctx, "loop_lag_s", None)
@@ -125,11 +125,15 @@ class _Composite(_ByValue):
     """Hooks combined by a rule over their verdicts."""
 
     __slots__ = ("hooks",)
-    _rule: Any = staticmethod(any)
 
-    def __init__(self, *hooks: Any) -> None:
+    @staticmethod
+    def _rule(verdicts: Iterable[object]) -> bool:
+        """The combined verdict (`AnyOf`: any; `AllOf`: all)."""
+        return any(verdicts)
+
+    def __init__(self, *hooks: BackpressureLike) -> None:
         _check_hooks(hooks)
-        self.hooks = tuple(hooks)
+        self.hooks: tuple[BackpressureLike, ...] = tuple(hooks)
 
     def __call__(self, ctx: BackpressureContext) -> bool | Awaitable[bool]:
         return _combine(self.hooks, ctx, type(self)._rule)
@@ -144,18 +148,20 @@ class AnyOf(_Composite):
     Hooks may be sync or async; if one returns an awaitable, so does this.
     """
 
-    __slots__ = ()
-    _rule = staticmethod(any)
+    __slots__ = ()  # the rule: `_Composite`'s own, any
 
 
 class AllOf(_Composite):
     """Reject only when every one of ``hooks`` rejects (sync or async, as `AnyOf`)."""
 
     __slots__ = ()
-    _rule = staticmethod(all)
+
+    @staticmethod
+    def _rule(verdicts: Iterable[object]) -> bool:
+        return all(verdicts)
 
 
-def _check_hooks(hooks: tuple[Any, ...]) -> None:
+def _check_hooks(hooks: tuple[object, ...]) -> None:
     if not hooks:
         raise ValueError("expected at least one hook")
     for hook in hooks:
@@ -164,7 +170,7 @@ def _check_hooks(hooks: tuple[Any, ...]) -> None:
 
 
 def _combine(
-    hooks: tuple[Any, ...], ctx: BackpressureContext, rule: Callable[[Iterable[bool]], bool]
+    hooks: tuple[BackpressureLike, ...], ctx: BackpressureContext, rule: Callable[[Iterable[bool]], bool]
 ) -> bool | Awaitable[bool]:
     verdicts = [hook(ctx) for hook in hooks]
     if not any(inspect.isawaitable(v) for v in verdicts):

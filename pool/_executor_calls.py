@@ -82,7 +82,7 @@ def _load(blob: bytes) -> Callable[..., Any]:
     return fn
 
 
-def _unwrap(fn: Any) -> Callable[..., Any]:
+def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
     if isinstance(fn, BoundRoutine):
         return functools.partial(fn._routine.__wrapped__, fn._instance)

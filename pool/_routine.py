@@ -130,7 +130,8 @@ class Routine(Generic[P, R]):
             raise ConfigError(
                 f"{self.__qualname__}.submit(): jobs are submitted from a dispatching process, not a worker"
             )
-        return await submit(self.task(args, kwargs), self._call_options)
+        job: Job = await submit(self.task(args, kwargs), self._call_options)  # `_pool_jobs.PoolJobs.submit`
+        return job
 
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
@@ -196,7 +197,7 @@ class BoundRoutine:
         self._routine = routine
         self._instance = instance
         self.__qualname__ = routine.__qualname__
-        self.__name__ = routine.__name__
+        self.__name__: str = routine.__name__
         self.__doc__ = routine.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

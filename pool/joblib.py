@@ -31,13 +31,16 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from joblib import ParallelBackendBase, register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
 
 from ._base._role import in_worker
 from ._executor import Executor
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import ApplyResult
 
 __all__ = ["BACKEND_NAME", "LeakypoolBackend", "register", "shutdown"]
 
@@ -213,9 +216,15 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):
         future.get = future.result  # joblib < 1.5 retrieves with .get(timeout)
         return future
 
-    def retrieve_result_callback(self, future: concurrent.futures.Future[Any]) -> Any:
-        """The task's result (or its exception, raised: same type, the worker's traceback as its cause)."""
-        return future.result()
+    def retrieve_result_callback(self, out: concurrent.futures.Future[Any] | ApplyResult[Any]) -> Any:
+        """The task's result (or its exception, raised: same type, the worker's traceback as its cause).
+
+        joblib passes back what `submit` returned, a ``concurrent.futures.Future``;
+        the base class also allows a multiprocessing ``ApplyResult``.
+        """
+        if isinstance(out, concurrent.futures.Future):
+            return out.result()
+        return out.get()
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
         """A task raised or the call timed out: cancel what has not started; stop what runs, where we can.

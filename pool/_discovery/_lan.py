@@ -157,7 +157,7 @@ class LanDiscovery:
     """
 
     def __init__(self, *, interfaces: Sequence[str] = (), service_type: str = SERVICE_TYPE) -> None:
-        self.interfaces = tuple(interfaces)
+        self.interfaces: tuple[str, ...] = tuple(interfaces)
         self.service_type = service_type
 
     def __repr__(self) -> str:

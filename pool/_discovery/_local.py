@@ -82,7 +82,7 @@ class LocalDiscovery:
     """
 
     def __init__(self, directory: str | None = None, *, poll_interval: float = DEFAULT_POLL_S) -> None:
-        self.directory = directory or default_registry()
+        self.directory: str = directory or default_registry()
         self._poll = poll_interval
 
     async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:

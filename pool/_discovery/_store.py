@@ -53,8 +53,8 @@ class StoreDiscovery:
     """
 
     def __init__(self, url: str, *, worker_url: str | None = None, poll_interval: float = POLL_S) -> None:
-        self.url = url
-        self.worker_url = worker_url or url
+        self.url: str = url
+        self.worker_url: str = worker_url or url
         self._poll = poll_interval
 
     async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:

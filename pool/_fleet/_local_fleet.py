@@ -117,10 +117,10 @@ class LocalFleet:
         self._grow_after = 0.0
         self._open = False
         self._prepared = False
-        self.grown = 0
-        self.shrunk = 0  # grown workers that left after idling
+        self.grown: int = 0
+        self.shrunk: int = 0  # grown workers that left after idling
         self.recycled: dict[str, int] = {}  # workers that exited on purpose, by reason (tasks, memory, timeout)
-        self.crashes = 0  # workers that died unasked (replaced after the crash back-off)
+        self.crashes: int = 0  # workers that died unasked (replaced after the crash back-off)
         self.init_error: WorkerInitError | None = None  # the last start failed in its initializer
         self.changed: Callable[[], None] = lambda: None  # set by the pool: what it waits for may have changed
         self._arriving = 0  # replacements of workers that exited on purpose, starting now

@@ -165,9 +165,9 @@ class CommandProvisioner:
             raise ConfigError(f"CommandProvisioner: expected a non-empty list of arguments, got {argv!r}")
         if tls is not None and not _three_paths(tls):
             raise ConfigError(f"CommandProvisioner tls: expected (cert, key, client CA) paths, got {tls!r}")
-        self.worker_tls = None if tls is None else (tls[0], tls[1], tls[2])
+        self.worker_tls: tuple[str, str, str] | None = None if tls is None else (tls[0], tls[1], tls[2])
         """The worker's TLS files on its host (cert, key, client CA), or None: the pool puts them in each request."""
-        self.argv = tuple(argv)
+        self.argv: tuple[str, ...] = tuple(argv)
         self._env = dict(env or {})
         self._settle = settle
         self._tasks = TaskOwner("command provisioner", _log)

@@ -361,11 +361,12 @@ class Jobs:
         """The names of the paused queues, sorted."""
         return await self._pausable().paused()
 
-    def _pausable(self) -> Any:
-        inner = getattr(self.store, "inner", self.store)  # a RetryingStore wraps the store
-        if not isinstance(inner, PausableStore):
-            raise ConfigError(f"pausing queues needs a store that keeps them; {self.store!r} does not")
-        return self.store
+    def _pausable(self) -> PausableStore:
+        store = self.store
+        inner = getattr(store, "inner", store)  # a RetryingStore wraps the store (and is pausable if it is)
+        if not isinstance(inner, PausableStore) or not isinstance(store, PausableStore):
+            raise ConfigError(f"pausing queues needs a store that keeps them; {store!r} does not")
+        return store
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel the job (see `Job.cancel`); its record afterwards."""

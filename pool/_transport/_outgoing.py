@@ -61,14 +61,14 @@ class OutgoingCall:
     )
 
     def __init__(self, session: CallStream, call_id: int, name: str) -> None:
-        self.id = call_id
-        self.session = session
-        self.name = name
-        self.finished = False
+        self.id: int = call_id
+        self.session: CallStream = session
+        self.name: str = name
+        self.finished: bool = False
         self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
-        self.cancelled_here = False  # this end asked the callee to cancel it
-        self.answered = False  # the callee's first frame (Accept, Reject or an outcome) arrived
-        self.batch = 0  # the number of the outgoing batch its Call frame is in
+        self.cancelled_here: bool = False  # this end asked the callee to cancel it
+        self.answered: bool = False  # the callee's first frame (Accept, Reject or an outcome) arrived
+        self.batch: int = 0  # the number of the outgoing batch its Call frame is in
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []

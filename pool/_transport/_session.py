@@ -75,7 +75,7 @@ class Session:
         self._host = host
         self._outbox = Outbox()
         self.watch: CallWatch | None = None  # what times out unanswered calls (`_calls.AnswerWatch`), once needed
-        self.holds_accepts = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
+        self.holds_accepts: bool = False  # a local (unix socket) stream: the worker holds quick calls' Accepts
         self._transport_busy_at: Callable[[], float] | None = None  # the transport's own view (`run`'s ``busy_at``)
         self._side: Callable[[], _side.SideChannel | None] | None = None  # where large buffers cross (`carry`)
         self._running = False  # `run` has started: the side connection is known

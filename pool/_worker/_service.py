@@ -37,10 +37,10 @@ from backpressure import BackpressureLike
 
 from .._base._tasks import TaskOwner
 from .._transport import _buffers
-from .._transport._outbox import WriteNow
+from .._transport._outbox import Write, WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
-from .._transport._session import Read, Session, Write
+from .._transport._session import Read, Session
 from .._transport._task import Task
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome

@@ -27,7 +27,7 @@ from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import give_back_rates, prepare
-from ._sqlite_thread import SINGLE, Op, SQLiteThread
+from ._sqlite_thread import SINGLE, Op, SQLiteThread, T
 from ._strays import SQLiteStrays
 
 
@@ -49,8 +49,8 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
     def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ConfigError(f"synchronous: expected 'NORMAL' or 'FULL', got {synchronous!r}")
-        self.path = os.path.abspath(path)
-        self.url = f"sqlite:///{self.path}"
+        self.path: str = os.path.abspath(path)
+        self.url: str = f"sqlite:///{self.path}"
         self._synchronous = synchronous
         self._thread: SQLiteThread | None = None
 
@@ -101,7 +101,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         if thread is not None:
             await thread.stop()
 
-    async def _run(self, op: Op, *, write: bool | str) -> Any:
+    async def _run(self, op: Op[T], *, write: bool | str) -> T:
         if self._thread is None:
             raise StoreError(f"store {self.url} is not open")
         return await self._thread.run(op, write=write)
@@ -147,11 +147,13 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
 
     async def oldest_due(self, now: float) -> float | None:
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = ''"
-        return (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
+        due: float | None = (await self._run(lambda db: db.execute(sql).fetchone(), write=False))[0]
+        return due
 
     async def next_due(self, now: float) -> float | None:
         sql = "SELECT min(next_at) FROM jobs WHERE state = 'pending' AND owner = '' AND next_at > ?"
-        return (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+        due: float | None = (await self._run(lambda db: db.execute(sql, (now,)).fetchone(), write=False))[0]
+        return due
 
     # -- writes ----------------------------------------------------------------------
 
@@ -380,7 +382,8 @@ _RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, 
 
 
 def _count_active(db: sqlite3.Connection) -> int:
-    return db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+    count: int = db.execute("SELECT count(*) FROM jobs WHERE state IN ('pending', 'running')").fetchone()[0]
+    return count
 
 
 _PURGE: Final[str] = (

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..._errors import ConfigError, StoreError
 
@@ -32,7 +32,10 @@ SINGLE: Final[str] = "single"
 
 _STOP: Final[object] = object()
 
-Op = Callable[[sqlite3.Connection], Any]
+T = TypeVar("T")
+
+Op = Callable[[sqlite3.Connection], T]
+"""An operation the thread runs on its connection, inside a transaction; its result is ``T``."""
 
 
 class SQLiteThread:
@@ -149,13 +152,13 @@ class SQLiteThread:
             except RuntimeError:
                 pass  # that loop closed: nobody waits any more
 
-    async def run(self, op: Op, *, write: bool | str) -> Any:
+    async def run(self, op: Op[T], *, write: bool | str) -> T:
         """Run ``op(connection)`` on the thread, in the next transaction; its result or its error.
 
         ``write``: False for a read, True for a write of several statements,
         `SINGLE` for one statement (no savepoint needed).
         """
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._ops.put((op, write, future))
         return await future
 

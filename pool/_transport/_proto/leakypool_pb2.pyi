@@ -11,7 +11,7 @@ class Frames(_message.Message):
     __slots__ = ("frames",)
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     frames: _containers.RepeatedCompositeFieldContainer[Frame]
-    def __init__(self, frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ...) -> None: ...
+    def __init__(self, frames: _Optional[_Iterable[_Union[Frame, _Mapping[str, object]]]] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room", "chunk")
@@ -31,7 +31,7 @@ class Frame(_message.Message):
     outcome: Outcome
     room: Room
     chunk: Chunk
-    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., accept: _Optional[_Union[Accept, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ..., room: _Optional[_Union[Room, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping[str, object]]] = ..., step: _Optional[_Union[Step, _Mapping[str, object]]] = ..., accept: _Optional[_Union[Accept, _Mapping[str, object]]] = ..., reject: _Optional[_Union[Reject, _Mapping[str, object]]] = ..., outcome: _Optional[_Union[Outcome, _Mapping[str, object]]] = ..., room: _Optional[_Union[Room, _Mapping[str, object]]] = ..., chunk: _Optional[_Union[Chunk, _Mapping[str, object]]] = ...) -> None: ...
 
 class Routine(_message.Message):
     __slots__ = ("digest", "blob", "name", "generator", "plain")
@@ -61,7 +61,7 @@ class Call(_message.Message):
     timeout: float
     limits: Limits
     traceparent: str
-    def __init__(self, routine: _Optional[_Union[Routine, _Mapping]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")
