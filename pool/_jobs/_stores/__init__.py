@@ -4,6 +4,7 @@
     _sqlite         SQLiteStore: one file, WAL, several processes on one host
     _sqlite_thread  the thread that owns its connection and group-commits
     _postgres       PostgresStore: asyncpg, SKIP LOCKED leases, advisory locks for limits
+    _postgres_batched  its hot writes (submit, mark running, finish), group committed
     _postgres_sql   its schema and statements (text only)
     _postgres_link  reaching the server: asyncpg on demand, one-line errors, LISTEN/NOTIFY
     _batch          group commit for a networked store (concurrent writes share a statement)
