@@ -150,6 +150,8 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}test_capacity.py",
     "pool/_fleet/_template.py": f"forking from the template: {IT}test_template.py",
     # _jobs
+    "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
+    f"{UT}_jobs/test_wakeups.py, {IT}test_job_burst.py, {IT}test_limits.py",
     "pool/_jobs/_pause_cli.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
     "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
     "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
