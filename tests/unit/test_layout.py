@@ -23,12 +23,12 @@ POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
 PACKAGES = ("pool", "balancer", "backpressure")
 
-MAX_MODULE_LINES = 440
-"""A module is one job (STYLE.md): past this, split it.
+MAX_MODULE_LINES = 400
+"""A module is one job (STYLE.md): past this, split it by what it owns, not by a cut at a line number.
 
-Measured on the tree as `ruff format` lays it out: the formatter puts a call that does not fit on one
-line one argument a line, which adds up to ~8% to a module against the hand-wrapped tree the first
-bound (400) was set on; the settings tables in pool/_config.py stay one setting a line (`# fmt: off`)."""
+Measured on the tree as `ruff format` lays it out. The formatter (one argument a line for a call that does
+not fit) pushed four modules past this bound for a while (it stood at 440); they were split along their seams
+instead: PostgreSQL's group-committed writes, a placement's course, a worker's preflight (issue 36)."""
 
 LEAVES = frozenset(
     {
