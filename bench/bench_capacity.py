@@ -20,6 +20,7 @@ import asyncio
 import json
 import platform
 import time
+from typing import TypedDict
 
 import uvloop
 
@@ -31,6 +32,21 @@ from bench.workloads import log, summarize_us
 from pool._transport._session import Session
 
 _rejects = [0]
+
+
+class SizeRun(TypedDict):
+    """One N's row of the report: what `main` compares across sizes (ratios and CPU per call)."""
+
+    workers: int
+    transport: str
+    started_s: float
+    all_free: dict[str, float]
+    behind_full: dict[str, float]
+    p50_ratio: float
+    cpu_us_per_call_all_free: float
+    cpu_us_per_call_behind_full: float
+    rejects_per_call_all_free: float
+    rejects_per_call_behind_full: float
 
 
 def _count_rejects() -> None:
@@ -54,7 +70,7 @@ async def timed(calls: int) -> tuple[list[float], float, int]:
     return samples, time.process_time() - cpu0, _rejects[0] - rejects0
 
 
-async def one_size(n: int, calls: int, transport: str) -> dict[str, object]:
+async def one_size(n: int, calls: int, transport: str) -> SizeRun:
     t0 = time.perf_counter()
     async with pool.WorkerPool(
         spawn=n,
@@ -97,7 +113,7 @@ async def one_size(n: int, calls: int, transport: str) -> dict[str, object]:
 
 async def main(args: argparse.Namespace) -> None:
     _count_rejects()
-    runs = []
+    runs: list[SizeRun] = []
     for n in args.sizes:
         log(f"(k) N={n} over unix sockets")
         runs.append(await one_size(n, args.calls, "unix"))

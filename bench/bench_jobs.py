@@ -25,6 +25,7 @@ import json
 import resource
 import tempfile
 import time
+from typing import TypedDict
 
 import uvloop
 
@@ -34,6 +35,20 @@ from balancer import PriorityLoadBalancer
 from bench import routines
 from bench.prefill import prefill
 from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, sequential, summarize_us
+
+
+class Throughput(TypedDict):
+    """(g)'s row: calls/s and jobs/s medians that `history` compares store against store."""
+
+    n: int
+    concurrency: int
+    rounds: int
+    calls_per_s_median: float
+    jobs_per_s_median: float
+    jobs_over_calls_median: float
+    jobs_over_calls_range: list[float]
+    errors: list[dict[str, dict[str, int]]]
+    store_counts: dict[str, int]
 
 
 def rss_mib() -> float:
@@ -49,9 +64,11 @@ async def job_roundtrip() -> None:
     await job.result(timeout=600)
 
 
-async def throughput(store: str, total: int, rounds: int = 3) -> dict[str, object]:
+async def throughput(store: str, total: int, rounds: int = 3) -> Throughput:
     """Calls and jobs in alternating rounds on one pool (the machine drifts: ratios per round compare)."""
-    calls, jobs, errors = [], [], []
+    calls: list[float] = []
+    jobs: list[float] = []
+    errors: list[dict[str, dict[str, int]]] = []
     async with pool.WorkerPool(spawn=WORKERS, store=store) as p:
         await concurrent(routines.noop, 500, TP_CONCURRENCY)  # warm the workers
         await concurrent(job_roundtrip, 500, TP_CONCURRENCY)
@@ -142,6 +159,7 @@ async def burst(directory: str, tasks: int, task_s: float) -> dict[str, object]:
 async def backlog_memory(directory: str, big: int) -> dict[str, object]:
     """RSS of a pool whose store holds ``big`` pending jobs no worker can take, vs 100."""
     result: dict[str, object] = {}
+    rss: dict[int, float] = {}
     for count in (100, big):
         discovery = pool.StaticDiscovery()  # no workers: every job stays pending
         async with pool.WorkerPool(
@@ -151,9 +169,10 @@ async def backlog_memory(directory: str, big: int) -> dict[str, object]:
                 await asyncio.gather(*(routines.noop.submit() for _ in range(start, min(count, start + 1000))))
             await asyncio.sleep(1.0)  # the scheduler leases its batch
             counts = await p.jobs.counts()
-            result[f"rss_mib_{count}_pending"] = round(rss_mib(), 1)
+            rss[count] = round(rss_mib(), 1)
+            result[f"rss_mib_{count}_pending"] = rss[count]
             result[f"pending_{count}"] = counts["pending"]
-    result["rss_mib_more"] = round(result[f"rss_mib_{big}_pending"] - result["rss_mib_100_pending"], 1)  # type: ignore[operator]
+    result["rss_mib_more"] = round(rss[big] - rss[100], 1)
     return result
 
 
@@ -166,7 +185,7 @@ async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> d
     await prefill(stores["empty"], 0)
     log(f"(m) pre-filling {prefill_n} finished jobs")
     filled_s = await prefill(stores["full"], prefill_n)
-    g: dict[str, list[dict[str, object]]] = {"empty": [], "full": []}
+    g: dict[str, list[Throughput]] = {"empty": [], "full": []}
     h: dict[str, list[float]] = {"empty": [], "full": []}
     for _ in range(rounds):
         for kind in ("empty", "full"):
@@ -174,10 +193,10 @@ async def history(store: str, prefill_n: int, quick: bool, rounds: int = 3) -> d
             h[kind].extend(await latency_samples(stores[kind], 1000 // scale // rounds))
     jobs = {kind: [r["jobs_per_s_median"] for r in g[kind]] for kind in g}
     calls = {kind: [r["calls_per_s_median"] for r in g[kind]] for kind in g}
-    ratios = sorted(f / e for f, e in zip(jobs["full"], jobs["empty"], strict=False))  # type: ignore[operator]
+    ratios = sorted(f / e for f, e in zip(jobs["full"], jobs["empty"], strict=False))
     vs_calls = sorted(
         (f / fc) / (e / ec)
-        for f, fc, e, ec in zip(jobs["full"], calls["full"], jobs["empty"], calls["empty"], strict=False)  # type: ignore[operator]
+        for f, fc, e, ec in zip(jobs["full"], calls["full"], jobs["empty"], calls["empty"], strict=False)
     )
     latency_ms = {kind: summarize_us(h[kind]) for kind in h}
     return {

@@ -66,7 +66,10 @@ async def throughput(call, total: int, concurrency: int, warmup: int, pids: list
         "tasks_per_s": round(total / elapsed, 1),
         "errors": errors,
         "client_cpu_us_per_call": round((cpu1 - cpu0) / total * 1e6, 1),
-        "workers_cpu_us_per_call": round(sum(b - a for a, b in zip(w0, w1, strict=False)) / total * 1e6, 1),
+        # A worker whose /proc entry could not be read (it exited) counts for nothing rather than a guess.
+        "workers_cpu_us_per_call": round(
+            sum(b - a for a, b in zip(w0, w1, strict=False) if a is not None and b is not None) / total * 1e6, 1
+        ),
     }
 
 

@@ -56,7 +56,8 @@ class Retries(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage().startswith("store out of reach"):
-            cause = str(record.args[1]).split(": ", 2)[1] if len(record.args) > 1 else "?"
+            args = record.args if isinstance(record.args, tuple) else ()
+            cause = str(args[1]).split(": ", 2)[1] if len(args) > 1 else "?"
             self.by_error[cause.split(":")[0]] += 1
 
 

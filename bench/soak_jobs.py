@@ -3,13 +3,13 @@
     python -m bench.soak_jobs [--duration 600] [--dispatchers 3] [--rate 10] [--postgres auto|URL] [--seed N]
                               [--pg-restart-every 90 | --failover-every S] [--keep N]
 
-Three dispatching processes (each ``WorkerPool(spawn=2, store=PG)``) share
-one PostgreSQL store and submit jobs continuously (``retries=20``; each
-job sleeps 20-300 ms and logs its start and end in a shared file). Meanwhile,
-at random: a dispatching process is SIGKILLed (its workers go with it, its
-jobs are re-queued by the others once its lease expires) and restarted a
-moment later, or one of their workers is SIGKILLed (its attempt fails and
-is retried); and every ``--pg-restart-every`` seconds (default 90; 0: once,
+Three dispatching processes (each a ``bench.soak_dispatcher`` child with a
+``WorkerPool(spawn=2, store=PG)``) share one PostgreSQL store and submit jobs
+continuously (``retries=20``; each job sleeps 20-300 ms and logs its start
+and end in a shared file). Meanwhile, at random: a dispatching process is
+SIGKILLed (its workers go with it, its jobs are re-queued by the others once
+its lease expires) and restarted a moment later, or one of their workers is
+SIGKILLed (its attempt fails and is retried); and every ``--pg-restart-every`` seconds (default 90; 0: once,
 half-way) PostgreSQL itself is stopped, alternately ``fast`` (a clean
 shutdown that ends every session) and ``immediate`` (as a crash), and started
 again ``PG_DOWN_S`` later: submits ride over it (``store_retry``, 10 s by
@@ -80,7 +80,6 @@ import json
 import os
 import random
 import signal
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -89,140 +88,12 @@ from typing import Any
 import uvloop
 
 from bench import soak_report
+from bench.soak_dispatcher import Dispatcher
 
-LEASE_TTL_S = soak_report.LEASE_TTL_S
-SPAWN, CAPACITY = 2, 8
 CHAOS_EVERY_S = (4.0, 12.0)  # pause between two random kills
 RESTART_AFTER_S = (0.5, 3.0)  # a killed dispatcher comes back after this
 PG_DOWN_S = 3.0
 RSS_WARMUP_S = 10.0  # a dispatching process's "start" RSS is taken once it has run this long
-
-
-# -- one dispatching process ------------------------------------------------------------------
-
-
-async def dispatcher(url: str, name: str, log: str, rate: float) -> None:
-    """Submit jobs until "STOP" on stdin, printing ACK/NACK per submit and WORKERS pids; exit on "EXIT"."""
-    import pool
-    from backpressure import TaskCountBackpressure
-    from bench.soak_routines import soak_task
-
-    rng = random.Random(f"{name}-{os.getpid()}")
-    commands: asyncio.Queue[str] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-
-    async def read_commands() -> None:
-        while line := await reader.readline():
-            await commands.put(line.decode().strip())
-        await commands.put("EXIT")
-
-    async with pool.WorkerPool(
-        spawn=SPAWN, backpressure=TaskCountBackpressure(CAPACITY), store=url, lease_ttl=LEASE_TTL_S, shutdown_grace=2.0
-    ) as p:
-        print("WORKERS", *p.pids, flush=True)
-        reading = asyncio.ensure_future(read_commands())
-        n = 0
-        stop = False
-        last_pids: list[int] = []
-        while not stop:
-            job_id = f"{name}-{n}"
-            n += 1
-            try:
-                await soak_task.options(job_id=job_id, retries=20, dispatch_deadline=3600).submit(
-                    log, job_id, rng.uniform(0.02, 0.3)
-                )
-            except pool.PoolError as exc:
-                print("NACK", job_id, type(exc).__name__, flush=True)
-            else:
-                print("ACK", job_id, f"{time.time():.6f}", flush=True)
-            if p.pids != last_pids:
-                last_pids = list(p.pids)
-                print("WORKERS", *last_pids, flush=True)
-            await asyncio.sleep(rng.expovariate(rate))
-            while not commands.empty():
-                stop = stop or (await commands.get()) in ("STOP", "EXIT")
-        print("STOPPED", flush=True)
-        while (await commands.get()) != "EXIT":
-            print("WORKERS", *p.pids, flush=True)
-        reading.cancel()
-
-
-# -- the orchestrator -------------------------------------------------------------------------
-
-
-class Dispatcher:
-    """One dispatching process the soak runs, kills and restarts."""
-
-    def __init__(self, index: int, url: str, log: str, rate: float) -> None:
-        self.index, self.url, self.log, self.rate = index, url, log, rate
-        self.generation = 0
-        self.process: asyncio.subprocess.Process | None = None
-        self.workers: list[int] = []
-        self.reader: asyncio.Future[Any] | None = None
-        self.started_at = 0.0
-        self.rss_first: tuple[float, int] | None = None  # (when, KiB): the current process, once warmed up
-
-    async def start(self, acked: dict[str, float], nacked: list[str], requeued: list[float]) -> None:
-        self.generation += 1
-        self.rss_first = None
-        name = f"d{self.index}g{self.generation}"
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.soak_jobs",
-            "--child",
-            self.url,
-            name,
-            self.log,
-            str(self.rate),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self.started_at = time.monotonic()
-        self.reader = asyncio.ensure_future(
-            asyncio.gather(self._read(self.process, acked, nacked), self._read_log(self.process, requeued))
-        )
-
-    @staticmethod
-    async def _read_log(process: asyncio.subprocess.Process, requeued: list[float]) -> None:
-        """Pass the process's log on; note when it re-queued the running jobs of a process whose lease expired."""
-        assert process.stderr is not None
-        while line := await process.stderr.readline():
-            if b"re-queued" in line:
-                requeued.append(time.time())
-            sys.stderr.write(line.decode(errors="replace"))
-
-    async def _read(self, process: asyncio.subprocess.Process, acked: dict[str, float], nacked: list[str]) -> None:
-        assert process.stdout is not None
-        while line := await process.stdout.readline():
-            if not line.endswith(b"\n"):
-                break  # the process was killed mid-line: the rest never came (its submit was not acknowledged)
-            kind, *rest = line.decode().split() or [""]
-            if kind == "ACK":
-                acked[rest[0]] = float(rest[1])  # when its submit returned
-            elif kind == "NACK":
-                nacked.append(rest[0])
-            elif kind == "WORKERS":
-                self.workers = [int(pid) for pid in rest]
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-
-    async def reap(self) -> None:
-        if self.process is not None:
-            await self.process.wait()
-        if self.reader is not None:
-            await self.reader
-
-    async def tell(self, command: str) -> None:
-        if self.process is not None and self.process.stdin is not None and self.process.returncode is None:
-            with contextlib.suppress(ConnectionError):
-                self.process.stdin.write(command.encode() + b"\n")
-                await self.process.stdin.drain()
 
 
 def restart_times(duration: float, every: float) -> list[float]:
@@ -370,12 +241,7 @@ def main() -> None:
         default=None,
         help="dispatching processes never SIGKILLed (default 1 with --failover-every, else 0)",
     )
-    parser.add_argument("--child", nargs=4, metavar=("URL", "NAME", "LOG", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        url, name, log, rate = args.child
-        uvloop.run(dispatcher(url, name, log, float(rate)))
-        return
     if args.failover_every > 0 and args.postgres != "auto":
         parser.error("--failover-every needs --postgres auto: the soak starts the primary and its standby")
     keep = args.keep if args.keep is not None else int(args.failover_every > 0)

@@ -15,6 +15,9 @@ than one of 100. The process holds an owner lease it renews every
 ``lease_ttl / 3``; on start-up and on every tick it re-queues the jobs of
 owners whose lease expired (their dispatching process died): those jobs
 run again, at least once in all, and their attempt count says so.
+
+This module leases and decides when to place; one placement's course, from
+the worker's Accept (or its refusal) to the outcome, is `Attending`'s (`_attend`).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from .._base._tasks import TaskOwner
-from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, StoreError
+from .._errors import SerializationError, StoreError
 from .._transport._outgoing import OutgoingCall
 from .._transport._task import Task
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, expired, persist
+from ._attempt import Outage, expired
 from ._attempt import due_order as _due_order
+from ._attend import Attending
 from ._codec import decode
 from ._due import NextDue
 from ._job import Jobs
@@ -52,7 +56,7 @@ LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
 
 
-class Scheduler(LeaseUpkeep):
+class Scheduler(Attending, LeaseUpkeep):
     """Runs the jobs of one store from one dispatching process.
 
     Args:
@@ -320,82 +324,6 @@ class Scheduler(LeaseUpkeep):
             self._waiting.remove(attempt)
             self._placing.add(attempt)
             attempt.runner = self._tasks.spawn(self._attend(attempt), name=f"job {attempt.job.id}")
-
-    def _put_back(self, attempt: _Attempt) -> None:
-        attempt.runner = None
-        if attempt.job.id in self._cancelled:
-            self._cancelled.discard(attempt.job.id)
-            self._drop(attempt.job.id)
-            return
-        bisect.insort(self._waiting, attempt, key=_due_order)
-
-    # -- one attempt -----------------------------------------------------------------
-
-    async def _attend(self, attempt: _Attempt) -> None:
-        """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
-        job = attempt.job
-        epoch = self._window.epoch
-        try:
-            call = await self._place(attempt.task)
-        except NoWorkersAvailable:
-            if job.queue or job.workflow or not self._has_workers():
-                # Do not sit on a shared limit slot, nor on any job while this process has no worker:
-                # give back, so a process with room takes it (the deadline is checked at each lease).
-                given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
-                if len(given) > 1:
-                    self._waiting = []
-                await persist("giving jobs back", lambda: self.store.unlease(self.owner, given))
-                for job_id in given:
-                    self._drop(job_id)
-                self._gave_back = True
-                self._backlog = True  # they are in the store again
-                self._window.shrink()
-                self._starved()
-                return
-            if self._window.refused(epoch):
-                self._wake.set()  # capacity freed while this placement was refused: try again now
-            self._starved()
-            self._put_back(attempt)
-            return
-        except PoolClosed:
-            self._put_back(attempt)
-            return
-        except asyncio.CancelledError:
-            if not attempt.cancel_requested:
-                raise
-            self._drop(job.id)
-            return
-        except Exception as exc:  # noqa: BLE001 - a job that cannot start fails with the reason recorded in the store
-            await self._fail_pending(job, exc)
-            return
-        finally:
-            self._placing.discard(attempt)
-        if call is None:
-            attempt.blocked_at = epoch  # a limit was full: wait for a slot to free (unless one freed since)
-            self._put_back(attempt)
-            self._wake.set()  # its placement slot is free: the jobs behind it may go
-            return
-        self._cancelled.discard(job.id)
-        self._running[job.id] = attempt
-        if self._window.accepted():
-            self._wake.set()  # room for more placements
-        final: JobRecord | None = None
-        try:
-            final = await self._recorder.follow(attempt, call)
-        finally:
-            self._running.pop(job.id, None)
-            self._held.discard(job.id)
-            self.jobs.notify_finished(job.id, final)
-            if final is None:  # back in the store (a retry, due later) or someone else's now
-                self._backlog = True
-                self._next_due.forget()
-            if job.queue or job.workflow:
-                self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
-
-    async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
-        await self._recorder.fail_pending(job, error)
-        self._held.discard(job.id)
-        self.jobs.notify_finished(job.id, None)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.store!r} owner={self.owner} [{self.waiting} waiting, {self.running} running]>"

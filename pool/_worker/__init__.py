@@ -1,6 +1,7 @@
 """The worker process: everything that runs inside ``leakypool-worker`` and nowhere else.
 
     _main        process entry: config in, server up, READY out, drain on signal
+    _preflight   settings checked before serving, and what they decide: the hook, its capacity, inline routines
     _service     the service: streams, State/Stop, wiring of the parts below
     _unix_server the service on a unix socket, framed messages (a pool's own workers)
     _grpc_server the service over gRPC on TCP (the only worker module importing grpc)

@@ -23,12 +23,12 @@ POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
 PACKAGES = ("pool", "balancer", "backpressure")
 
-MAX_MODULE_LINES = 440
-"""A module is one job (STYLE.md): past this, split it.
+MAX_MODULE_LINES = 400
+"""A module is one job (STYLE.md): past this, split it by what it owns, not by a cut at a line number.
 
-Measured on the tree as `ruff format` lays it out: the formatter puts a call that does not fit on one
-line one argument a line, which adds up to ~8% to a module against the hand-wrapped tree the first
-bound (400) was set on; the settings tables in pool/_config.py stay one setting a line (`# fmt: off`)."""
+Measured on the tree as `ruff format` lays it out. The formatter (one argument a line for a call that does
+not fit) pushed four modules past this bound for a while (it stood at 440); they were split along their seams
+instead: PostgreSQL's group-committed writes, a placement's course, a worker's preflight (issue 36)."""
 
 LEAVES = frozenset(
     {
@@ -150,6 +150,8 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}test_capacity.py",
     "pool/_fleet/_template.py": f"forking from the template: {IT}test_template.py",
     # _jobs
+    "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
+    f"{UT}_jobs/test_wakeups.py, {IT}test_job_burst.py, {IT}test_limits.py",
     "pool/_jobs/_pause_cli.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
     "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
     "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",

@@ -6,10 +6,11 @@ FOR UPDATE SKIP LOCKED)``, so two processes leasing at once take different
 jobs without waiting on each other, and a submit under a ceiling or a lease
 of jobs with limits takes a transaction-scoped advisory lock, so the count
 it checks is exact across processes. The hot writes (submit, mark running,
-finish) are group committed (`Batcher`): a burst costs a few statements,
-not one per job. Processes wake each other with LISTEN/NOTIFY (`watch`).
-asyncpg is asyncio-native (no thread) and speaks the binary protocol; it is
-imported only when a PostgreSQL store is used (the ``postgres`` extra).
+finish) are group committed (`PostgresBatchedWrites`, in `_postgres_batched`):
+a burst costs a few statements, not one per job. Processes wake each other
+with LISTEN/NOTIFY (`watch`). asyncpg is asyncio-native (no thread) and
+speaks the binary protocol; it is imported only when a PostgreSQL store is
+used (the ``postgres`` extra).
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..._base._tasks import TaskOwner
 from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin
 from . import _postgres_sql as sql
-from ._batch import Batcher
 from ._pauses import PostgresPauses, create_paused_table
+from ._postgres_batched import PostgresBatchedWrites
 from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 from ._retry import lost_connection
 from ._strays import PostgresStrays
@@ -39,16 +39,12 @@ POOL_SIZE: Final[int] = 8
 
 SCHEMA_VERSION: Final[int] = sql.SCHEMA_VERSION
 
-_Finish = tuple[
-    str, str, str, float, "bytes | None", str, "float | None"
-]  # id, owner, state, now, outcome, error, started
-
 
 def _record(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)
 
 
-class PostgresStore(PostgresPauses, PostgresStrays):
+class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
     """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
 
     Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,
@@ -65,17 +61,6 @@ class PostgresStore(PostgresPauses, PostgresStrays):
         self._pool: Any = None
         self._token = uuid.uuid4().hex[:16]  # names this store's notices, so it ignores its own
         self._batchers()
-
-    def _batchers(self) -> None:
-        """The group-committed writes, and the owner of their flights."""
-        self._tasks = TaskOwner("postgres store", _log)
-        self._inserts: Batcher[tuple[NewJob, str], JobRecord | None] = Batcher(
-            "submitting jobs", self._insert_many, self._tasks
-        )
-        self._marks: Batcher[tuple[str, str, float], bool] = Batcher(
-            "marking jobs running", self._mark_many, self._tasks
-        )
-        self._finishes: Batcher[_Finish, bool] = Batcher("recording outcomes", self._finish_many, self._tasks)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -193,53 +178,7 @@ class PostgresStore(PostgresPauses, PostgresStrays):
     async def next_due(self, now: float) -> float | None:
         return await self._call("fetchval", sql.NEXT_DUE, now)
 
-    # -- writes ----------------------------------------------------------------------
-
-    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        if max_active is None:
-            record = await self._inserts((job, owner))
-            if record is not None:
-                return record, True
-        created = await self._submit_one(job, max_active, owner)  # under the ceiling, or its id is taken
-        if created[1] and not owner:
-            await self._notify("due")
-        return created
-
-    async def _insert_many(self, items: builtins.list[tuple[NewJob, str]]) -> builtins.list[JobRecord | None]:
-        columns: list[list[Any]] = [[] for _ in range(16)]
-        for job, owner in items:
-            for column, value in zip(
-                columns,
-                (
-                    job.id,
-                    job.routine,
-                    job.max_attempts,
-                    job.created_at,
-                    job.deadline,
-                    job.payload,
-                    job.queue,
-                    job.key,
-                    job.workflow,
-                    owner,
-                    job.concurrency,
-                    job.total,
-                    job.due,
-                    job.priority,
-                    job.rate,
-                    job.rate_per,
-                ),
-                strict=True,
-            ):
-                column.append(value)
-        inserted = {row[0]: _record(row) for row in await self._call("fetch", sql.INSERT_MANY, *columns)}
-        if any(record.owner == "" for record in inserted.values()):
-            await self._notify("due")
-        return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
-
-    async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
-        async with self._errors():
-            row, created = await admin.submit_one(self._db(), job, max_active, owner)
-        return _record(row), created
+    # -- writes (the hot three: `PostgresBatchedWrites`) -----------------------------
 
     async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
@@ -274,37 +213,6 @@ class PostgresStore(PostgresPauses, PostgresStrays):
 
     async def _fenced(self, statement: str, *args: Any) -> bool:
         return await self._call("execute", statement, *args) == "UPDATE 1"
-
-    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
-        return await self._marks((job_id, owner, now))
-
-    async def _mark_many(self, items: builtins.list[tuple[str, str, float]]) -> builtins.list[bool]:
-        ids, owners, times = (list(column) for column in zip(*items, strict=True))
-        marked = {row[0] for row in await self._call("fetch", sql.MARK_RUNNING_MANY, ids, owners, times)}
-        return [job_id in marked for job_id, _, _ in items]
-
-    async def finish(
-        self,
-        job_id: str,
-        owner: str,
-        state: str,
-        now: float,
-        *,
-        outcome: bytes | None,
-        error: str = "",
-        started: float | None = None,
-    ) -> bool:
-        if state not in TERMINAL_STATES:
-            raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
-        return await self._finishes((job_id, owner, state, now, outcome, error, started))
-
-    async def _finish_many(self, items: builtins.list[_Finish]) -> builtins.list[bool]:
-        columns = [list(column) for column in zip(*items, strict=True)]
-        rows = await self._call("fetch", sql.FINISH_MANY, *columns)
-        if any(limited for _, limited in rows):
-            await self._notify("due")  # a limit slot is free: another process may have a job waiting for it
-        finished = {row[0] for row in rows}
-        return [item[0] in finished for item in items]
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
         retried = await self._fenced(

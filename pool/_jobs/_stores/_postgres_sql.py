@@ -110,12 +110,13 @@ INSERT: Final[str] = (
 INSERT_MANY: Final[str] = (
     _INSERTED + "SELECT id, routine, 'pending', max_attempts, created_at, deadline, next_at, payload, queue, key, "
     "workflow, owner, concurrency, total, priority, rate, rate_per FROM unnest($1::text[], $2::text[], $3::int[], "
-    "$4::float8[], $5::float8[], $6::bytea[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int[], "
-    "$12::int[], $13::float8[], $14::int[], $15::int[], $16::float8[]) AS v(id, routine, max_attempts, created_at, "
-    "deadline, payload, queue, key, workflow, owner, concurrency, total, next_at, priority, rate, rate_per) "
+    "$4::float8[], $5::float8[], $6::float8[], $7::bytea[], $8::text[], $9::text[], $10::text[], $11::text[], "
+    "$12::int[], $13::int[], $14::int[], $15::int[], $16::float8[]) AS v(id, routine, max_attempts, created_at, "
+    "deadline, next_at, payload, queue, key, workflow, owner, concurrency, total, priority, rate, rate_per) "
     f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}"
 )
-"""New jobs in one statement; an id already present is skipped (the caller takes the one-row path for it)."""
+"""New jobs in one statement, one array per `NewJob.values` column (`INSERT`'s order); an id already present is
+skipped (the caller takes the one-row path for it)."""
 
 MARK_RUNNING_MANY: Final[str] = (
     "UPDATE leakypool_jobs AS j SET state = 'running', attempts = j.attempts + 1, started_at = v.now "

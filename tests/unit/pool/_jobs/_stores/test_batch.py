@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,32 +126,3 @@ def test_every_write_should_be_flushed_exactly_once_in_arrival_order(arrivals, m
     assert sorted(flat) == list(range(len(arrivals)))
     assert all(1 <= len(batch) <= max_batch for batch in batches)
     assert all(batch == sorted(batch) for batch in batches)
-
-
-@pytest.mark.parametrize("size", [1, 300])
-async def test_postgres_batched_writes_should_match_one_at_a_time(postgres_url, size):
-    """Test the batched statements on a real server: submit, mark running, finish, each for many jobs at once."""
-    from pool._jobs._store import NewJob
-    from pool._jobs._stores._postgres import PostgresStore
-
-    store = PostgresStore(postgres_url)
-    await store.open()
-    try:
-        jobs = [NewJob(id=f"b{i}", routine="r", payload=b"x", created_at=1.0 + i, deadline=1e12) for i in range(size)]
-        submitted = await asyncio.gather(*(store.submit(job, owner="me") for job in jobs))
-        again = await asyncio.gather(*(store.submit(job, owner="me") for job in jobs[:3]))
-        assert [created for _, created in submitted] == [True] * size
-        assert [created for _, created in again] == [False] * min(3, size)  # the active job, not a second one
-        marked = await asyncio.gather(*(store.mark_running(job.id, "me", 5.0) for job in jobs))
-        assert marked == [True] * size
-        not_mine = await store.mark_running(jobs[0].id, "other", 6.0)
-        finished = await asyncio.gather(
-            *(store.finish(job.id, "me", "succeeded", 7.0, outcome=job.id.encode()) for job in jobs)
-        )
-        assert (not_mine, finished) == (False, [True] * size)
-        records = {r.id: r for r in await store.list(limit=size + 10)}
-        assert {(r.state, r.attempts, r.outcome, r.started_at, r.finished_at) for r in records.values()} == {
-            ("succeeded", 1, r.id.encode(), 5.0, 7.0) for r in records.values()
-        } and len(records) == size
-    finally:
-        await store.close()
