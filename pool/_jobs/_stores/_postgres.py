@@ -160,7 +160,10 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
         return counts
 
     async def count_active(self) -> int:
-        return await self._call("fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')")
+        count: int = await self._call(
+            "fetchval", "SELECT count(*) FROM leakypool_jobs WHERE state IN ('pending', 'running')"
+        )
+        return count
 
     async def cancel_requested(self, owner: str) -> builtins.list[str]:
         rows = await self._call(
@@ -171,12 +174,14 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
         return [row[0] for row in rows]
 
     async def oldest_due(self, now: float) -> float | None:
-        return await self._call(
+        oldest: float | None = await self._call(
             "fetchval", "SELECT min(next_at) FROM leakypool_jobs WHERE state = 'pending' AND owner = ''"
         )
+        return oldest
 
     async def next_due(self, now: float) -> float | None:
-        return await self._call("fetchval", sql.NEXT_DUE, now)
+        due: float | None = await self._call("fetchval", sql.NEXT_DUE, now)
+        return due
 
     # -- writes (the hot three: `PostgresBatchedWrites`) -----------------------------
 
@@ -212,7 +217,8 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
         await self._notify("due")
 
     async def _fenced(self, statement: str, *args: Any) -> bool:
-        return await self._call("execute", statement, *args) == "UPDATE 1"
+        status: str = await self._call("execute", statement, *args)
+        return status == "UPDATE 1"
 
     async def retry(self, job_id: str, owner: str, next_at: float, error: str) -> bool:
         retried = await self._fenced(
