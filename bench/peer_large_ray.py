@@ -36,9 +36,13 @@ value is copied once into the store and ``ray.get`` gives the driver a
 read-only ndarray on that memory, again without a copy. So an array echo is
 two copies, like the floor, but both sides get read-only arrays (a caller who
 writes to one pays another copy, not counted here); ``bytes`` are built anew
-on the receiving side. The argument is passed by value on every call (Ray
-puts it in the store each time), as bench_large passes it; a Ray user who
-reuses one argument would ``ray.put`` it once.
+on the receiving side. Ray copies a large buffer into the store with several
+threads (its ``parallel_memcopy``), so one copy can beat the floor's
+single-threaded ``np.copyto``; and a call ends when the driver holds the
+value, before anything reads its pages (as with leakypool's mapped regions).
+The argument is passed by value on every call (Ray puts it in the store each
+time), as bench_large passes it; a Ray user who reuses one argument would
+``ray.put`` it once.
 
 Peak RSS: ``VmHWM`` from /proc/PID/status, reset before each case through
 /proc/PID/clear_refs. ``dispatcher`` is this process (Ray's driver);
