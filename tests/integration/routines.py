@@ -396,3 +396,15 @@ async def arrived_mapped(array):
     while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
         base = base.base
     return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+@pool.routine
+async def spin_until(path, signals=None):
+    """Hog the CPU (no await) until ``path`` exists (at most 120 s), so the loop is held as long as the test says."""
+    notify(signals, f"spinning {os.getpid()}")
+    end = time.monotonic() + 120
+    while not os.path.exists(path) and time.monotonic() < end:
+        next_look = time.perf_counter() + 0.01
+        while time.perf_counter() < next_look:
+            pass
+    return os.getpid()
