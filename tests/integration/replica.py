@@ -53,8 +53,6 @@ class Revivals(logging.Handler):
 async def main(url: str, markers: str, first: int, count: int, total: int, ttl: float) -> None:
     logging.getLogger("leakypool.jobs").addHandler(Revivals())
     async with pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(4), store=url, lease_ttl=ttl) as p:
-        presence = p._scheduler._presence  # type: ignore[union-attr]
-        presence.store = CountedRecoveries(presence.store)  # the tick reads it anew each time
         await asyncio.gather(
             *(
                 routines.interval.options(queue=SHARED, key=f"k{i % 10}", job_id=f"j{i}").submit(
@@ -64,6 +62,8 @@ async def main(url: str, markers: str, first: int, count: int, total: int, ttl: 
             )
         )
         print("SUBMITTED", *p.pids, flush=True)
+        presence = p._scheduler._presence  # type: ignore[union-attr]
+        presence.store = CountedRecoveries(presence.store)  # the tick reads it anew each time (TICK lines)
         async with asyncio.timeout(600):
             for i in range(total):
                 while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet
