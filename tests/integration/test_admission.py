@@ -21,16 +21,19 @@ from tests.integration.signals import Signals
 pytestmark = pytest.mark.integration
 
 
-async def test_queued_calls_should_start_in_fifo_order(one_slot_pool):
+async def test_queued_calls_should_start_in_fifo_order(one_slot_pool, release):
     async with Signals() as signals, one_slot_pool(queue_depth=10) as p:
-        blocker = asyncio.ensure_future(routines.span(0.3, "blocker", signals.address))
+        # The blocker holds the worker until every call is queued: a slow machine cannot let it end
+        # first (and the calls start in arrival order instead of the queue's).
+        blocker = asyncio.ensure_future(routines.hold_until(release, signals.address, "blocker"))
         await signals.wait("start blocker")
         calls = []
         for i in range(6):
             calls.append(asyncio.ensure_future(routines.span(0.01, i, signals.address)))
             await asyncio.sleep(0)  # make the arrival order unambiguous
         await eventually(lambda: p.stats().waiting_for_worker == 6)
-        await blocker
+        pathlib.Path(release).touch()
+        await asyncio.wait_for(blocker, HANG_S)
         results = await asyncio.gather(*calls)
     assert [r[0] for r in sorted(results, key=lambda r: r[2])] == list(range(6))
 
