@@ -408,3 +408,16 @@ async def spin_until(path, signals=None):
         while time.perf_counter() < next_look:
             pass
     return os.getpid()
+
+
+@pool.routine
+async def held_span(item):
+    """``item`` is ``(path, signals, tag)``: like `span`, but runs until ``path`` exists (at most ~30 s); one argument, for pool.map."""
+    path, signals, tag = item
+    start = time.time()
+    notify(signals, f"start <{tag}>")
+    for _ in range(3000):
+        if os.path.exists(path):
+            break
+        await asyncio.sleep(0.01)
+    return tag, os.getpid(), start, time.time()

@@ -123,11 +123,23 @@ async def test_failed_task_should_not_block_its_workflow_unless_asked():
         assert (await ok(0.01, 3))[0] == 3  # the workflow starts afresh once its queue emptied
 
 
-async def test_map_should_keep_three_of_twenty_in_flight_on_workers():
-    async with roomy_pool() as p:
-        results = [r async for r in pool.map(routines.span, [0.05] * 20, concurrency=3)]
+async def test_map_should_keep_three_of_twenty_in_flight_on_workers(tmp_path):
+    """Test the window: three run at once (they hold until released, so a busy machine cannot end one first), never more."""
+    release = tmp_path / "release"
+
+    async def collect() -> list:
+        items = [(str(release), signals.address, i) for i in range(20)]
+        return [r async for r in pool.map(routines.held_span, items, concurrency=3)]
+
+    async with Signals() as signals, roomy_pool() as p:
+        mapped = asyncio.ensure_future(collect())
+        for i in range(3):
+            await signals.wait(f"start <{i}>")  # three in flight at once...
+        release.touch()
+        results = await asyncio.wait_for(mapped, HANG_S)
         assert p.stats().dispatched == 20
-    assert len(results) == 20 and max_overlap(results) == 3
+    assert sorted(r[0] for r in results) == list(range(20))
+    assert max_overlap(results) <= 3  # ...and never more: the window (a bound no slow machine can break)
 
 
 async def test_nested_calls_should_not_deadlock_workers_capped_at_one_task():
