@@ -106,16 +106,6 @@ async def sleep(seconds, signals=None, tag=""):
 
 
 @pool.routine
-async def spin(seconds, signals=None):
-    """Hog the CPU (no await) for ``seconds``."""
-    notify(signals, f"spinning {os.getpid()}")
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-    return os.getpid()
-
-
-@pool.routine
 async def unpicklable_result():
     return threading.Lock()
 
