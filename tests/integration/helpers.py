@@ -5,8 +5,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import pool
+
+HANG_S: Final[float] = 30.0
+"""How long a test waits for something that must happen: it bounds a hung (broken) run, never a pace.
+
+A test waits this long only on an event its defect would lose for good (a call that is never
+accepted, a routine that is never released): a slow or busy machine is late by seconds, a
+defect forever. Timing claims (how fast) belong in bench/, not here.
+"""
 
 
 async def until_members(

@@ -6,7 +6,9 @@ Submits jobs ``j<FIRST>`` .. ``j<FIRST+COUNT-1>`` of ``routines.interval`` in
 the queue ``shared`` (1 per key, 3 in all; keys ``k0``..``k9``), prints
 ``SUBMITTED <worker pid>``, then waits until all TOTAL jobs (whoever runs
 them) are final and prints ``DRAINED``. Meanwhile it prints ``REVIVED <unix
-time>`` when it re-queues a dead replica's running jobs. One worker, four tasks at a time: without the
+time>`` when it re-queues a dead replica's running jobs, and ``TICK <now>``
+each time its owner-lease tick renews its lease (``now``: the time it renewed
+with; the same tick then looks for dead owners' jobs). One worker, four tasks at a time: without the
 store's limits, three replicas would run up to twelve at once.
 """
 
@@ -16,12 +18,28 @@ import asyncio
 import logging
 import sys
 import time
+from typing import Any
 
 import pool
 from backpressure import TaskCountBackpressure
 from tests.integration import routines
 
 SHARED = pool.Queue("shared", concurrency=1, total=3)
+
+
+class CountedRecoveries:
+    """The pool's own store, printing what its lease tick does with it (instrumentation only)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def heartbeat(self, owner: str, now: float, ttl: float) -> Any:
+        done = await self._store.heartbeat(owner, now, ttl)
+        print("TICK", now, flush=True)
+        return done
 
 
 class Revivals(logging.Handler):
@@ -44,6 +62,8 @@ async def main(url: str, markers: str, first: int, count: int, total: int, ttl: 
             )
         )
         print("SUBMITTED", *p.pids, flush=True)
+        presence = p._scheduler._presence  # type: ignore[union-attr]
+        presence.store = CountedRecoveries(presence.store)  # the tick reads it anew each time (TICK lines)
         async with asyncio.timeout(600):
             for i in range(total):
                 while (job := await p.jobs.get(f"j{i}")) is None:  # another replica's, not submitted yet

@@ -106,16 +106,6 @@ async def sleep(seconds, signals=None, tag=""):
 
 
 @pool.routine
-async def spin(seconds, signals=None):
-    """Hog the CPU (no await) for ``seconds``."""
-    notify(signals, f"spinning {os.getpid()}")
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-    return os.getpid()
-
-
-@pool.routine
 async def unpicklable_result():
     return threading.Lock()
 
@@ -381,48 +371,25 @@ async def deprecated():
 
 
 @pool.routine
-async def bump_first(array):
-    """Add 1 to the first element of ``array`` in place (the worker's copy) and return it."""
-    array[0] += 1
-    return array
+async def spin_until(path, signals=None):
+    """Hog the CPU (no await) until ``path`` exists (at most 120 s), so the loop is held as long as the test says."""
+    notify(signals, f"spinning {os.getpid()}")
+    end = time.monotonic() + 120
+    while not os.path.exists(path) and time.monotonic() < end:
+        next_look = time.perf_counter() + 0.01
+        while time.perf_counter() < next_look:
+            pass
+    return os.getpid()
 
 
 @pool.routine
-async def arrived_mapped(array):
-    """Whether ``array`` is built on a mapping (it crossed out of band), not on bytes read off the stream."""
-    import mmap
-
-    base = array.base
-    while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
-        base = base.base
-    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
-
-
-@pool.routine
-async def checksum(array):
-    """The sum of ``array`` and whether it arrived mapped (out of band)."""
-    return float(array.sum()), await arrived_mapped.__wrapped__(array)
-
-
-@pool.routine
-async def checksum_nested(array):
-    """Pass ``array`` on to a nested call (relayed by the pool) and return what it found."""
-    return await checksum(array)
-
-
-class TurnAwayOnce:
-    """Backpressure that turns away the first offer of routine ``name`` in the whole pool (a marker file says
-    it happened), so the pool must offer that call again: its arguments are sent a second time."""
-
-    def __init__(self, marker: str, name: str) -> None:
-        self.marker = marker
-        self.name = name
-
-    def __call__(self, ctx) -> bool:
-        if not ctx.task.name.endswith(self.name):
-            return False
-        try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            return False
-        return True
+async def held_span(item):
+    """``item`` is ``(path, signals, tag)``: like `span`, but runs until ``path`` exists (at most ~30 s); one argument, for pool.map."""
+    path, signals, tag = item
+    start = time.time()
+    notify(signals, f"start <{tag}>")
+    for _ in range(3000):
+        if os.path.exists(path):
+            break
+        await asyncio.sleep(0.01)
+    return tag, os.getpid(), start, time.time()

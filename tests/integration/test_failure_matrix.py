@@ -20,24 +20,31 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 
 import pytest
 
 import pool
 from tests.integration import faults, hooks, routines
-from tests.integration.helpers import until_members
+from tests.integration.helpers import HANG_S, until_members
 
 pytestmark = pytest.mark.integration
 
-BOUND_S = 30.0
-"""Every fault must end its call, and a dead worker be replaced, within this."""
+BOUND_S = HANG_S
+"""Every fault must end its call, and a dead worker be replaced, within this: a hang guard, not a pace.
+
+What ends each call is an event (an Outcome, or the end of the dead worker's stream), and a dead
+worker's replacement waits at most the first steps of RESPAWN_BACKOFF_S: a defect that loses the
+event never ends the call, while a slow machine is seconds late.
+"""
 
 WORKER_ERROR = r"the arguments of take\(\) cannot be unpickled: FaultError: error while unpickling on the worker"
 CALLER_ERROR = r"the result of give\(\) cannot be unpickled: FaultError: error while unpickling on the caller"
 LOST = r"^lost worker "
 STALL_S = 1.0
-"""How long a worker's I/O loop stalls after accepting a call that kills it (the routine's thread does so at once)."""
+"""How long a worker's I/O loop stalls after accepting a call that kills it (the routine's thread does so at once).
+
+It must stay below ACCEPT_TIMEOUT_S: over a unix socket the routine runs on that stalled loop, and a
+longer stall has the silent worker passed over (a different path than the one under test)."""
 
 MATRIX = [
     # (stage, fault, call, expected error, message pattern, the worker dies)
@@ -84,10 +91,8 @@ async def check(p: pool.WorkerPool, call, expected: type[BaseException], match: 
     A hang fails here as TimeoutError, an undocumented error as itself.
     """
     before = set(p.pids)
-    t0 = time.perf_counter()
-    with pytest.raises(expected, match=match):
+    with pytest.raises(expected, match=match):  # a hang fails here as TimeoutError
         await asyncio.wait_for(call(), BOUND_S)
-    assert time.perf_counter() - t0 < BOUND_S
     if worker_dies:  # replaced (after its back-off): a new pid, the old one gone
         await until_members(  # the pool's member is the replacement (not the dead one, not yet evicted)
             p,

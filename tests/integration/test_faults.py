@@ -5,7 +5,7 @@ pickle (caller)    unpicklable argument               SerializationError (a Type
 run (worker)       routine raises                     that exception, remote traceback as cause
 result (worker)    unpicklable return value           SerializationError naming the result
 result (worker)    unpicklable exception              SerializationError naming the exception
-worker killed      SIGKILL mid-task                   WorkerBroken within 2 s
+worker killed      SIGKILL mid-task                   WorkerBroken as its stream ends
 transport          garbage bytes on the worker port   nothing: the worker keeps serving
 """
 
@@ -16,13 +16,12 @@ import os
 import signal
 import socket
 import threading
-import time
 
 import pytest
 
 import pool
 from tests.integration import routines
-from tests.integration.helpers import until_members
+from tests.integration.helpers import HANG_S, until_members
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -62,15 +61,16 @@ async def test_unpicklable_exception_should_raise_a_clear_error_and_keep_the_wor
         assert p.pids == before
 
 
-async def test_killed_worker_should_fail_its_calls_with_worker_broken_within_two_seconds():
+async def test_killed_worker_should_fail_its_calls_with_worker_broken_promptly():
     async with Signals() as signals, pool.WorkerPool(spawn=2):
-        call = asyncio.ensure_future(routines.sleep(60, signals.address, "doomed"))
+        call = asyncio.ensure_future(routines.sleep(3600, signals.address, "doomed"))
         victim = int((await signals.wait("started doomed")).split()[-1])
         os.kill(victim, signal.SIGKILL)
-        t0 = time.perf_counter()
-        with pytest.raises(pool.WorkerBroken, match="lost worker"):
-            await asyncio.wait_for(call, 10)
-        assert time.perf_counter() - t0 < 2.0
+        # Promptly: the end of the worker's stream is what fails the call (no timer is involved), so a
+        # pool that missed it would leave the call to its hour-long routine and run into HANG_S; a slow
+        # machine delivers the end of the stream late, never not at all. The message names the stream.
+        with pytest.raises(pool.WorkerBroken, match=r"^lost worker .*: UNAVAILABLE: .*stream closed$"):
+            await asyncio.wait_for(call, HANG_S)
         # The pool keeps serving on the survivor (and replaces the dead one).
         results = await asyncio.gather(*(routines.pid() for _ in range(20)))
         assert victim not in results

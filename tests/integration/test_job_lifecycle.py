@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from backpressure import TaskCountBackpressure
 from pool._jobs import _retention, open_store
 from tests.integration import routines
 from tests.integration.child import Child
-from tests.integration.helpers import eventually
+from tests.integration.helpers import HANG_S, eventually
 from tests.integration.signals import Signals
 from tests.integration.test_metrics import scrape
 
@@ -189,17 +190,21 @@ async def test_a_submit_with_a_connection_should_need_a_postgresql_store(store_u
             await routines.noop.options(connection=NotAConnection()).submit()
 
 
-async def test_calls_waiting_for_a_worker_should_start_higher_priority_first(one_slot_pool):
+async def test_calls_waiting_for_a_worker_should_start_higher_priority_first(one_slot_pool, tmp_path):
     """Test options(priority=...) on calls in the admission queue: by priority, FIFO within one."""
+    release = str(tmp_path / "release")
     async with Signals() as signals, one_slot_pool(queue_depth=10) as p:
-        blocker = asyncio.ensure_future(routines.span(0.3, "blocker", signals.address))
+        # The blocker holds the worker until every call is queued: a slow machine cannot let it end
+        # first (and the calls start in arrival order instead of the queue's).
+        blocker = asyncio.ensure_future(routines.hold_until(release, signals.address, "blocker"))
         await signals.wait("start blocker")
         calls = []
         for tag, priority in [("low0", 0), ("high0", 3), ("low1", 0), ("high1", 3), ("neg", -1)]:
             calls.append(asyncio.ensure_future(routines.span.options(priority=priority)(0.01, tag)))
             await asyncio.sleep(0)  # make the arrival order unambiguous
         await eventually(lambda: p.stats().waiting_for_worker == 5)
-        await blocker
+        pathlib.Path(release).touch()
+        await asyncio.wait_for(blocker, HANG_S)
         results = await asyncio.gather(*calls)
     assert [r[0] for r in sorted(results, key=lambda r: r[2])] == ["high0", "high1", "low0", "low1", "neg"]
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from tests.integration import routines
+from tests.integration import large_routines, routines
 from tests.integration.workers import worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -79,7 +79,7 @@ async def test_arrays_should_cross_with_value_semantics_and_come_back_writable(t
     array = np.zeros(4 << 20)  # 32 MiB: out of band
     async with _one_worker(transport):
         for round_ in range(1, 4):  # the regions are reused between rounds
-            back = await routines.bump_first(array)
+            back = await large_routines.bump_first(array)
             assert back[0] == 1.0 and array[0] == 0.0 and back.flags.writeable
             back[1] = round_
             assert array[1] == 0.0
@@ -87,7 +87,7 @@ async def test_arrays_should_cross_with_value_semantics_and_come_back_writable(t
             while isinstance(base, np.ndarray):
                 base = base.base
             assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)  # mapped, not read off the stream
-        assert await routines.arrived_mapped(array)  # the argument too
+        assert await large_routines.arrived_mapped(array)  # the argument too
 
 
 async def test_echo_of_1_gib_should_come_back_equal_over_grpc():
@@ -110,7 +110,7 @@ async def test_a_relayed_nested_call_turned_away_once_should_send_its_large_argu
     that as often as needed; the argument still arrives out of band.
     """
     array = np.arange(4 << 20, dtype=np.float64)  # 32 MiB
-    hook = routines.TurnAwayOnce(str(tmp_path / "turned-away"), "checksum")
+    hook = large_routines.TurnAwayOnce(str(tmp_path / "turned-away"), "checksum")
     async with pool.WorkerPool(spawn=2, local_transport=transport, backpressure=hook):
-        assert await routines.checksum_nested(array) == (float(array.sum()), True)
+        assert await large_routines.checksum_nested(array) == (float(array.sum()), True)
     assert (tmp_path / "turned-away").exists()  # it was turned away once

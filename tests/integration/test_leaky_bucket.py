@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
+import pathlib
 
 import pytest
 
 import pool
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from tests.integration import routines
+from tests.integration.helpers import HANG_S
 from tests.integration.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -44,13 +45,20 @@ async def test_round_robin_should_spread_the_same_load_over_all_workers(one_slot
     assert set(ran_on) == pids
 
 
-async def test_fourth_call_should_get_no_workers_available_quickly_and_harm_no_one(one_slot_pool):
+async def test_fourth_call_should_get_no_workers_available_quickly_and_harm_no_one(one_slot_pool, tmp_path):
+    release = str(tmp_path / "release")
     async with Signals() as signals, one_slot_pool(3, loadbalancer=PriorityLoadBalancer()):
-        long = [asyncio.ensure_future(routines.sleep(1.5, signals.address, f"long{i}")) for i in range(3)]
+        long = [asyncio.ensure_future(routines.hold_until(release, signals.address, f"long{i}")) for i in range(3)]
         for i in range(3):
-            await signals.wait(f"started long{i}")
-        t0 = time.perf_counter()
-        with pytest.raises(pool.NoWorkersAvailable, match="no worker accepted short"):
-            await routines.short()
-        assert time.perf_counter() - t0 < 0.5
-        assert await asyncio.gather(*long) == [1.5, 1.5, 1.5]
+            await signals.wait(f"start long{i}")
+        # "Quickly" is an order of events: the three hold their workers until the test releases them, so
+        # a pool that waits for room instead of refusing never ends this call (HANG_S); each worker's own
+        # Reject (RESOURCE_EXHAUSTED), not ACCEPT_TIMEOUT_S on a silent one, is what turned it away.
+        with pytest.raises(pool.NoWorkersAvailable, match="no worker accepted short") as info:
+            await asyncio.wait_for(routines.short(), HANG_S)
+        assert isinstance(info.value.__cause__, pool.WorkerRejected)
+        assert info.value.__cause__.code == "RESOURCE_EXHAUSTED"
+        assert not any(call.done() for call in long)  # refused while all three still held their workers
+        pathlib.Path(release).touch()
+        async with asyncio.timeout(HANG_S):
+            assert await asyncio.gather(*long) == ["long0", "long1", "long2"]

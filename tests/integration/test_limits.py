@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 
 import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
 from tests.integration import routines
-from tests.integration.helpers import eventually
+from tests.integration.helpers import HANG_S, eventually
 from tests.integration.routines import max_overlap
 from tests.integration.signals import Signals
 
@@ -31,16 +30,23 @@ async def test_queue_should_cap_the_calls_of_every_routine_that_shares_it():
     assert collections.Counter(r[0] for r in results) == {"read": 4, "write": 4}
 
 
-async def test_queue_should_let_a_call_with_a_higher_limit_start_first():
+async def test_queue_should_let_a_call_with_a_higher_limit_start_first(tmp_path):
+    release = tmp_path / "release"
     async with Signals() as signals, roomy_pool() as p:
-        busy = [asyncio.ensure_future(routines.db_read(1.0, i)) for i in range(2)]
+        hold = routines.hold_until.options(queue=routines.DB)  # takes one of the queue's two places until released
+        busy = [asyncio.ensure_future(hold(str(release), signals.address, f"busy{i}")) for i in range(2)]
+        await signals.wait("start busy0")
+        await signals.wait("start busy1")
         normal = asyncio.ensure_future(routines.db_read(0.01, "normal"))
         await eventually(lambda: p.stats().waiting_for_limits == 1)
         urgent = routines.span.options(queue=pool.Queue("db", concurrency=4))
-        t0 = time.perf_counter()
-        await urgent(0.01, "urgent", signals.address)
-        assert time.perf_counter() - t0 < 0.5 and not normal.done()
-        await asyncio.gather(*busy, normal)
+        # The two places stay taken until the test releases them: a call that waited its turn behind
+        # `normal` (FIFO) instead of using its higher limit never ends here (HANG_S).
+        assert (await asyncio.wait_for(urgent(0.01, "urgent", signals.address), HANG_S))[0] == "urgent"
+        assert not normal.done() and p.stats().waiting_for_limits == 1  # it went past normal, still waiting
+        release.touch()
+        async with asyncio.timeout(HANG_S):
+            await asyncio.gather(*busy, normal)
 
 
 async def test_concurrency_keys_should_limit_each_key_and_the_total():
@@ -65,18 +71,37 @@ async def test_workflow_of_ten_tasks_should_run_in_call_order_one_at_a_time():
     assert max_overlap(results) == 1
 
 
-async def test_hundred_workflows_should_run_concurrently():
-    async with roomy_pool():
-        t0 = time.perf_counter()
-        calls = [routines.span.options(workflow=f"wf-{w}")(0.1, (w, i)) for w in range(100) for i in range(3)]
-        results = await asyncio.gather(*calls)
-        elapsed = time.perf_counter() - t0
-    assert max_overlap(results) >= 50  # workflows overlap...
+async def test_hundred_workflows_should_run_concurrently(tmp_path):
+    """Test that workflows overlap and their own tasks do not, by counting who started, not by a run's length.
+
+    Each workflow's first task holds until the test releases it: all hundred must start while none
+    has ended (a pool that ran workflows one after another starts one, and `wait` runs into its bound),
+    and no workflow's second task may start meanwhile.
+    """
+    release = tmp_path / "release"
+    async with Signals() as signals, roomy_pool():
+        first = [
+            asyncio.ensure_future(
+                routines.hold_until.options(workflow=f"wf-{w}")(str(release), signals.address, f"{w}-0")
+            )
+            for w in range(100)
+        ]
+        rest = [
+            asyncio.ensure_future(routines.span.options(workflow=f"wf-{w}")(0.01, (w, i), signals.address))
+            for w in range(100)
+            for i in (1, 2)
+        ]
+        for w in range(100):
+            await signals.wait(f"start {w}-0")  # all hundred first tasks run at once...
+        assert signals.count("start (") == 0  # ...and no workflow's next task started beside its first
+        release.touch()
+        async with asyncio.timeout(HANG_S):
+            assert await asyncio.gather(*first) == [f"{w}-0" for w in range(100)]
+            results = await asyncio.gather(*rest)
     for w in range(100):
         mine = [r for r in results if r[0][0] == w]
-        assert max_overlap(mine) == 1  # ...their own tasks do not
-        assert [r[0][1] for r in sorted(mine, key=lambda r: r[2])] == [0, 1, 2]
-    assert elapsed < 30 * 0.1  # far below the 300 x 0.1 s a sequential run takes
+        assert max_overlap(mine) == 1  # their own tasks do not overlap
+        assert [r[0][1] for r in sorted(mine, key=lambda r: r[2])] == [1, 2]
 
 
 async def test_failed_task_should_not_block_its_workflow_unless_asked():
@@ -98,11 +123,23 @@ async def test_failed_task_should_not_block_its_workflow_unless_asked():
         assert (await ok(0.01, 3))[0] == 3  # the workflow starts afresh once its queue emptied
 
 
-async def test_map_should_keep_three_of_twenty_in_flight_on_workers():
-    async with roomy_pool() as p:
-        results = [r async for r in pool.map(routines.span, [0.05] * 20, concurrency=3)]
+async def test_map_should_keep_three_of_twenty_in_flight_on_workers(tmp_path):
+    """Test the window: three run at once (they hold until released, so a busy machine cannot end one first), never more."""
+    release = tmp_path / "release"
+
+    async def collect() -> list:
+        items = [(str(release), signals.address, i) for i in range(20)]
+        return [r async for r in pool.map(routines.held_span, items, concurrency=3)]
+
+    async with Signals() as signals, roomy_pool() as p:
+        mapped = asyncio.ensure_future(collect())
+        for i in range(3):
+            await signals.wait(f"start <{i}>")  # three in flight at once...
+        release.touch()
+        results = await asyncio.wait_for(mapped, HANG_S)
         assert p.stats().dispatched == 20
-    assert len(results) == 20 and max_overlap(results) == 3
+    assert sorted(r[0] for r in results) == list(range(20))
+    assert max_overlap(results) <= 3  # ...and never more: the window (a bound no slow machine can break)
 
 
 async def test_nested_calls_should_not_deadlock_workers_capped_at_one_task():
