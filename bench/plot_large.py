@@ -1,10 +1,12 @@
 """Time vs size, log-log, for large values (workload (s)): leakypool, ProcessPoolExecutor and the memory floor.
 
-    python -m bench.bench_large > large.json && python -m bench.plot_large large.json [--out docs/large-values.png]
+    python -m bench.bench_large > large.json && python -m bench.plot_large large.json [more.json ...] [--out docs/large-values.png]
 
 Reads `bench.bench_large`'s JSON and draws the p50 of echo calls of float64
 arrays against their size, with the floor (two ``np.copyto`` into touched
-memory). Needs the ``plot`` extra (matplotlib).
+memory, from the first file). Further files from the same sitting add their
+runners: ``bench_large --grpc`` (leakypool over gRPC, bare grpc.aio) and
+``bench/peer_large_ray.py`` (Ray). Needs the ``plot`` extra (matplotlib).
 """
 
 from __future__ import annotations
@@ -28,19 +30,23 @@ def series(result: dict[str, Any], runner: str) -> tuple[list[int], list[float]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", type=Path, help="bench_large's JSON output")
+    parser.add_argument("result", type=Path, nargs="+", help="bench_large's JSON output (more: same sitting)")
     parser.add_argument("--out", type=Path, default=Path("docs/large-values.png"), help="the PNG to write")
     args = parser.parse_args()
-    result = json.loads(args.result.read_text())
+    results = [json.loads(path.read_text()) for path in args.result]
+    result = {"floor": results[0]["floor"], "rows": [row for one in results for row in one["rows"]]}
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for runner, style in (("leakypool", "o-"), ("ProcessPoolExecutor", "s--")):
+    styles = {"leakypool": "o-", "ProcessPoolExecutor": "s--", "Ray": "^-.", "leakypool-grpc": "o--"}
+    runners = dict.fromkeys(row["runner"] for row in result["rows"])  # in the order they came
+    for runner in runners:
         sizes, p50 = series(result, runner)
-        ax.plot(sizes, p50, style, label=runner)
+        if sizes:
+            ax.plot(sizes, p50, styles.get(runner, "x:"), label=runner)
     floor = sorted((int(mib), f["two_copies_ms"]) for mib, f in result["floor"].items())
     ax.plot([m for m, _ in floor], [ms for _, ms in floor], "k:", label="floor: two np.copyto")
     ax.set_xscale("log", base=2)
