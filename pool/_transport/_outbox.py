@@ -182,6 +182,10 @@ class Outbox:
                 batch, self._batch = self._batch, pb.Frames()
                 spills, self._spills = self._spills, []
                 self._ready.clear()
+                number = 0
+                if batch.frames:
+                    self._taken += 1  # numbered now: calls opened while its spills go out belong to the next
+                    number = self._taken
                 try:
                     for spill in spills:
                         for message in spill.frames():
@@ -190,9 +194,7 @@ class Outbox:
                 finally:
                     for spill in spills:
                         spill.close()  # the stream failed mid-way: the rest will never leave
-                if batch.frames:
-                    self._taken += 1
-                    number = self._taken
+                if number:
                     await self._write(write, batch)
                     self.written = max(self.written, number)  # `_flush` may have sent later ones meanwhile
                 if self._closing and not self._batch.frames:

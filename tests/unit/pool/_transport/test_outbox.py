@@ -125,3 +125,25 @@ async def test_spills_should_be_closed_when_the_stream_fails_mid_way():
     except ConnectionResetError:
         pass
     assert first.closed and second.closed
+
+
+async def test_a_call_opened_while_chunks_go_out_should_belong_to_the_next_batch():
+    """Test that the batch behind a spill is numbered when taken, so a frame added meanwhile is not counted as sent."""
+    outbox, write = Outbox(), GatedWrite()
+    pump = asyncio.ensure_future(outbox.pump(write))
+    try:
+        outbox.frame(1)
+        outbox.spill(FakeSpill(100))
+        await asyncio.wait_for(write.started.wait(), 5)  # the chunk is being written; batch 1 is taken
+        outbox.frame(3)
+        assert outbox.batch_number == 2  # frame 3 leaves with batch 2, after batch 1 is written
+        write.started.clear()
+        write.gate.set()
+        async with asyncio.timeout(5):
+            while outbox.written < 2:
+                write.started.clear()
+                await write.started.wait()
+        assert [[frame.id for frame in batch.frames] for batch in write.batches] == [[100], [1], [3]]
+    finally:
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
