@@ -31,7 +31,8 @@ from ._proto import leakypool_pb2 as pb
 
 CHUNK_BYTES: Final[int] = 4 << 20
 """The most bytes one chunk carries: big enough that a GiB costs a few hundred messages, small enough that
-the copies on the way (protobuf, gRPC) stay in cache and other frames are not held up for long."""
+the copies on the way (protobuf, gRPC) stay in cache (1, 2 and 4 MiB measured alike; 16 MiB 1.5-2x slower).
+Frames queued while a value's chunks go out leave after its last chunk."""
 
 
 class Spill:
