@@ -27,6 +27,16 @@ ACTIVE_STATES: Final[frozenset[str]] = frozenset({"pending", "running"})
 TERMINAL_STATES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "cancelled"})
 
 
+def require_terminal(state: str) -> None:
+    """What every store's `JobStore.finish` checks first.
+
+    Raises:
+        ValueError: ``state`` is not a terminal state.
+    """
+    if state not in TERMINAL_STATES:
+        raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewJob:
     """What `JobStore.submit` writes.

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..._base._tasks import TaskOwner
-from .._store import TERMINAL_STATES, JobRecord, NewJob
+from .._store import JobRecord, NewJob, require_terminal
 from . import _postgres_admin as admin
 from . import _postgres_sql as sql
 from ._batch import Batcher
@@ -93,8 +93,7 @@ class PostgresBatchedWrites:
         started: float | None = None,
     ) -> bool:
         """See `JobStore.finish`."""
-        if state not in TERMINAL_STATES:
-            raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
+        require_terminal(state)
         return await self._finishes((job_id, owner, state, now, outcome, error, started))
 
     async def _finish_many(self, items: list[_Finish]) -> list[bool]:

@@ -21,6 +21,7 @@ import sqlite3
 from typing import Any, Final
 
 from ..._errors import AdmissionRejected, ConfigError, StoreError
+from .. import _store
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
 from ._pauses import PAUSED_TABLE, SQLitePauses
 from ._sqlite_schema import COLUMNS as _COLUMNS
@@ -241,8 +242,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         error: str = "",
         started: float | None = None,
     ) -> bool:
-        if state not in TERMINAL_STATES:
-            raise ValueError(f"state: expected one of {sorted(TERMINAL_STATES)}, got {state!r}")
+        _store.require_terminal(state)
         return await self._update(
             "UPDATE jobs SET state = ?, finished_at = ?, outcome = ?, error = ?, owner = '', "
             "attempts = attempts + (state = 'pending'), "
