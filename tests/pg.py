@@ -66,6 +66,8 @@ class Server:
             sql,
         ).stdout
 
+    extra_options = ""  # server options beyond the common ones (a standby names itself)
+
     def url(self, database: str, password: str = PASSWORD) -> str:
         return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
 
@@ -80,7 +82,7 @@ class Server:
             "-t",
             "60",
             "-o",
-            f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200",
+            f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200{self.extra_options}",
             "start",
         )
 
@@ -132,20 +134,7 @@ def server() -> Iterator[Server]:
 class Standby(Server):
     """A streaming standby of a `Server` (``pg_basebackup -R``), on its own port; promotable."""
 
-    def start(self) -> None:
-        self.run(
-            "pg_ctl",
-            "-D",
-            self.data,
-            "-l",
-            os.path.join(self.base, "server.log"),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -F -c max_connections=200 -c cluster_name=standby1",
-            "start",
-        )
+    extra_options = " -c cluster_name=standby1"  # the name the primary's synchronous_standby_names lists
 
     def promote(self) -> None:
         self.run("pg_ctl", "-D", self.data, "-w", "-t", "60", "promote")
