@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -91,125 +90,6 @@ WORKER_MAY_NOT_IMPORT = frozenset(
     }
 )
 """Dispatching-side modules inside layers both processes share: the worker imports only what both sides use."""
-
-
-UNIT_TESTS = ROOT / "tests" / "unit"
-
-IT = "tests/integration/"
-UT = "tests/unit/pool/"
-"""Prefixes for the table below (the covering files are named in full, so a reader can open them)."""
-COVERED_ELSEWHERE: Mapping[str, str] = {
-    "pool/_worker/_state.py": "the State RPC: tests/integration/test_responsiveness.py, test_plain.py (worker_states())",
-    "pool/_call_options.py": "tests/unit/pool/test_routine.py (options are checked where they are set: decoration, options())",
-    # The root and the leaf packages' fronts: what they export is the public API.
-    "pool/__init__.py": "the public names, lazy attributes, __module__ fix-up: tests/unit/test_public_api.py",
-    "balancer/__init__.py": "re-exports and __module__ fix-up: tests/unit/test_public_api.py, tests/unit/balancer/",
-    "backpressure/__init__.py": "re-exports and __module__ fix-up: tests/unit/test_public_api.py, tests/unit/backpressure/",
-    "balancer/_protocol.py": "each built-in checked against it: tests/unit/balancer/test_round_robin.py, test_priority.py",
-    "backpressure/_protocol.py": "the built-ins checked against it: tests/unit/backpressure/test_task_count.py",
-    # The public surface: driven through the API, with real workers.
-    "pool/_cli.py": f"the real command in a subprocess: {IT}test_job_lifecycle.py, {IT}test_store_outages.py, "
-    f"{IT}test_status_view.py (tmux)",
-    "pool/_pool.py": f"every pool test: {IT}test_pool_lifecycle.py, {IT}test_routines.py, {IT}test_dispatch_faults.py",
-    "pool/_pool_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
-    "pool/_pool_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_pool_executor.py": f"WorkerPool.executor(): {IT}test_executor.py",
-    "pool/_executor_calls.py": f"the calls an executor sends, on real workers: {IT}test_executor.py, {IT}test_joblib.py",
-    "pool/_executor_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
-    f"(construction alone: {UT}test_executor.py)",
-    "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
-    "pool/_parse.py": f"sizes and import paths: {UT}_worker/test_recycle.py, {UT}test_config.py",
-    "pool/_places.py": f"default files and directories: {UT}test_config.py, {IT}test_worker_secret.py",
-    "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
-    # _base: small helpers both sides use.
-    "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}test_worker_main.py",
-    "pool/_base/_ids.py": f"worker uids in every registry and status document: {IT}test_discovery.py, {IT}test_metrics.py",
-    "pool/_base/_lost.py": f"store out of reach vs refusing: {IT}test_store_outages.py, {IT}test_store_start.py",
-    "pool/_base/_process.py": f"children watched and forked: {IT}test_template.py, {IT}test_pool_lifecycle.py",
-    "pool/_base/_random.py": "registered with hypothesis in tests/conftest.py; used by every balancer test",
-    "pool/_base/_role.py": f"a worker process says it is one at start: {IT}test_worker_main.py, {IT}test_template.py",
-    "pool/_base/_tasks.py": f"owned tasks: {UT}_jobs/_stores/test_batch.py, {UT}_discovery/test_registry.py, "
-    f"{IT}test_pool_lifecycle.py",
-    # _discovery
-    "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}test_discovery.py, {IT}test_lan.py",
-    "pool/_discovery/_static.py": f"the in-memory double most integration tests use: {IT}test_discovery.py",
-    "pool/_discovery/_local.py": f"a local registry with real workers: {IT}test_discovery.py; its record format: "
-    f"{UT}_discovery/test_store.py",
-    "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}test_lan.py",
-    # _dispatch: the call path is only whole with real workers.
-    "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}test_admission.py",
-    "pool/_dispatch/_path.py": f"every call goes through it: {IT}test_routines.py, {IT}test_dispatch_faults.py, "
-    f"{IT}test_faults.py",
-    "pool/_dispatch/_placement.py": f"offers in the balancer's order: {IT}test_known_full.py, {IT}test_leaky_bucket.py, "
-    f"{IT}test_backpressure.py",
-    "pool/_dispatch/_relay.py": f"nested calls through the pool: {IT}test_routines.py, {IT}test_limits.py, {IT}test_trace.py",
-    # _fleet
-    "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}test_fleet.py, {IT}test_pool_lifecycle.py",
-    "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}test_pool_lifecycle.py, {IT}test_local_transport.py",
-    "pool/_fleet/_plan.py": f"the provisioning state machine (PlanMachine): {UT}_fleet/test_provision.py",
-    "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}test_capacity.py",
-    "pool/_fleet/_template.py": f"forking from the template: {IT}test_template.py",
-    # _jobs
-    "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
-    f"{UT}_jobs/test_wakeups.py, {IT}test_job_burst.py, {IT}test_limits.py",
-    "pool/_jobs/_pause_cli.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
-    "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
-    "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_jobs/_pause.py": f"paused queues seen by a dispatching process: {IT}test_store_outages.py, "
-    f"{UT}_jobs/_stores/test_pauses.py",
-    "pool/_jobs/_presence.py": f"owner leases and notices between processes: {IT}test_replicas.py, {IT}test_notices.py",
-    "pool/_jobs/_recorder.py": f"running and outcomes recorded: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_jobs/_retention.py": f"keep_finished: {IT}test_job_lifecycle.py; the purge itself: {UT}_jobs/test_store.py",
-    "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
-    "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
-    f"{UT}_jobs/_stores/test_open.py, {IT}test_job_lifecycle.py",
-    "pool/_jobs/_stores/_postgres_sql.py": f"the statements, through the contract suite: {UT}_jobs/test_store.py",
-    "pool/_jobs/_stores/_sqlite_schema.py": f"the schema, through the contract suite: {UT}_jobs/test_store.py, "
-    f"{UT}_jobs/_stores/test_open.py",
-    "pool/_jobs/_stores/_sqlite_thread.py": f"every SQLite store operation runs on it: {UT}_jobs/_stores/test_sqlite.py, "
-    f"{UT}_jobs/test_store.py",
-    # _observe
-    "pool/_observe/_http.py": f"the port over real HTTP: {IT}test_metrics.py, {IT}test_worker_metrics.py, {IT}test_page.py",
-    "pool/_observe/_observer.py": f"/metrics and /status of a real pool: {IT}test_metrics.py, {IT}test_grafana.py",
-    "pool/_observe/_progress.py": f"progress= of pool.map: {UT}_dispatch/test_fanout.py",
-    "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}test_admission.py",
-    # _transport
-    "pool/_transport/_buffers.py": f"1 GiB values over memfd regions: {IT}test_large_values.py",
-    "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}test_large_values.py",
-    "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}test_large_values.py",
-    "pool/_transport/_connection.py": f"a pool's connection to each worker: {IT}test_routines.py, {IT}test_dispatch_faults.py",
-    "pool/_transport/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
-    "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}test_local_transport.py, {IT}test_worker_secret.py, {IT}test_lan.py",
-    "pool/_transport/_outgoing.py": f"a call opened on a session: {UT}_transport/test_calls.py, {UT}_transport/test_session.py",
-    "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
-    "pool/_transport/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_transport/test_calls.py",
-    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}test_worker_secret.py, {UT}test_config.py",
-    "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}test_lan.py, {IT}test_capacity_netns.py",
-    "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}test_local_transport.py",
-    # _worker: the worker process, run for real.
-    "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "
-    f"{UT}_worker/test_signals.py",
-    "pool/_worker/_grpc_server.py": f"a worker on TCP: {IT}test_worker_main.py, {IT}test_worker_secret.py, {IT}test_lan.py",
-    "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}test_routines.py, {IT}test_plain.py",
-    "pool/_worker/_lifecycle.py": f"idle timeout, lifetime, drains: {IT}test_pool_lifecycle.py, {IT}test_recycle.py, "
-    f"{IT}test_worker_main.py",
-    "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}test_worker_main.py",
-    "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}test_worker_metrics.py",
-    "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}test_replicas.py, {IT}test_discovery.py",
-    "pool/_worker/_plain.py": f"plain def routines: {IT}test_plain.py",
-    "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}test_capacity.py",
-    "pool/_worker/_runner.py": f"where routines run: {IT}test_responsiveness.py, {IT}test_routines.py, {UT}_observe/test_trace.py",
-    "pool/_worker/_service.py": f"the service a worker runs: {IT}test_responsiveness.py, {IT}test_routines.py, "
-    f"{IT}test_worker_main.py",
-    "pool/_worker/_template.py": f"the forking template: {IT}test_template.py",
-    "pool/_worker/_threads.py": f"a gRPC worker's two loops: {IT}test_responsiveness.py, {IT}test_worker_main.py",
-    "pool/_worker/_trace.py": f"worker-side spans with the real SDK: {IT}test_trace.py",
-    "pool/_worker/_unix_server.py": f"a pool's own workers on a unix socket: {IT}test_local_transport.py, {IT}test_worker_main.py",
-    "pool/_worker/_upstream.py": f"nested calls from a worker: {IT}test_routines.py, {IT}test_trace.py",
-}
-"""Modules with no unit test module at the mirrored path (tests/unit/<package path>/test_<name>.py), and where
-they are tested instead. Only what needs real processes, sockets or stores, or is a thin wiring of parts
-tested on their own, belongs here; a new module gets a unit test module, or a line here saying why not."""
 
 
 # -- the checker ------------------------------------------------------------------------
@@ -448,72 +328,6 @@ def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_
     assert naming <= {"_fleet/_template.py", "_fleet/_local_fleet.py"}
 
 
-# -- tests mirror the tree ----------------------------------------------------------------
-
-
-def package_modules(root: pathlib.Path = ROOT) -> list[str]:
-    """Paths (``pool/_dispatch/_limits.py``) of the modules that need tests: all but generated stubs and
-    package ``__init__`` files that only re-export (a docstring, imports and ``__all__``)."""
-    found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            if path.name.endswith("_pb2.py") or (path.name == "__init__.py" and _only_reexports(path)):
-                continue
-            found.append(path.relative_to(root).as_posix())
-    return found
-
-
-def _only_reexports(path: pathlib.Path) -> bool:
-    def plain(node: ast.stmt) -> bool:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            return True
-        if isinstance(node, ast.Expr):
-            return isinstance(node.value, ast.Constant)  # the docstring
-        return isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]
-
-    return all(plain(node) for node in ast.parse(path.read_text()).body)
-
-
-def mirrored_test(module: str) -> str:
-    """``pool/_dispatch/_limits.py`` -> ``tests/unit/pool/_dispatch/test_limits.py``."""
-    path = pathlib.PurePosixPath(module)
-    return (pathlib.PurePosixPath("tests/unit") / path.parent / f"test_{path.name.lstrip('_')}").as_posix()
-
-
-def untested(modules: Iterable[str], root: pathlib.Path, covered: Mapping[str, str]) -> list[str]:
-    """Modules with neither a test module at the mirrored path nor a line in ``covered``."""
-    return [m for m in modules if m not in covered and not (root / mirrored_test(m)).is_file()]
-
-
-def test_every_module_should_have_a_mirrored_unit_test_or_say_where_it_is_tested():
-    """Test that tests/unit mirrors the tree: a module's tests are where a newcomer looks, or COVERED_ELSEWHERE
-    says where they are. A new module with neither fails here: add tests/unit/<its path>/test_<name>.py."""
-    assert untested(package_modules(), ROOT, COVERED_ELSEWHERE) == []
-
-
-def test_covered_elsewhere_should_name_only_modules_without_a_mirrored_test():
-    """Test that the table holds no stale line: each names a module that exists and has no mirrored test
-    (once one is written, its line goes)."""
-    modules = set(package_modules())
-    stale = {m for m in COVERED_ELSEWHERE if m not in modules or (ROOT / mirrored_test(m)).is_file()}
-    assert stale == set()
-
-
-@pytest.mark.parametrize("module", sorted(COVERED_ELSEWHERE))
-def test_covered_elsewhere_should_name_test_files_that_exist(module):
-    """Test that every reason names at least one test file or folder, and that each one named exists."""
-    named = re.findall(r"tests/[\w/.]*\w", COVERED_ELSEWHERE[module])
-    assert named, module
-    assert [n for n in named if not (ROOT / n).exists()] == []
-
-
-def test_unit_test_packages_should_have_an_init_so_module_names_stay_unique():
-    """Test that every folder under tests/unit holding tests is a package: two test_store.py (_discovery,
-    _jobs) must import as different modules."""
-    folders = {p.parent for p in UNIT_TESTS.rglob("test_*.py")}
-    assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file()) == []
-
-
 # -- the checker itself (or the tests above could not fail) --------------------------------
 
 
@@ -576,35 +390,3 @@ class TestChecker:
     def test_forbidden_edges_should_report_a_leaf_package_importing_pool(self):
         """Test that balancer importing pool is reported."""
         assert forbidden_edges({"balancer._priority": {"pool._errors"}}) == [("balancer._priority", "pool._errors")]
-
-    def test_untested_should_report_a_new_module_with_neither_a_mirrored_test_nor_a_line(self, tmp_path):
-        """Test that the mirror check fails for a module with no test, and passes once either is added."""
-        root = _tree(
-            tmp_path,
-            {
-                "pool/_dispatch/_old.py": "",
-                "pool/_dispatch/_new.py": "",
-                "pool/_dispatch/_wired.py": "",
-                "tests/unit/pool/_dispatch/test_old.py": "",
-            },
-        )
-        modules = ["pool/_dispatch/_old.py", "pool/_dispatch/_new.py", "pool/_dispatch/_wired.py"]
-        covered = {"pool/_dispatch/_wired.py": "tests/integration/test_x.py"}
-        assert untested(modules, root, covered) == ["pool/_dispatch/_new.py"]
-        _tree(tmp_path, {"tests/unit/pool/_dispatch/test_new.py": ""})
-        assert untested(modules, root, covered) == []
-
-    def test_package_modules_should_skip_only_init_files_that_only_reexport(self, tmp_path):
-        """Test that an __init__ with code of its own needs tests like any module."""
-        _tree(
-            tmp_path,
-            {
-                "pool/__init__.py": '"""Doc."""\nfrom ._a import A as A\n__all__ = ["A"]\n',
-                "pool/_a.py": "A = 1\n",
-                "pool/_sub/__init__.py": "def helper():\n    pass\n",
-                "pool/_sub/x_pb2.py": "",
-                "balancer/__init__.py": "",
-                "backpressure/__init__.py": "",
-            },
-        )
-        assert package_modules(tmp_path) == ["pool/_a.py", "pool/_sub/__init__.py"]
