@@ -12,7 +12,7 @@ from backpressure import TaskCountBackpressure
 from tests.integration import plain_routines as plain
 from tests.integration import routines
 from tests.integration.gate import Gate
-from tests.integration.helpers import HANG_S
+from tests.integration.helpers import HANG_S, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -87,9 +87,7 @@ async def test_cancelling_a_running_plain_call_should_end_the_caller_and_drop_it
             with pytest.raises(asyncio.CancelledError):
                 await running
         after = asyncio.ensure_future(plain.gate(gate.address, "second"))
-        async with asyncio.timeout(30):
-            while p.stats().waiting_for_worker != 1:  # the next plain call waits for the thread, still taken
-                await asyncio.sleep(0.01)
+        await eventually(lambda: p.stats().waiting_for_worker == 1)  # it waits for the thread, still taken
         gate.open()
         assert await gate.arrived() == "second"
         gate.open()
