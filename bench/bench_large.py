@@ -37,10 +37,7 @@ import numpy as np
 
 import pool
 
-MIB = 1 << 20
-ARRAY_SIZES = (1 * MIB, 16 * MIB, 128 * MIB, 1024 * MIB)
-BYTES_SIZE = 128 * MIB
-KINDS = ("echo", "arg", "result")
+from .large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm
 
 _made: dict[tuple[str, int], Any] = {}
 
@@ -80,26 +77,6 @@ async def make(kind, size):
     return _value(kind, size)
 
 
-def _hwm_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-def _reset_hwm(pid: int) -> None:
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")  # resets the peak RSS (Linux 4.0+)
-    except OSError:
-        pass
-
-
-def _payload(kind: str, size: int) -> Any:
-    return np.arange(size // 8, dtype=np.float64) if kind == "array" else np.arange(size // 8).tobytes()
-
-
 async def _times(call: Callable[[], Any], reps: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         await call()
@@ -111,24 +88,11 @@ async def _times(call: Callable[[], Any], reps: int, warmup: int) -> list[float]
     return out
 
 
-def floor_s(size: int, copies: int, reps: int = 5) -> float:
-    """``copies`` np.copyto of ``size`` bytes into touched memory, p50."""
-    src = np.ones(size // 8)
-    dst = [np.zeros(size // 8) for _ in range(copies)]
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for d in dst:
-            np.copyto(d, src)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 async def run_case(name: str, kind: str, call_kind: str, size: int, runner: Any, pids: list[int]) -> dict[str, Any]:
-    value = _payload(kind, size) if call_kind != "result" else None
+    value = payload(kind, size) if call_kind != "result" else None
     reps, warmup = (3, 1) if size >= 128 * MIB else (7, 2)
     for pid in (os.getpid(), *pids):
-        _reset_hwm(pid)
+        reset_hwm(pid)
     call = runner(call_kind, kind, size, value)
     error = ""
     try:
@@ -142,7 +106,7 @@ async def run_case(name: str, kind: str, call_kind: str, size: int, runner: Any,
         "call": call_kind,
         "mib": size // MIB,
         "p50_ms": round(statistics.median(times) * 1e3, 2) if times else None,
-        "rss_peak_mib": {"dispatcher": _hwm_kib(os.getpid()) // 1024, "worker": max(_hwm_kib(p) for p in pids) // 1024},
+        "rss_peak_mib": {"dispatcher": hwm_kib(os.getpid()) // 1024, "worker": max(hwm_kib(p) for p in pids) // 1024},
     }
     if error:
         row["error"] = error
@@ -198,7 +162,7 @@ def _same(data: bytes) -> bytes:
 _GRPC_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
-async def grpc_rows(cases: list[tuple[str, int]]) -> list[dict[str, Any]]:
+async def grpc_rows(todo: list[tuple[str, int]]) -> list[dict[str, Any]]:
     """Echo over gRPC: the pool with its workers on loopback TCP, and a bare grpc.aio echo of as many bytes."""
     import multiprocessing
 
@@ -207,7 +171,7 @@ async def grpc_rows(cases: list[tuple[str, int]]) -> list[dict[str, Any]]:
     rows = []
     async with pool.WorkerPool(spawn=2, local_transport="tcp") as p:
         pids = list(p.pids)
-        for kind, size in cases:
+        for kind, size in todo:
             rows.append(await run_case("leakypool-grpc", kind, "echo", size, leaky_runner, pids))
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
@@ -227,7 +191,7 @@ async def grpc_rows(cases: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
             return once
 
-        for kind, size in cases:
+        for kind, size in todo:
             rows.append(await run_case("bare grpc.aio", kind, "echo", size, bare, [server.pid]))
         await channel.close()
     finally:
@@ -237,31 +201,24 @@ async def grpc_rows(cases: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 
 async def main(quick: bool, over_grpc: bool = False) -> dict[str, Any]:
-    cases = [("array", s) for s in ARRAY_SIZES if not (quick and s > 128 * MIB)] + [("bytes", BYTES_SIZE)]
+    todo = cases(quick)
     rows: list[dict[str, Any]] = []
-    floors = {
-        s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
-        for s in sorted({s for _, s in cases})
-    }
+    floor = floors(todo)
     if over_grpc:
-        return {"workload": "s over gRPC", "floor": _floors(floors), "rows": await grpc_rows(cases)}
+        return {"workload": "s over gRPC", "floor": floor, "rows": await grpc_rows(todo)}
     async with pool.WorkerPool(spawn=2) as p:
         pids = list(p.pids)
-        for kind, size in cases:
+        for kind, size in todo:
             for call_kind in KINDS:
                 rows.append(await run_case("leakypool", kind, call_kind, size, leaky_runner, pids))
     with concurrent.futures.ProcessPoolExecutor(2) as ex:
         list(ex.map(take_fn, range(4)))  # workers up
         pids = list(ex._processes)  # their peak RSS (a private attribute: no public one)
         runner = ppe_runner(ex)
-        for kind, size in cases:
+        for kind, size in todo:
             for call_kind in KINDS:
                 rows.append(await run_case("ProcessPoolExecutor", kind, call_kind, size, runner, pids))
-    return {"workload": "s", "floor": _floors(floors), "rows": rows}
-
-
-def _floors(floors: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
-    return {str(s // MIB): f for s, f in floors.items()}
+    return {"workload": "s", "floor": floor, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Workload (s) on Ray: large values to a local worker and back, beside the memory floor.
 
 A peer script for ``bench.bench_large`` (same cases, same row format), run in
-its own venv, never by the project: it imports only ray, numpy and the
-standard library (not ``pool``; the project does not depend on Ray)::
+its own venv, never by the project: it imports only ray, numpy, the
+standard library and bench/large_cases.py (the cases and floor bench_large
+uses; numpy and the standard library only) - not ``pool``, as the project
+does not depend on Ray::
 
     python3 -m venv /tmp/venv-peers2 && /tmp/venv-peers2/bin/pip install ray numpy psutil
     /tmp/venv-peers2/bin/python bench/peer_large_ray.py            # every size
@@ -70,8 +72,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,10 +87,10 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else ray.init writes ~/.ra
 import numpy as np
 import ray
 
-MIB = 1 << 20
-ARRAY_SIZES = (1 * MIB, 16 * MIB, 128 * MIB, 1024 * MIB)
-BYTES_SIZE = 128 * MIB
-KINDS = ("echo", "arg", "result")
+if __package__ in (None, ""):  # run as a script (in Ray's venv, from anywhere): the checkout's bench package
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from bench.large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm, status_kib
+
 WORKERS = 2  # num_cpus: at most this many tasks run at once
 CALL_TIMEOUT_S = 120.0  # one call past this is recorded as the case's error
 
@@ -114,30 +118,6 @@ def take(x: Any) -> None:
 @ray.remote
 def make(kind: str, size: int) -> Any:
     return _value(kind, size)
-
-
-def _status_kib(pid: int, field: str) -> int:
-    """A ``kB`` field of /proc/PID/status (``VmHWM``, ``RssShmem``); 0 once the process is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:  # the process exited
-        pass
-    return 0
-
-
-def _hwm_kib(pid: int) -> int:
-    return _status_kib(pid, "VmHWM")
-
-
-def _reset_hwm(pid: int) -> None:
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")  # resets the peak RSS (Linux 4.0+)
-    except OSError:
-        pass
 
 
 def _descendants(root: int) -> list[int]:
@@ -173,23 +153,6 @@ def ray_worker_pids() -> list[int]:
     return pids
 
 
-def _payload(kind: str, size: int) -> Any:
-    return np.arange(size // 8, dtype=np.float64) if kind == "array" else np.arange(size // 8).tobytes()
-
-
-def floor_s(size: int, copies: int, reps: int = 5) -> float:
-    """``copies`` np.copyto of ``size`` bytes into touched memory, p50."""
-    src = np.ones(size // 8)
-    dst = [np.zeros(size // 8) for _ in range(copies)]
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for d in dst:
-            np.copyto(d, src)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def ray_call(call_kind: str, kind: str, size: int, value: Any) -> Callable[[], Any]:
     """One call of the case, returning the value in the driver's hands."""
     if call_kind == "echo":
@@ -211,10 +174,10 @@ def _times(call: Callable[[], Any], reps: int, warmup: int) -> list[float]:
 
 
 def run_case(kind: str, call_kind: str, size: int) -> dict[str, Any]:
-    value = _payload(kind, size) if call_kind != "result" else None
+    value = payload(kind, size) if call_kind != "result" else None
     reps, warmup = (3, 1) if size >= 128 * MIB else (7, 2)
     for pid in (os.getpid(), *ray_worker_pids()):
-        _reset_hwm(pid)
+        reset_hwm(pid)
     call = ray_call(call_kind, kind, size, value)
     error = ""
     try:
@@ -230,12 +193,12 @@ def run_case(kind: str, call_kind: str, size: int) -> dict[str, Any]:
         "mib": size // MIB,
         "p50_ms": round(statistics.median(times) * 1e3, 2) if times else None,
         "rss_peak_mib": {
-            "dispatcher": _hwm_kib(os.getpid()) // 1024,
-            "worker": max((_hwm_kib(p) for p in workers), default=0) // 1024,
+            "dispatcher": hwm_kib(os.getpid()) // 1024,
+            "worker": max((hwm_kib(p) for p in workers), default=0) // 1024,
         },
         "rss_shmem_mib_at_end": {
-            "dispatcher": _status_kib(os.getpid(), "RssShmem") // 1024,
-            "worker": max((_status_kib(p, "RssShmem") for p in workers), default=0) // 1024,
+            "dispatcher": status_kib(os.getpid(), "RssShmem") // 1024,
+            "worker": max((status_kib(p, "RssShmem") for p in workers), default=0) // 1024,
         },
     }
     if error:
@@ -244,11 +207,8 @@ def run_case(kind: str, call_kind: str, size: int) -> dict[str, Any]:
 
 
 def main(quick: bool) -> dict[str, Any]:
-    cases = [("array", s) for s in ARRAY_SIZES if not (quick and s > 128 * MIB)] + [("bytes", BYTES_SIZE)]
-    floors = {
-        s: {"one_copy_ms": round(floor_s(s, 1) * 1e3, 2), "two_copies_ms": round(floor_s(s, 2) * 1e3, 2)}
-        for s in sorted({s for _, s in cases})
-    }
+    todo = cases(quick)
+    floor = floors(todo)
     rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {"version": ray.__version__, "python": platform.python_version(), "num_cpus": WORKERS}
     info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
@@ -258,7 +218,7 @@ def main(quick: bool) -> dict[str, Any]:
         info["init_s"] = round(time.perf_counter() - t0, 2)
         info["object_store_mib"] = int(ray.cluster_resources().get("object_store_memory", 0)) // MIB
         ray.get([take.remote(i) for i in range(4)])  # workers up
-        for kind, size in cases:
+        for kind, size in todo:
             for call_kind in KINDS:
                 rows.append(run_case(kind, call_kind, size))
         info["worker_processes_at_end"] = len(ray_worker_pids())
@@ -266,7 +226,7 @@ def main(quick: bool) -> dict[str, Any]:
         ray.shutdown()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     info["processes_left_after_shutdown"] = len(_descendants(os.getpid()))
-    return {"workload": "s", "ray": info, "floor": {str(s // MIB): f for s, f in floors.items()}, "rows": rows}
+    return {"workload": "s", "ray": info, "floor": floor, "rows": rows}
 
 
 if __name__ == "__main__":
