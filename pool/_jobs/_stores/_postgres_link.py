@@ -84,6 +84,8 @@ class GuardedPool:
                     raise
             # The connection broke while idle in the pool (see `acquired`): asyncpg refused
             # the statement before sending anything, so it runs on a new connection now.
+            # (Only the statement's own refusal gets here: a connection that breaks on its
+            # release, after the statement ran, raises nothing: `_release`.)
             async with acquired(self.pool) as db:
                 return await getattr(db, method)(*args)
 
@@ -118,7 +120,26 @@ async def acquired(pool: Any) -> AsyncIterator[Any]:
                 db.terminate()  # frees the pool's holder: its next acquire connects anew
         raise
     finally:
+        await _release(pool, db)
+
+
+async def _release(pool: Any, db: Any) -> None:
+    """Hand ``db`` back to ``pool``; a connection that breaks while asyncpg resets it is not the caller's error.
+
+    By then the caller's statements have run and their answers are in: a
+    write may have committed. asyncpg resets a released connection with a
+    query of its own and, if the server died meanwhile (a failover, a
+    restart), terminates the connection and raises. Raising that to the
+    caller would report a committed write as failed, and a caller that then
+    writes again finds its own write done ("not ours", issue 40): the
+    connection is gone, the pool's others are expired, and the answer stands.
+    """
+    try:
         await pool.release(db)
+    except Exception as exc:
+        if not lost_connection(exc):
+            raise
+        await pool.expire_connections()  # the server went away: its other backends are broken too
 
 
 async def listen(url: str, token: str, notice: Callable[[str, str], None]) -> None:

@@ -11,11 +11,14 @@ caller sees it and that no broken connection is used twice.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 import pool
+from pool._jobs._store import NewJob
 from pool._jobs._stores._postgres import PostgresStore
+from pool._jobs._stores._postgres_link import asyncpg_module
 from pool._jobs._stores._retry import RetryingStore
 
 
@@ -25,6 +28,62 @@ def _terminate_all(server, url: str) -> None:
         f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
         "AND pid <> pg_backend_pid()"
     )
+
+
+def _break_next_release(store: PostgresStore, how: str) -> list[int]:
+    """Make the next connection ``store`` releases break while asyncpg resets it (``how``; see below).
+
+    What a failover does between a statement's answer and the release: the
+    statement ran (and committed), then the connection breaks. ``ended``:
+    the server ends the backend as the reset runs (asyncpg sees the
+    connection close); ``refused``: the server's FATAL came first, so
+    asyncpg refuses to send the reset at all ("cannot switch to state 15;
+    another operation (2) is in progress", as seen in a failover). Returns
+    a list that gets the broken backend's pid.
+    """
+    asyncpg_pool = store._pool
+    broken: list[int] = []
+
+    async def reset(connection) -> None:
+        asyncpg_pool._reset = None  # once
+        broken.append(connection.get_server_pid())
+        if how == "refused":
+            raise asyncpg_module().InternalClientError(
+                "cannot switch to state 15; another operation (2) is in progress"
+            )
+        await connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")  # raises: the backend is gone
+
+    asyncpg_pool._reset = reset
+    return broken
+
+
+class TestRelease:
+    @pytest.mark.parametrize("how", ["ended", "refused"])
+    async def test_a_write_should_count_once_when_its_connection_breaks_on_release(self, postgres_url, how):
+        """Test that writes whose backend ends while asyncpg resets the connection are reported done, and run once.
+
+        Issue 40: the release's error reached the caller, which sent the
+        write again; mark_running's second copy found the job running
+        already and answered "not ours", so the scheduler dropped a job the
+        store kept running under its live owner: run by nobody, for good.
+        """
+        store = PostgresStore(postgres_url)
+        await store.open()
+        try:
+            now = time.time()
+            await store.submit(NewJob(id="j", routine="r", payload=b"p", created_at=now, deadline=now + 60), owner="me")
+            broken = _break_next_release(store, how)
+            assert await store.mark_running("j", "me", now + 1)  # one try: no RetryingStore to paper over it
+            assert broken  # the fault did happen
+            record = await store.get("j")
+            assert record is not None and (record.state, record.attempts, record.started_at) == ("running", 1, now + 1)
+            broken = _break_next_release(store, how)
+            assert await store.finish("j", "me", "succeeded", now + 2, outcome=b"o")
+            assert broken
+            record = await store.get("j")
+            assert record is not None and (record.state, record.finished_at, record.owner) == ("succeeded", now + 2, "")
+        finally:
+            await store.close()
 
 
 class TestBrokenConnections:
