@@ -129,10 +129,13 @@ class Outage:
         """Seconds before the next try: doubling from `RETRY_STORE_MIN_S` to `RETRY_STORE_MAX_S`."""
         return min(RETRY_STORE_MAX_S, RETRY_STORE_MIN_S * 2 ** min(self._failures, 16))
 
-    def over(self) -> None:
-        if self.since:
-            _log.warning("store back after %.1fs (%s)", time.monotonic() - self.since, self.what)
-            self.since, self._failures = 0.0, 0
+    def over(self) -> bool:
+        """The store answered: True if that ends an outage (logged)."""
+        if not self.since:
+            return False
+        _log.warning("store back after %.1fs (%s)", time.monotonic() - self.since, self.what)
+        self.since, self._failures = 0.0, 0
+        return True
 
 
 async def persist(what: str, write: Callable[[], Awaitable[T]]) -> T:

@@ -10,6 +10,7 @@ to the store instead of starting.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,12 +53,14 @@ class LeaseUpkeep:
     """What `Scheduler` does before each lease (mixed in; uses its batch, its store and its owner id)."""
 
     async def _upkeep(self) -> None:
-        """Give back the leased jobs of paused queues, and (a lease in doubt) the jobs it took unseen.
+        """Give back the leased jobs of paused queues, and reconcile the store with what this process holds.
 
-        A lease that failed with a lost connection may have committed: its
-        jobs are this process's in the store but not in memory. Once no
-        submission this process keeps is on its way in (`_claim` takes none
-        while in doubt), every pending job it owns but does not hold goes back.
+        Reconciling (`_strays`) runs on every lease tick and after a lease
+        in doubt (one that failed with a lost connection may have committed:
+        its jobs are this process's in the store but not in memory). It waits
+        until no submission this process keeps is on its way in (`_claim`
+        takes none meanwhile), so every job the store has it hold is in
+        ``_held`` or is a stray.
         """
         scheduler: Any = self
         if held := await scheduler.paused.refresh(scheduler._waiting):  # leased before their queue was paused
@@ -66,5 +69,8 @@ class LeaseUpkeep:
             await persist("giving back paused jobs", lambda: scheduler.store.unlease(scheduler.owner, ids))
             for job_id in ids:
                 scheduler._drop(job_id)
-        if scheduler.store.lease_in_doubt and not scheduler._claimed:
-            await scheduler.store.reclaim(scheduler.owner, list(scheduler._held))
+        if scheduler.reconcile_due and not scheduler._claimed:
+            pending, running = await scheduler.store.reconcile(scheduler.owner, list(scheduler._held), time.time())
+            scheduler._reconcile_wanted = False
+            if pending or running:
+                scheduler._backlog = True  # in the store again: lease them (this process hears no notice of its own)

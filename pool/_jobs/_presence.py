@@ -1,6 +1,7 @@
 """A dispatching process's presence on the store: its owner lease, and what it hears from the others.
 
     every ttl/3:  heartbeat (renew the lease) ─> recover dead owners' jobs ─> poll cancel requests
+                  ─> `ticked` (the scheduler reconciles what the store has it hold with what it runs)
     on notice:    "due"            -> lease now (another process submitted, gave back, freed a slot)
                   "pause"          -> reread the paused queues now (also every ttl/3)
                   "cancel <me>"    -> poll cancel requests now
@@ -33,6 +34,8 @@ class Presence:
         ttl: Seconds the lease lasts without renewal (renewed every ttl/3).
         wake: Lease and dispatch now.
         cancel: Cancel a running job this process holds.
+        pauses_changed: Reread the paused queues.
+        ticked: Called at each renewal (every ttl/3).
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class Presence:
         wake: Callable[[], None],
         cancel: Callable[[str], None],
         pauses_changed: Callable[[], None] = lambda: None,
+        ticked: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -51,6 +55,7 @@ class Presence:
         self._wake = wake
         self._cancel = cancel
         self._pauses_changed = pauses_changed  # reread paused queues (each tick, and on a "pause" notice)
+        self._ticked = ticked  # each renewal
         self._tasks = TaskOwner("job presence", _log)
         self._poll_cancels = asyncio.Event()
         self._deaf = Outage("listening for other processes")
@@ -86,13 +91,15 @@ class Presence:
                     _revived(await self.store.recover(now))
                     self._wake()  # also jobs a dead owner only held (pending) are free now
                     self._pauses_changed()
+                    self._ticked()
                 for job_id in await self.store.cancel_requested(self.owner):
                     self._cancel(job_id)
             except StoreError as exc:
                 outage.failed(exc)
                 renew_at = clock() + outage.delay()
             else:
-                outage.over()
+                if outage.over():
+                    self._wake()  # the store was away: what came due meanwhile may have sent no notice
                 if renew:
                     renew_at = clock() + self._ttl / 3
 

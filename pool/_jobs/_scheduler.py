@@ -84,7 +84,8 @@ class Scheduler(Attending, LeaseUpkeep):
         keep_finished: float = 0.0,
         store_retry: float = 10.0,
     ) -> None:
-        self.store = store = retrying_store(store, store_retry)  # every store call rides over a restart (issue #25)
+        # Every store call rides over a restart (issue #25); once the store is back, rescan it (issue 40).
+        self.store = store = retrying_store(store, store_retry, recovered=self.wake)
         self.owner = uuid.uuid4().hex
         self._place = place
         self._starved = starved
@@ -101,6 +102,7 @@ class Scheduler(Attending, LeaseUpkeep):
         self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
         self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
         self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
+        self._reconcile_wanted = False  # a lease tick passed: check the store holds nothing else for this owner
         self._leased_at = 0.0  # when the last lease looked (Unix seconds): jobs due later, it has not seen
         self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
         self._closing = False
@@ -109,7 +111,13 @@ class Scheduler(Attending, LeaseUpkeep):
         self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
         self._presence = Presence(
-            store, self.owner, lease_ttl, wake=self.wake, cancel=self.cancel_running, pauses_changed=self.paused.changed
+            store,
+            self.owner,
+            lease_ttl,
+            wake=self.wake,
+            cancel=self.cancel_running,
+            pauses_changed=self.paused.changed,
+            ticked=self.reconcile,
         )
         self.jobs = Jobs(
             store,
@@ -168,9 +176,19 @@ class Scheduler(Attending, LeaseUpkeep):
         elif self._next_due.learn(when):
             self._wake.set()  # sleep until then, not until the tick
 
+    def reconcile(self) -> None:
+        """Check, before the next lease, that the store has this process hold only what it holds (each tick)."""
+        self._reconcile_wanted = True
+        self.wake()
+
+    @property
+    def reconcile_due(self) -> bool:
+        """Whether the store and this process's holdings are to be reconciled before the next lease."""
+        return self._reconcile_wanted or self.store.lease_in_doubt
+
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
-        if not self._has_workers() or self.store.lease_in_doubt:  # (in doubt: see LeaseUpkeep)
+        if not self._has_workers() or self.reconcile_due:  # (none on its way in while reconciling: LeaseUpkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
         if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
             self._claimed += 1
@@ -234,7 +252,8 @@ class Scheduler(Attending, LeaseUpkeep):
                 outage.failed(exc)
                 await asyncio.sleep(outage.delay())  # the store is back soon, or this keeps trying
                 continue
-            outage.over()
+            if outage.over():
+                self.wake()  # rescan before sleeping: a notice may have been lost while the store was away
             if self._closing or not timeout:
                 continue
             try:

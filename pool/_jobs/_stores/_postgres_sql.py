@@ -182,6 +182,14 @@ UNLEASE_EXCEPT: Final[str] = giving_back_rates(
     "UPDATE leakypool_jobs SET owner = '' WHERE owner = $1 AND state = 'pending' "
     "AND NOT (id = ANY($2::text[])) RETURNING id, rate"
 )
+REQUEUE_RUNNING_EXCEPT: Final[str] = (
+    "UPDATE leakypool_jobs SET state = 'pending', owner = '', next_at = $3, cancel_requested = FALSE "
+    "WHERE owner = $1 AND state = 'running' AND NOT (id = ANY($2::text[])) RETURNING id"
+)
+"""Jobs the store has running under a live owner that runs none of them (`reconcile`): pending again, due now.
+
+Their attempt counted (a worker accepted them) and its rate slot stays spent, as when a dead owner's jobs
+are revived."""
 RECOVER_HELD: Final[str] = giving_back_rates(
     f"UPDATE leakypool_jobs SET owner = '' WHERE state = 'pending' AND {DEAD} RETURNING id, rate"
 )

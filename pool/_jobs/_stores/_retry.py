@@ -14,7 +14,10 @@ already in the state they were writing. Everything else a store does is
 idempotent, but for a lease: one that committed before its answer was
 lost leaves jobs owned by this process that it does not know of, so a
 lease that failed that way marks the store `lease_in_doubt` and the
-scheduler then gives back what it does not hold (`reclaim`).
+scheduler then gives back what it does not hold (`reconcile`, which it
+also runs on every lease tick). A call that succeeds after an outage tells
+``recovered`` (the scheduler rescans the store: a notice may have been lost
+meanwhile).
 
 `RetryingStore` wraps any `JobStore`, so the scheduler, the recorder, the
 owner lease and ``pool.jobs`` all get the same policy in one place.
@@ -70,7 +73,13 @@ def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> flo
 
 
 async def retrying(
-    what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store", *, log_each: bool = False
+    what: str,
+    budget_s: float,
+    call: Callable[[], Awaitable[T]],
+    store: str = "the store",
+    *,
+    log_each: bool = False,
+    recovered: Callable[[], None] = lambda: None,
 ) -> T:
     """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
 
@@ -86,6 +95,7 @@ async def retrying(
         store: The store's name, for the "no answer" error.
         log_each: Log every back-off (a process starting while the store is
             down says why it waits), not only the first.
+        recovered: Called when the call succeeds after a lost connection.
 
     Raises:
         StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
@@ -96,7 +106,7 @@ async def retrying(
     bound = asyncio.timeout(budget_s + LAST_TRY_S)
     try:
         async with bound:
-            return await _tries(what, budget_s, call, errors, log_each)
+            return await _tries(what, budget_s, call, errors, log_each, recovered)
     except TimeoutError:
         if not bound.expired():
             raise
@@ -106,7 +116,12 @@ async def retrying(
 
 
 async def _tries(
-    what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError], log_each: bool = False
+    what: str,
+    budget_s: float,
+    call: Callable[[], Awaitable[T]],
+    errors: list[StoreError],
+    log_each: bool,
+    recovered: Callable[[], None],
 ) -> T:
     tries, since = 0, 0.0
     while True:
@@ -138,6 +153,7 @@ async def _tries(
             continue
         if tries:
             _log.info("store back after %d tries (%s)", tries + 1, what)
+            recovered()
         return result
 
 
@@ -147,13 +163,15 @@ class RetryingStore:
     Args:
         store: The store to wrap.
         budget_s: ``store_retry``: seconds to keep trying a lost connection (0: one try).
+        recovered: Called when a call succeeds after a lost connection (the store is back).
     """
 
-    def __init__(self, store: JobStore, budget_s: float) -> None:
+    def __init__(self, store: JobStore, budget_s: float, recovered: Callable[[], None] = lambda: None) -> None:
         self.inner = store
         self.url = store.url
         self.budget_s = budget_s
-        self.lease_in_doubt = False  # a lease failed after it may have committed: see `reclaim`
+        self.lease_in_doubt = False  # a lease failed after it may have committed: see `reconcile`
+        self._recovered = recovered
         self._name = repr(store)  # names it in "no answer" errors (a PostgreSQL URL without its password)
 
     def __getattr__(self, name: str) -> Any:
@@ -163,7 +181,7 @@ class RetryingStore:
         return repr(self.inner)
 
     def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-        return retrying(what, self.budget_s, call, self._name)
+        return retrying(what, self.budget_s, call, self._name, recovered=self._recovered)
 
     async def open(self) -> None:
         """Open the store, waiting (a log line per back-off) up to ``store_retry`` for a server out of reach.
@@ -258,12 +276,21 @@ class RetryingStore:
 
         return await self._retry("leasing jobs", once)
 
-    async def reclaim(self, owner: str, held: builtins.list[str]) -> None:
-        """After a lease in doubt: give back ``owner``'s pending jobs not in ``held`` (none may be on their way in)."""
-        strays = await self._retry("giving back unseen leased jobs", lambda: _unlease_except(self.inner, owner, held))
-        self.lease_in_doubt = False
-        if strays:
-            _log.warning("gave back %d job(s) a lease took while its answer was lost", len(strays))
+    async def reconcile(
+        self, owner: str, held: builtins.list[str], now: float
+    ) -> tuple[builtins.list[str], builtins.list[str]]:
+        """Give back what the store has ``owner`` hold beyond ``held`` (none may be on its way in); see `_strays`.
+
+        Returns:
+            The ids of the pending jobs given back and of the running jobs made pending again (each logged).
+        """
+        pending, running = await self._retry("reconciling held jobs", lambda: _reconcile(self.inner, owner, held, now))
+        self.lease_in_doubt = False  # (the scheduler leases only after this: no lease ran meanwhile)
+        if pending:
+            _log.warning("gave back %d pending job(s) this process held in the store only: %s", len(pending), pending)
+        for job_id in running:
+            _log.warning("job %s: the store had it running here, where no attempt runs it: pending again", job_id)
+        return pending, running
 
     async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         await self._retry("giving jobs back", lambda: self.inner.unlease(owner, ids, next_at))
@@ -324,8 +351,10 @@ class RetryingMaintainedStore(RetryingStore):
         budget_s: ``store_retry``.
     """
 
-    def __init__(self, store: MaintainedJobStore, budget_s: float) -> None:
-        super().__init__(store, budget_s)
+    def __init__(
+        self, store: MaintainedJobStore, budget_s: float, recovered: Callable[[], None] = lambda: None
+    ) -> None:
+        super().__init__(store, budget_s, recovered)
         self.maintained = store  # `inner`, typed as what this class relies on
 
     async def purge(self, finished_before: float, limit: int) -> int:
@@ -365,16 +394,16 @@ class RetryingMaintainedStore(RetryingStore):
         return await self._retry(f"re-queueing job {job_id}", once)
 
 
-def retrying_store(store: JobStore, budget_s: float) -> RetryingStore:
+def retrying_store(store: JobStore, budget_s: float, recovered: Callable[[], None] = lambda: None) -> RetryingStore:
     """``store`` with the retry policy on every call it has (a `RetryingMaintainedStore` for a `MaintainedStore`)."""
     if isinstance(store, MaintainedStore):
-        return RetryingMaintainedStore(store, budget_s)
-    return RetryingStore(store, budget_s)
+        return RetryingMaintainedStore(store, budget_s, recovered)
+    return RetryingStore(store, budget_s, recovered)
 
 
-async def _unlease_except(store: JobStore, owner: str, keep: list[str]) -> list[str]:
-    unlease_except = getattr(store, "unlease_except", None)  # a store of one's own may not have it
-    return [] if unlease_except is None else await unlease_except(owner, keep)
+async def _reconcile(store: JobStore, owner: str, keep: list[str], now: float) -> tuple[list[str], list[str]]:
+    reconcile = getattr(store, "reconcile", None)  # a store of one's own may not have it
+    return ([], []) if reconcile is None else await reconcile(owner, keep, now)
 
 
 def _same_submission(record: JobRecord, job: NewJob) -> bool:

@@ -1,52 +1,68 @@
-"""Jobs a lease took but whose answer was lost: given back to the store (both stores).
+"""What the store says an owner holds that the owner does not: given back (both stores).
 
-A lease is one transaction; when the connection breaks after the server
-committed it but before its answer arrived, the leased jobs are owned by
-this process in the store yet unknown to it, so nothing would start them
-while it lives. `unlease_except` gives back every pending job the owner
-holds in the store but not in memory; the scheduler calls it, once no
-submission of its own is on its way in (see `RetryingStore.lease_in_doubt`).
+A dispatching process holds in memory every job it leased or runs. The
+store can disagree: a lease whose answer was lost (the connection broke
+after the server committed it) leaves pending jobs owned by this process
+that it does not know of, and a write reported failed though it committed
+can leave a job running under this owner that no attempt runs (issue 40).
+While the owner lives and renews its lease nobody else would touch them.
+`reconcile` hands both back: pending jobs to the store as they were,
+running ones pending again (their attempt counted: at least once). The
+scheduler calls it on every lease tick and after a lease in doubt, once no
+submission of its own is on its way in (`RetryingStore.lease_in_doubt`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._postgres_sql import UNLEASE_EXCEPT
+from ._postgres_sql import REQUEUE_RUNNING_EXCEPT, UNLEASE_EXCEPT
 from ._sqlite_schema import give_back_rates
 
 
 class PostgresStrays:
-    """`PostgresStore.unlease_except` (mixed in; uses its ``_call`` and ``_notify``)."""
+    """`PostgresStore.reconcile` (mixed in; uses its ``_call`` and ``_notify``)."""
 
-    async def unlease_except(self, owner: str, keep: list[str]) -> list[str]:
-        """Give back ``owner``'s pending jobs other than ``keep``; their ids."""
+    async def reconcile(self, owner: str, keep: list[str], now: float) -> tuple[list[str], list[str]]:
+        """Give back ``owner``'s pending and running jobs other than ``keep``; (pending ids, running ids)."""
         store: Any = self
-        rows = await store._call("fetch", UNLEASE_EXCEPT, owner, list(keep))  # (their rate slots too)
-        if rows:
+        pool = store._db()
+        async with store._errors(), pool.acquire() as db, db.transaction():
+            pending = [row[0] for row in await db.fetch(UNLEASE_EXCEPT, owner, list(keep))]  # (their rate slots too)
+            running = [row[0] for row in await db.fetch(REQUEUE_RUNNING_EXCEPT, owner, list(keep), now)]
+        if pending or running:
             await store._notify("due")
-        return [row[0] for row in rows]
+        return pending, running
 
 
 class SQLiteStrays:
-    """`SQLiteStore.unlease_except` (mixed in; uses its ``_run``)."""
+    """`SQLiteStore.reconcile` (mixed in; uses its ``_run``)."""
 
-    async def unlease_except(self, owner: str, keep: list[str]) -> list[str]:
-        """Give back ``owner``'s pending jobs other than ``keep``; their ids."""
+    async def reconcile(self, owner: str, keep: list[str], now: float) -> tuple[list[str], list[str]]:
+        """Give back ``owner``'s pending and running jobs other than ``keep``; (pending ids, running ids)."""
         store: Any = self
         kept = set(keep)
 
-        def op(db: Any) -> list[str]:
-            held = [row[0] for row in db.execute("SELECT id FROM jobs WHERE owner = ? AND state = 'pending'", (owner,))]
-            strays = [job_id for job_id in held if job_id not in kept]
+        def op(db: Any) -> tuple[list[str], list[str]]:
+            held = db.execute(
+                "SELECT id, state FROM jobs WHERE owner = ? AND state IN ('pending', 'running')", (owner,)
+            )
+            strays = [(job_id, state) for job_id, state in held.fetchall() if job_id not in kept]
             given = [
                 db.execute(
                     "UPDATE jobs SET owner = '' WHERE id = ? AND owner = ? AND state = 'pending' RETURNING id, rate",
                     (job_id, owner),
                 ).fetchone()
-                for job_id in strays
+                for job_id, state in strays
+                if state == "pending"
             ]
             give_back_rates(db, [row for row in given if row is not None])
-            return strays
+            running = [job_id for job_id, state in strays if state == "running"]
+            db.executemany(
+                "UPDATE jobs SET state = 'pending', owner = '', next_at = ?, cancel_requested = 0 "
+                "WHERE id = ? AND owner = ? AND state = 'running'",
+                [(now, job_id, owner) for job_id in running],
+            )
+            return [row[0] for row in given if row is not None], running
 
         return await store._run(op, write=True)

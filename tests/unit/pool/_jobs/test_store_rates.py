@@ -48,7 +48,7 @@ class TestJobStoreRates:
             await store.unlease("two", ["t0"])
             assert [j.id for j in await store.lease("three", 100, NOW + 3)] == ["t0"]
 
-    @pytest.mark.parametrize("how", ["release_owner", "recover", "unlease_except"])
+    @pytest.mark.parametrize("how", ["release_owner", "recover", "reconcile"])
     async def test_every_give_back_of_a_leased_job_should_give_back_its_rate_slot(self, backend, tmp_path, how):
         """Test the other ways a job goes back unstarted: a clean shutdown, a dead owner, a lease in doubt."""
         async with opened(backend, tmp_path) as store:
@@ -62,5 +62,5 @@ class TestJobStoreRates:
             elif how == "recover":
                 await store.recover(NOW + 2)  # its owner lease ran out at NOW + 1
             else:
-                assert await store.unlease_except("one", []) == ["t0"]
+                assert await store.reconcile("one", [], NOW + 1) == (["t0"], [])
             assert [j.id for j in await store.lease("two", 100, NOW + 3)] == ["t0"]  # t0's slot, given back with it

@@ -1,4 +1,6 @@
-"""Tests for giving back jobs a lease took unseen (`pool._jobs._stores._strays`): a real SQLite file and PostgreSQL."""
+"""Tests for giving back what the store has an owner hold beyond what it runs (`pool._jobs._stores._strays`).
+
+On a real SQLite file and a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -18,25 +20,36 @@ def store_url(request, tmp_path) -> str:
 
 
 class TestStrays:
-    async def test_unlease_except_should_give_back_only_the_pending_jobs_not_kept(self, store_url):
-        """Test that held pending jobs not kept go back (leasable again); kept, running and others' jobs stay."""
+    async def test_reconcile_should_give_back_only_the_jobs_held_in_the_store_and_not_kept(self, store_url):
+        """Test that an owner's pending and running jobs not kept go back (leasable again); kept and others' stay.
+
+        A running stray is pending again and due at once, its attempt still
+        counted; a pending one goes back as it was.
+        """
         store = open_store(store_url)
         await store.open()
         try:
             now = time.time()
-            for job_id in ("kept", "stray", "running", "theirs"):
+            ids = ("kept", "stray", "running", "kept-running", "theirs", "theirs-running")
+            for job_id in ids:
                 await store.submit(
                     NewJob(id=job_id, routine="r", payload=b"p", created_at=now, deadline=now + 60),
-                    owner="other" if job_id == "theirs" else "me",
+                    owner="other" if job_id.startswith("theirs") else "me",
                 )
-            assert await store.mark_running("running", "me", now)
-            assert await store.unlease_except("me", ["kept"]) == ["stray"]
-            assert {r.id: r.owner for r in await store.list()} == {
-                "kept": "me",
-                "stray": "",
-                "running": "me",
-                "theirs": "other",
+            for job_id in ("running", "kept-running", "theirs-running"):
+                assert await store.mark_running(job_id, "other" if job_id.startswith("theirs") else "me", now)
+            assert await store.reconcile("me", ["kept", "kept-running"], now + 1) == (["stray"], ["running"])
+            assert {r.id: (r.state, r.owner) for r in await store.list()} == {
+                "kept": ("pending", "me"),
+                "stray": ("pending", ""),
+                "running": ("pending", ""),
+                "kept-running": ("running", "me"),
+                "theirs": ("pending", "other"),
+                "theirs-running": ("running", "other"),
             }
-            assert [r.id for r in await store.lease("someone", 10, now + 1)] == ["stray"]
+            revived = await store.get("running")
+            assert revived is not None and (revived.attempts, revived.next_at) == (1, now + 1)
+            assert sorted(r.id for r in await store.lease("someone", 10, now + 1)) == ["running", "stray"]
+            assert await store.reconcile("me", ["kept", "kept-running"], now + 2) == ([], [])  # once
         finally:
             await store.close()
