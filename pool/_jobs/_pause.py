@@ -10,12 +10,15 @@ to the store instead of starting.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._attempt import Attempt, persist
 from ._store import JobStore, PausableStore
+
+_log = logging.getLogger("leakypool.jobs")
 
 
 class PausedQueues:
@@ -72,5 +75,9 @@ class LeaseUpkeep:
         if scheduler.reconcile_due and not scheduler._claimed:
             pending, running = await scheduler.store.reconcile(scheduler.owner, list(scheduler._held), time.time())
             scheduler._reconcile_wanted = False
+            if pending:
+                _log.warning("gave back %d pending job(s) held here in the store only: %s", len(pending), pending)
+            for job_id in running:
+                _log.warning("job %s: the store had it running here, where no attempt runs it: pending again", job_id)
             if pending or running:
                 scheduler._backlog = True  # in the store again: lease them (this process hears no notice of its own)

@@ -14,10 +14,8 @@ already in the state they were writing. Everything else a store does is
 idempotent, but for a lease: one that committed before its answer was
 lost leaves jobs owned by this process that it does not know of, so a
 lease that failed that way marks the store `lease_in_doubt` and the
-scheduler then gives back what it does not hold (`reconcile`, which it
-also runs on every lease tick). A call that succeeds after an outage tells
-``recovered`` (the scheduler rescans the store: a notice may have been lost
-meanwhile).
+scheduler gives back what it does not hold (`reconcile`, also run every
+lease tick). A call answered after an outage calls ``recovered``.
 
 `RetryingStore` wraps any `JobStore`, so the scheduler, the recorder, the
 owner lease and ``pool.jobs`` all get the same policy in one place.
@@ -50,6 +48,7 @@ LAST_TRY_S: Final[float] = 1.0
 
 
 T = TypeVar("T")
+_Strays = tuple[list[str], list[str]]  # (pending ids given back, running ids made pending again)
 
 
 def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> float | None:
@@ -73,13 +72,7 @@ def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> flo
 
 
 async def retrying(
-    what: str,
-    budget_s: float,
-    call: Callable[[], Awaitable[T]],
-    store: str = "the store",
-    *,
-    log_each: bool = False,
-    recovered: Callable[[], None] = lambda: None,
+    what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store", *, log_each: bool = False
 ) -> T:
     """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
 
@@ -95,7 +88,6 @@ async def retrying(
         store: The store's name, for the "no answer" error.
         log_each: Log every back-off (a process starting while the store is
             down says why it waits), not only the first.
-        recovered: Called when the call succeeds after a lost connection.
 
     Raises:
         StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
@@ -106,7 +98,7 @@ async def retrying(
     bound = asyncio.timeout(budget_s + LAST_TRY_S)
     try:
         async with bound:
-            return await _tries(what, budget_s, call, errors, log_each, recovered)
+            return await _tries(what, budget_s, call, errors, log_each)
     except TimeoutError:
         if not bound.expired():
             raise
@@ -116,12 +108,7 @@ async def retrying(
 
 
 async def _tries(
-    what: str,
-    budget_s: float,
-    call: Callable[[], Awaitable[T]],
-    errors: list[StoreError],
-    log_each: bool,
-    recovered: Callable[[], None],
+    what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError], log_each: bool = False
 ) -> T:
     tries, since = 0, 0.0
     while True:
@@ -153,7 +140,6 @@ async def _tries(
             continue
         if tries:
             _log.info("store back after %d tries (%s)", tries + 1, what)
-            recovered()
         return result
 
 
@@ -180,8 +166,21 @@ class RetryingStore:
     def __repr__(self) -> str:
         return repr(self.inner)
 
-    def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-        return retrying(what, self.budget_s, call, self._name, recovered=self._recovered)
+    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        lost = False
+
+        async def once() -> T:  # tells ``recovered`` when it answers after a lost connection
+            nonlocal lost
+            try:
+                result = await call()
+            except StoreError as exc:
+                lost = lost or lost_connection(exc)
+                raise
+            if lost:
+                self._recovered()
+            return result
+
+        return await retrying(what, self.budget_s, once, self._name)
 
     async def open(self) -> None:
         """Open the store, waiting (a log line per back-off) up to ``store_retry`` for a server out of reach.
@@ -276,21 +275,11 @@ class RetryingStore:
 
         return await self._retry("leasing jobs", once)
 
-    async def reconcile(
-        self, owner: str, held: builtins.list[str], now: float
-    ) -> tuple[builtins.list[str], builtins.list[str]]:
-        """Give back what the store has ``owner`` hold beyond ``held`` (none may be on its way in); see `_strays`.
-
-        Returns:
-            The ids of the pending jobs given back and of the running jobs made pending again (each logged).
-        """
-        pending, running = await self._retry("reconciling held jobs", lambda: _reconcile(self.inner, owner, held, now))
+    async def reconcile(self, owner: str, held: builtins.list[str], now: float) -> _Strays:
+        """Give back what the store has ``owner`` hold beyond ``held`` (none on its way in): see `_strays`."""
+        strays = await self._retry("reconciling held jobs", lambda: _reconcile(self.inner, owner, held, now))
         self.lease_in_doubt = False  # (the scheduler leases only after this: no lease ran meanwhile)
-        if pending:
-            _log.warning("gave back %d pending job(s) this process held in the store only: %s", len(pending), pending)
-        for job_id in running:
-            _log.warning("job %s: the store had it running here, where no attempt runs it: pending again", job_id)
-        return pending, running
+        return strays
 
     async def unlease(self, owner: str, ids: builtins.list[str], next_at: float | None = None) -> None:
         await self._retry("giving jobs back", lambda: self.inner.unlease(owner, ids, next_at))
