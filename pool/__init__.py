@@ -34,6 +34,7 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # loaded on first use: see _LAZY
+    from ._call_options import CallOptions as CallOptions
     from ._discovery import DiscoveryEvent as DiscoveryEvent
     from ._discovery import DiscoveryLike as DiscoveryLike
     from ._discovery import LocalDiscovery as LocalDiscovery
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
 
 __all__ = [
     "AdmissionRejected",
+    "CallOptions",
     "CapacityTimeout",
     "CommandProvisioner",
     "ConfigError",
@@ -111,6 +113,7 @@ __all__ = [
 
 
 _LAZY: dict[str, str] = {
+    "CallOptions": "._call_options",
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
     "Executor": "._executor",
@@ -153,10 +156,7 @@ def __getattr__(name: str) -> object:
     loaded = importlib.import_module(module, __name__)
     for other, where in _LAZY.items():  # every public name of that module at once
         if where == module:
-            obj = getattr(loaded, other)
-            if getattr(obj, "__module__", "").startswith("pool."):
-                obj.__module__ = __name__
-            globals()[other] = obj
+            globals()[other] = getattr(loaded, other)  # (named pool.X where defined: `_base._public`)
     return globals()[name]
 
 

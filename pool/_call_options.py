@@ -11,6 +11,7 @@ import datetime
 import math
 from typing import Any
 
+from ._base._public import public
 from ._dispatch._limits import Queue
 
 
@@ -111,3 +112,6 @@ def job_only(options: CallOptions) -> str:
         f"{name}={getattr(options, name)!r}" for name in ("delay", "run_at", "connection") if getattr(options, name)
     ]
     return ", ".join(named)
+
+
+public(CallOptions)

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
+from ._base._public import public
 from ._executor_feed import Feed, FeedExecutor
 from ._pool import WorkerPool
 
@@ -201,3 +202,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+public(Executor)

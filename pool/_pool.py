@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Self
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
+from ._base._public import public
 from ._base._tasks import TaskOwner
 from ._config import POOL_SETTINGS, PoolConfig
 from ._discovery import DiscoveryLike
@@ -362,3 +363,6 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
 
     def __repr__(self) -> str:
         return f"<WorkerPool {self._path.state} [{self.stats().summary()}]>"
+
+
+public(WorkerPool)

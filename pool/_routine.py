@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from ._base._public import public
 from ._call_options import CallOptions, job_only
 from ._dispatch._limits import Queue
 from ._errors import ConfigError
@@ -181,13 +182,18 @@ class Routine(Generic[P, R]):
 
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self._base is not self:
-            return (_variant, (self._base, self._call_options))
+            return (Routine._variant, (self._base, self._call_options))
         if _importable(self):
             return self.__qualname__
         return (Routine, (self._fn, self._call_options))
 
     def __repr__(self) -> str:
         return f"<routine {self.__module__}.{self.__qualname__}>"
+
+    @staticmethod
+    def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]:
+        """``base`` with ``options``: what a pickled `options` variant loads as (``pool.Routine._variant``)."""
+        return Routine(base.__wrapped__, options, base)
 
 
 class BoundRoutine:
@@ -213,10 +219,6 @@ class BoundRoutine:
 
     def __repr__(self) -> str:
         return f"<bound routine {self.__qualname__} of {self._instance!r}>"
-
-
-def _variant(base: Routine[Any, Any], options: CallOptions) -> Routine[Any, Any]:
-    return Routine(base.__wrapped__, options, base)
 
 
 def _importable(routine: Routine[Any, Any]) -> bool:
@@ -317,3 +319,6 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     if fn is None:
         return lambda f: Routine(f, call_options)
     return Routine(fn, call_options)
+
+
+public(Routine, Routine._variant, routine)

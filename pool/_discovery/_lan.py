@@ -26,6 +26,7 @@ from typing import Final
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from .._base._public import public
 from .._base._tasks import TaskOwner
 from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent, EventKind
@@ -224,3 +225,6 @@ def record_from_info(info: AsyncServiceInfo) -> WorkerMetadata:
         capacity=int(props.get("capacity", "0")),
         tls=props.get("tls") == "1",
     )
+
+
+public(LanDiscovery)

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+from .._base._public import public
 from .._places import default_registry
 from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
@@ -138,3 +139,6 @@ def _remove_stale(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+public(LocalDiscovery)

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol, runtime_checkable
 
+from .._base._public import public
 from .._transport._rpc import WorkerMetadata
 
 EventKind = Literal["added", "updated", "dropped"]
@@ -31,3 +32,6 @@ class DiscoveryLike(Protocol):
     def subscribe(self) -> AsyncIterator[DiscoveryEvent]:
         """Events, from now until cancelled."""
         ...
+
+
+public(DiscoveryEvent, DiscoveryLike)

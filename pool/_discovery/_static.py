@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
+from .._base._public import public
 from .._config import secret_settings
 from .._places import default_secret_file
 from .._transport._rpc import WorkerMetadata
@@ -104,3 +105,6 @@ async def probe(address: str, timeout: float, secret: SecretSource | None = None
     return WorkerMetadata(
         uid=uuid.UUID(state.uid), address=address, pid=state.pid, version=state.version, capacity=state.capacity
     )
+
+
+public(StaticDiscovery)

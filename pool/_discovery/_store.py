@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Final
 
+from .._base._public import public
 from .._errors import StoreError
 from .._transport._rpc import WorkerMetadata
 from ._local import record_from_json
@@ -128,3 +129,6 @@ def diff(known: dict[uuid.UUID, WorkerMetadata], current: dict[uuid.UUID, Worker
     known.clear()
     known.update(current)
     return events
+
+
+public(StoreDiscovery)

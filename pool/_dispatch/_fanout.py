@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from .._base._public import public
 from .._observe._progress import Progress, _length, reporter
 
 T = TypeVar("T")
@@ -165,3 +166,6 @@ async def _aiter(items: Iterable[T] | AsyncIterable[T]) -> AsyncIterator[T]:
     else:
         for item in items:
             yield item
+
+
+public(map)

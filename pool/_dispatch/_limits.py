@@ -35,6 +35,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from .._base._public import public
 from .._errors import Deadlock, WorkflowHalted
 from .._observe._stats import GateStats
 from ._rates import RateBook, RateLimit
@@ -354,3 +355,6 @@ def _halted(waiter: Ticket, gate: Gate, failed: Ticket, error: BaseException) ->
     )
     halted.__cause__ = error
     return halted
+
+
+public(Queue)

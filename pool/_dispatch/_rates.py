@@ -16,6 +16,8 @@ import math
 import time
 from typing import Final
 
+from .._base._public import public
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RateLimit:
@@ -80,3 +82,6 @@ class RateBook:
             await asyncio.sleep(max(0.0, at - time.monotonic()))
         finally:
             mine.set_result(None)
+
+
+public(RateLimit)

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from .._base._process import watch_exit
+from .._base._public import public
 from .._base._redact import redacted
 from .._base._tasks import TaskOwner
 from .._errors import ConfigError, ProvisionError
@@ -358,3 +359,6 @@ class _Tail(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+public(CommandProvisioner, Provisioner, SubprocessProvisioner, WorkerRequest)

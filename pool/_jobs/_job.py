@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from .._base._public import public
 from .._errors import ConfigError
 from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
@@ -374,3 +375,6 @@ class Jobs:
         if record is not None and record.state in ("running", "cancelled"):
             self._cancel_running(job_id)  # this process may hold it, leased or running
         return record
+
+
+public(Job)

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from .._base._public import public
+
 JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
 ACTIVE_STATES: Final[frozenset[str]] = frozenset({"pending", "running"})
@@ -390,3 +392,6 @@ class PausableStore(Protocol):
     async def paused(self) -> list[str]:
         """The paused queues' names, sorted."""
         ...
+
+
+public(JobStore)

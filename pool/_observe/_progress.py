@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from .._base._public import public
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Progress:
@@ -73,3 +75,6 @@ def _length(items: Any) -> int | None:
         return len(items)
     except TypeError:
         return None
+
+
+public(Progress)

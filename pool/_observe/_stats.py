@@ -6,6 +6,8 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 
+from .._base._public import public
+
 
 @dataclasses.dataclass(frozen=True)
 class PoolStats:
@@ -76,3 +78,6 @@ class GateStats:
 
     running: int
     waiting: int
+
+
+public(GateStats, PoolStats)

@@ -11,6 +11,8 @@ import dataclasses
 import uuid
 from typing import Final
 
+from .._base._public import public
+
 SERVICE: Final[str] = "leakypool.v1.Worker"
 """The gRPC service name; methods are /leakypool.v1.Worker/<Method>."""
 
@@ -96,3 +98,6 @@ class WorkerMetadata:
     capacity: int = 0
     tls: bool = False
     local: bool = False
+
+
+public(WorkerMetadata)

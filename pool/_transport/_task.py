@@ -6,6 +6,7 @@ import dataclasses
 import time
 from typing import Any, Final
 
+from .._base._public import public
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
 
@@ -87,3 +88,6 @@ class Task:
         task.traceparent = call.traceparent
         task.plain = routine.plain
         return task
+
+
+public(Task)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Final
 
+from .._base._public import public
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -72,3 +73,6 @@ def _read(path: str, field: str) -> bytes:
         raise ConfigError(
             f"TlsCredentials.{field}: expected a readable PEM file, got {path!r} ({exc.strerror})"
         ) from None
+
+
+public(TlsCredentials)

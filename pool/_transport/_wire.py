@@ -17,7 +17,10 @@ not cross.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import io
 import pickle
+import sys
 import traceback
 from typing import Any, Final
 
@@ -149,18 +152,63 @@ def loads(data: bytes, *, what: str) -> Any:
     """
     if not data:
         return None
-    if data[0] == _buffers.MARK:
-        try:
-            pickled, buffers = _buffers.unpack(data)
-            return pickle.loads(pickled, buffers=buffers)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
-        except Exception as exc:
-            raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
-    if len(data) >= _malloc.LARGE_BYTES:
-        _malloc.tune()
+    buffers: Any = None
+    pickled: bytes | memoryview = data
     try:
-        return pickle.loads(data)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
+        if data[0] == _buffers.MARK:
+            pickled, buffers = _buffers.unpack(data)
+        elif len(data) >= _malloc.LARGE_BYTES:
+            _malloc.tune()
+        try:
+            return pickle.loads(pickled, buffers=buffers)  # noqa: S301 - from a peer authenticated by mTLS or the per-user secret (docs/lan-security.md)
+        except (ImportError, AttributeError) as first:
+            # A name an older release wrote (a private module since moved)? Read it again through the aliases:
+            # only then, so the common case keeps the C unpickler's speed. Its error stands if that fails too.
+            try:
+                return _Renamed(io.BytesIO(pickled), buffers=buffers).load()
+            except Exception:  # noqa: BLE001 - the first error says what is wrong, not the aliases' retry
+                raise first from None
     except Exception as exc:
         raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
+
+
+_ALIASES: Final[dict[tuple[str, str], tuple[str, str]]] = {
+    ("pool._call_options", "CallOptions"): ("pool", "CallOptions"),  # moved into pool._routine (issue 41)
+    ("pool._routine", "_variant"): ("pool", "Routine._variant"),  # a routine with options, before issue 41
+}
+"""Names that older releases pickled, and where they live now (public names need no entry: see `renamed`)."""
+
+
+def renamed(module: str, name: str) -> tuple[str, str]:
+    """Where ``module.name``, as an older release pickled it, lives now.
+
+    A public name pickled under its private module (``pool._dispatch._limits.Queue``,
+    as releases before issue 41 did until ``pool.Queue`` was first touched) is
+    ``pool.Queue``; other moved names are in `_ALIASES`; anything else is unchanged.
+    """
+    if (module, name) in _ALIASES:
+        return _ALIASES[module, name]
+    if module.startswith("pool._") and name in _public_names():
+        return "pool", name
+    return module, name
+
+
+def _public_names() -> list[str]:
+    names: list[str] = sys.modules["pool"].__all__  # (loaded before any of its sub-packages)
+    return names
+
+
+class _Renamed(pickle.Unpickler):
+    """An unpickler that finds the names an older release wrote where they live now (`renamed`)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        module, name = renamed(module, name)
+        if module != "pool" or "." not in name:
+            return super().find_class(module, name)
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):  # (``Routine._variant``: an attribute of a public class)
+            found = getattr(found, part)
+        return found
 
 
 def inline(data: bytes) -> bytes:

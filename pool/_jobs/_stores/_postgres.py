@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ..._base._public import public
 from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin
@@ -342,3 +343,6 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
             StoreError: the connection could not be made or was lost (call again).
         """
         await listen(self.url, self._token, notice)
+
+
+public(PostgresStore)

@@ -20,6 +20,7 @@ import os
 import sqlite3
 from typing import Any, Final
 
+from ..._base._public import public
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .. import _store
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
@@ -395,3 +396,5 @@ _REQUEUE: Final[str] = (
     "max_attempts = max(max_attempts, attempts + 1), finished_at = NULL, outcome = NULL, cancel_requested = 0 "
     "WHERE id = ? AND state IN ('failed', 'cancelled')"
 )
+
+public(SQLiteStore)
