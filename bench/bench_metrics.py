@@ -42,7 +42,7 @@ class _using:
         self.p = p
 
     def __enter__(self) -> None:
-        from pool._transport._dispatcher import reset_dispatcher, set_dispatcher
+        from pool._call._dispatcher import reset_dispatcher, set_dispatcher
 
         self.token = set_dispatcher(self.p)
         self._reset = reset_dispatcher

@@ -34,6 +34,7 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # loaded on first use: see _LAZY
+    from ._call._task import Task as Task
     from ._call_options import CallOptions as CallOptions
     from ._discovery import DiscoveryEvent as DiscoveryEvent
     from ._discovery import DiscoveryLike as DiscoveryLike
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._dispatch._fanout import map as map
     from ._dispatch._limits import Queue as Queue
     from ._dispatch._rates import RateLimit as RateLimit
-    from ._executor import Executor as Executor
+    from ._executor._standalone import Executor as Executor
     from ._fleet._provision import CommandProvisioner as CommandProvisioner
     from ._fleet._provision import Provisioner as Provisioner
     from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
@@ -56,11 +57,10 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._observe._progress import Progress as Progress
     from ._observe._stats import GateStats as GateStats
     from ._observe._stats import PoolStats as PoolStats
-    from ._pool import WorkerPool as WorkerPool
+    from ._pool._worker_pool import WorkerPool as WorkerPool
     from ._routine import Routine as Routine
     from ._routine import routine as routine
     from ._transport._rpc import WorkerMetadata as WorkerMetadata
-    from ._transport._task import Task as Task
     from ._transport._tls import TlsCredentials as TlsCredentials
 
 __all__ = [
@@ -116,7 +116,7 @@ _LAZY: dict[str, str] = {
     "CallOptions": "._call_options",
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
-    "Executor": "._executor",
+    "Executor": "._executor._standalone",
     "GateStats": "._observe._stats",
     "Job": "._jobs",
     "JobStore": "._jobs",
@@ -129,10 +129,10 @@ _LAZY: dict[str, str] = {
     "Routine": "._routine",
     "SQLiteStore": "._jobs",
     "StaticDiscovery": "._discovery",
-    "Task": "._transport._task",
+    "Task": "._call._task",
     "TlsCredentials": "._transport._tls",
     "WorkerMetadata": "._transport._rpc",
-    "WorkerPool": "._pool",
+    "WorkerPool": "._pool._worker_pool",
     "RateLimit": "._dispatch._rates",
     "map": "._dispatch._fanout",
     "routine": "._routine",

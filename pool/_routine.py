@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ._base._public import public
+from ._call._dispatcher import current_dispatcher
+from ._call._task import Task
 from ._call_options import CallOptions, job_only
 from ._dispatch._limits import Queue
 from ._errors import ConfigError
 from ._transport import _wire
-from ._transport._dispatcher import current_dispatcher
-from ._transport._task import Task
 
 if TYPE_CHECKING:
     from ._jobs import Job
@@ -131,7 +131,7 @@ class Routine(Generic[P, R]):
             raise ConfigError(
                 f"{self.__qualname__}.submit(): jobs are submitted from a dispatching process, not a worker"
             )
-        job: Job = await submit(self.task(args, kwargs), self._call_options)  # `_pool_jobs.PoolJobs.submit`
+        job: Job = await submit(self.task(args, kwargs), self._call_options)  # `pool._pool._jobs.PoolJobs.submit`
         return job
 
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:

@@ -37,7 +37,7 @@ from joblib import ParallelBackendBase, register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
 
 from ._base._role import in_worker
-from ._executor import Executor
+from ._executor._standalone import Executor
 
 if TYPE_CHECKING:
     from multiprocessing.pool import ApplyResult

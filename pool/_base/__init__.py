@@ -6,4 +6,5 @@ _ids      time-ordered worker uids
 _random   the one random generator (jitter)
 _exit     exit statuses a worker uses on purpose (EXIT_RETIRED: recycled, not crashed)
 _redact   passwords out of URLs, commands and messages before they are logged
+_public   public names under their public path (what is pickled names pool.X)
 """

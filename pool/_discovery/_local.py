@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from .._base._public import public
-from .._places import default_registry
+from .._config._places import default_registry
 from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
 

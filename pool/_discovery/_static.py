@@ -8,8 +8,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 
 from .._base._public import public
-from .._config import secret_settings
-from .._places import default_secret_file
+from .._config._places import default_secret_file
+from .._config._settings import secret_settings
 from .._transport._rpc import WorkerMetadata
 from .._transport._secret import SecretSource
 from ._protocol import DiscoveryEvent, EventKind
@@ -91,7 +91,7 @@ class StaticDiscovery:
 
 async def probe(address: str, timeout: float, secret: SecretSource | None = None) -> WorkerMetadata | None:
     """Ask the (plain) worker at ``address`` who it is, presenting ``secret``; None if it does not answer."""
-    from .._transport._connection import open_channel  # the client side loads only for a pool that probes
+    from .._call._connection import open_channel  # the client side loads only for a pool that probes
 
     channel = open_channel(address, secret=secret)
     try:

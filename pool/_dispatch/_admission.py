@@ -47,9 +47,9 @@ from collections.abc import Callable
 from typing import Final
 
 from .._base._tasks import TaskOwner
+from .._call._task import Task
 from .._errors import AdmissionRejected, NoWorkersAvailable, PoolClosed
 from .._transport._outgoing import OutgoingCall
-from .._transport._task import Task
 from ._limits import Ticket
 from ._placement import Placement
 

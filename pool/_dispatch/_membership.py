@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from .._call._connection import WorkerConnection
 from .._discovery import DiscoveryEvent, DiscoveryLike
-from .._transport._connection import WorkerConnection
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import WorkerMetadata
 from .._transport._secret import SecretSource

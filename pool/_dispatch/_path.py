@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._call._calls import call_failure
+from .._call._task import Task
 from .._errors import AdmissionRejected, CapacityTimeout, PoolClosed
 from .._observe._trace import active_tracer, traced
-from .._transport._calls import call_failure
 from .._transport._outgoing import OutgoingCall
-from .._transport._task import Task
 from ._admission import Admission, DeadlinePassed
 from ._limits import Limits, Ticket
 

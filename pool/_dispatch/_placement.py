@@ -31,10 +31,10 @@ from typing import Final
 from balancer import LoadBalancerLike
 
 from .._base._exit import DRAINING_MESSAGE
+from .._call._connection import WorkerConnection
+from .._call._task import Task
 from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
-from .._transport._connection import WorkerConnection
 from .._transport._outgoing import OutgoingCall
-from .._transport._task import Task
 from ._membership import Membership
 from ._roster import PlainRoster, Roster
 

@@ -18,13 +18,13 @@ import dataclasses
 import logging
 
 from .._base._tasks import TaskOwner
+from .._call._dispatcher import Dispatcher
+from .._call._task import Task
 from .._transport import _buffers, _wire
-from .._transport._dispatcher import Dispatcher
 from .._transport._outgoing import FINAL_OUTCOMES, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Session
-from .._transport._task import Task
 
 _log = logging.getLogger("leakypool.pool")
 

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
-from .._transport._connection import WorkerConnection
+from .._call._connection import WorkerConnection
 from .._transport._rpc import WorkerMetadata
 from ._room import RoomBook
 

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._base._process import watch_exit
+from .._config._parse import PREFIX
 from .._errors import WorkerInitError, WorkerStartError
-from .._parse import PREFIX
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata
 from ._template import ForkedWorker, WorkerTemplate

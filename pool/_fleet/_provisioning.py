@@ -25,7 +25,7 @@ from backpressure import BackpressureLike, TaskCountBackpressure
 from .._base._ids import new_uid
 from .._base._redact import redacted
 from .._base._tasks import TaskOwner
-from .._config import PoolConfig, WorkerConfig
+from .._config._settings import PoolConfig, WorkerConfig
 from .._errors import ConfigError
 from .._transport import _wire
 from .._transport._rpc import WorkerMetadata

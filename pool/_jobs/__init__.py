@@ -11,9 +11,9 @@ _presence    the process's owner lease, dead owners' recovery, other processes' 
 _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
 _retention   keep_finished: finished jobs purged in bounded batches
 _periodic    WorkerPool.schedule: one job per cron slot, across processes
-_cli         ``leakypool jobs STORE_URL ...``
 _pause       the paused queues as one process sees them, and the leased jobs to give back
-_pause_cli   ``leakypool jobs STORE_URL pause|resume NAME``
+
+The command line over a store (``leakypool jobs``) is the surface's: pool._cli.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from .._base._random import RANDOM
+from .._call._calls import outcome_result
+from .._call._task import Task
 from .._errors import CapacityTimeout, SerializationError, StoreError, WorkerBroken
 from .._transport import _wire
-from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._task import Task
 from ._codec import RetryPolicy
 from ._store import JobRecord
 

@@ -24,8 +24,8 @@ from ._store import JobRecord
 
 if TYPE_CHECKING:
     from .._base._tasks import TaskOwner
+    from .._call._task import Task
     from .._transport._outgoing import OutgoingCall
-    from .._transport._task import Task
     from ._due import NextDue
     from ._job import Jobs
     from ._placements import PlacementWindow

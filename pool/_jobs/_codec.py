@@ -12,9 +12,9 @@ import dataclasses
 import pickle
 from typing import Any, Final
 
+from .._call._task import Task
 from .._errors import SerializationError
 from .._transport import _wire
-from .._transport._task import Task
 
 PAYLOAD_VERSION: Final[int] = 1
 """Bumped when the payload's fields change incompatibly."""

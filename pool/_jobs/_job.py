@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from .._base._public import public
+from .._call._calls import outcome_result
+from .._call._task import Task
 from .._errors import ConfigError
-from .._transport._calls import outcome_result
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._task import Task
 from ._codec import RetryPolicy, encode
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 

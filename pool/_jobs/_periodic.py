@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from .._call._task import Task
 from .._errors import ConfigError, StoreError
 from .._transport import _wire
-from .._transport._task import Task
 from ._attempt import Outage
 from ._job import JobOptions, Jobs
 from ._store import MaintainedStore

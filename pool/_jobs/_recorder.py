@@ -21,8 +21,8 @@ import logging
 import time
 from typing import Final
 
+from .._call._calls import CANCEL_CONFIRM_S
 from .._errors import StoreError, WorkerBroken
-from .._transport._calls import CANCEL_CONFIRM_S
 from .._transport._outgoing import OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from ._attempt import Attempt, decide, describe, persist, raised

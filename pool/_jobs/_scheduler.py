@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from .._base._tasks import TaskOwner
+from .._call._task import Task
 from .._errors import SerializationError, StoreError
 from .._transport._outgoing import OutgoingCall
-from .._transport._task import Task
 from ._attempt import Attempt as _Attempt
 from ._attempt import Outage, expired
 from ._attempt import due_order as _due_order

@@ -1,4 +1,4 @@
-"""Seeing a pool: its metrics, its observation port, the terminal view, fan-out progress.
+"""Seeing a pool: its metrics, its observation port, fan-out progress (its terminal view: pool._cli).
 
 _observer     a pool's observation port: metrics and the /status document
 _metrics      the dispatching side's Prometheus metrics (the metrics extra)
@@ -6,6 +6,5 @@ _http         the small GET-only HTTP server both processes serve /, /metrics an
 _page         the page GET / serves (page.html: one self-contained file)
 _trace        OpenTelemetry spans for calls and job attempts (the otel extra; only with a provider)
 _stats        PoolStats and GateStats: snapshots of a pool's load
-_status_view  `leakypool status ADDRESS` (the status extra: rich)
 _progress     pool.map's progress reports and its rich bar
 """

@@ -5,7 +5,7 @@ worker means running code on it (a pickle is code). So a worker serving
 gRPC without client certificates requires every call to carry a secret
 (gRPC metadata `METADATA_KEY`), compared in constant time. By default the
 secret is per user: a random token in a 0600 file in the user's config
-directory (`pool._config.default_secret_file`), created by whichever
+directory (`pool._config._settings.default_secret_file`), created by whichever
 process needs it first. Every process of that user finds the same file;
 other users cannot read it, so they are refused (``UNAUTHENTICATED``).
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 
-from .._config import ConfigError, WorkerConfig
-from .._places import default_secret_file
+from .._config._places import default_secret_file
+from .._config._settings import ConfigError, WorkerConfig
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
 from .._transport._secret import METADATA_KEY, load_or_create, matches, presented, read_file

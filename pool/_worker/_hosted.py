@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .._call._task import Task
 from .._transport import _wire
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._session import Session
-from .._transport._task import Task
 
 Outcome = tuple[int, bytes, str]
 """(Outcome kind, pickled value, traceback text): what the runner hands the service."""

@@ -20,11 +20,11 @@ from backpressure import BackpressureLike
 from .._base._exit import EXIT_INIT_FAILED, EXIT_RETIRED
 from .._base._ids import new_uid
 from .._base._role import become_worker
-from .._config import ConfigError, WorkerConfig
+from .._config._parse import is_loopback
+from .._config._places import default_registry
+from .._config._settings import ConfigError, WorkerConfig
 from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
-from .._parse import is_loopback
-from .._places import default_registry
 from .._transport import _malloc
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__

@@ -16,8 +16,8 @@ from typing import Final
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
-from .._config import ConfigError, WorkerConfig
-from .._parse import is_loopback
+from .._config._parse import is_loopback
+from .._config._settings import ConfigError, WorkerConfig
 from .._transport import _wire
 
 WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})  # noqa: S104 - names the wildcard binds to tell them apart

@@ -41,7 +41,7 @@ from typing import Any, Final, NoReturn, Protocol
 from .._base._exit import EXIT_RETIRED
 from .._base._process import resident_bytes
 from .._base._random import RANDOM
-from .._config import ConfigError, WorkerConfig
+from .._config._settings import ConfigError, WorkerConfig
 from .._transport import _buffers, _wire
 
 _log = logging.getLogger("leakypool.worker")

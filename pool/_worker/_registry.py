@@ -27,7 +27,7 @@ from .._errors import ConfigError, StoreError
 from .._transport._rpc import WorkerMetadata, bind_address
 
 if TYPE_CHECKING:
-    from .._config import WorkerConfig
+    from .._config._settings import WorkerConfig
     from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")

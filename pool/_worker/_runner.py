@@ -21,8 +21,8 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
+from .._call._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport import _wire
-from .._transport._dispatcher import reset_dispatcher, set_dispatcher
 from .._transport._proto import leakypool_pb2 as pb
 from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome

@@ -36,12 +36,12 @@ from typing import Any, Final
 from backpressure import BackpressureLike
 
 from .._base._tasks import TaskOwner
+from .._call._task import Task
 from .._transport import _buffers
 from .._transport._outbox import Write, WriteNow
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Read, Session
-from .._transport._task import Task
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle

@@ -115,7 +115,7 @@ async def test_silent_worker_should_be_passed_over_after_the_accept_timeout():
     import signal
     import time
 
-    from pool._transport._calls import ACCEPT_TIMEOUT_S
+    from pool._call._calls import ACCEPT_TIMEOUT_S
 
     recording = Recording()
     async with pool.WorkerPool(spawn=2, loadbalancer=recording) as p:

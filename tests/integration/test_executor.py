@@ -12,7 +12,7 @@ import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
-from pool._executor_feed import IN_FLIGHT_PER_WORKER
+from pool._executor._feed import IN_FLIGHT_PER_WORKER
 from tests.integration import executor_calls as calls
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 import pool
 from bench import routines
 from bench.bench_job_burst import burst_trial
-from pool._config import PoolConfig
+from pool._config._settings import PoolConfig
 
 pytestmark = pytest.mark.integration
 

@@ -42,7 +42,7 @@ def jobs_command(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``leakypool jobs ...`` as an operator would (a real process, reaped by run)."""
     env = {**os.environ, "COLUMNS": "160"}
     return subprocess.run(
-        [sys.executable, "-m", "pool._cli", "jobs", *args],
+        [sys.executable, "-m", "pool._cli._main", "jobs", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (tools/install_system_packages.sh)"),
 ]
 
-CLI = [sys.executable, "-m", "pool._cli", "status"]
+CLI = [sys.executable, "-m", "pool._cli._main", "status"]
 
 
 class Terminal:

@@ -116,7 +116,7 @@ def shared_store(request, tmp_path) -> str:
 
 async def _cli(*args: str) -> tuple[int, str, str]:
     """Run ``leakypool jobs ...`` in a process of its own; (status, stdout, stderr)."""
-    command = [sys.executable, "-c", "import sys, pool._cli; sys.exit(pool._cli.main())", "jobs", *args]
+    command = [sys.executable, "-c", "import sys, pool._cli._main; sys.exit(pool._cli._main.main())", "jobs", *args]
     async with Child(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
         status = await child.wait(60)
         out, err = await child.stdout.read(), await child.stderr.read()
@@ -176,7 +176,7 @@ async def test_paused_queues_should_show_in_status_metrics_and_the_view(tmp_path
             assert 'leakypool_queue_paused{queue="mail"} 1.0' in metrics
             view = await asyncio.to_thread(
                 subprocess.run,
-                [sys.executable, "-m", "pool._cli", "status", f"{host}:{port}", "--once"],
+                [sys.executable, "-m", "pool._cli._main", "status", f"{host}:{port}", "--once"],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -104,7 +104,7 @@ async def test_the_jobs_command_started_while_postgres_is_down_should_wait_for_i
     async with pool.WorkerPool(spawn=0, store=postgres_url):
         pass  # the schema exists
     await asyncio.to_thread(postgres_server.stop, "fast")
-    args = [sys.executable, "-m", "pool._cli", "jobs", postgres_url, "list", "--json"]
+    args = [sys.executable, "-m", "pool._cli._main", "jobs", postgres_url, "list", "--json"]
     env = dict(os.environ, LEAKYPOOL_STORE_RETRY="120")
     started = False
     try:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pool._config import WORKER_SETTINGS
+from pool._config._settings import WORKER_SETTINGS
 from tests.integration.child import Child
 from tests.integration.workers import secret_metadata
 

@@ -16,7 +16,7 @@ WORKER = [sys.executable, "worker_main.py"]
 
 def secret_metadata() -> tuple[tuple[str, str], ...]:
     """gRPC metadata carrying this user's worker secret (the session's own: see ``private_secret``)."""
-    from pool._places import default_secret_file
+    from pool._config._places import default_secret_file
     from pool._transport._secret import METADATA_KEY, load_or_create
 
     return ((METADATA_KEY, load_or_create(default_secret_file())),)

@@ -32,18 +32,18 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "balancer/_protocol.py": "each built-in checked against it: tests/unit/balancer/test_round_robin.py, test_priority.py",
     "backpressure/_protocol.py": "the built-ins checked against it: tests/unit/backpressure/test_task_count.py",
     # The public surface: driven through the API, with real workers.
-    "pool/_cli.py": f"the real command in a subprocess: {IT}test_job_lifecycle.py, {IT}test_store_outages.py, "
+    "pool/_cli/_main.py": f"the real command in a subprocess: {IT}test_job_lifecycle.py, {IT}test_store_outages.py, "
     f"{IT}test_status_view.py (tmux)",
-    "pool/_pool.py": f"every pool test: {IT}test_pool_lifecycle.py, {IT}test_routines.py, {IT}test_dispatch_faults.py",
-    "pool/_pool_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
-    "pool/_pool_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_pool_executor.py": f"WorkerPool.executor(): {IT}test_executor.py",
-    "pool/_executor_calls.py": f"the calls an executor sends, on real workers: {IT}test_executor.py, {IT}test_joblib.py",
-    "pool/_executor_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
-    f"(construction alone: {UT}test_executor.py)",
+    "pool/_pool/_worker_pool.py": f"every pool test: {IT}test_pool_lifecycle.py, {IT}test_routines.py, {IT}test_dispatch_faults.py",
+    "pool/_pool/_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
+    "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
+    "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}test_executor.py",
+    "pool/_executor/_calls.py": f"the calls an executor sends, on real workers: {IT}test_executor.py, {IT}test_joblib.py",
+    "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
+    f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
-    "pool/_parse.py": f"sizes and import paths: {UT}_worker/test_recycle.py, {UT}test_config.py",
-    "pool/_places.py": f"default files and directories: {UT}test_config.py, {IT}test_worker_secret.py",
+    "pool/_config/_parse.py": f"sizes and import paths: {UT}_worker/test_recycle.py, {UT}_config/test_settings.py",
+    "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}test_worker_secret.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
     "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}test_worker_main.py",
@@ -76,7 +76,7 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _jobs
     "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
     f"{UT}_jobs/test_wakeups.py, {IT}test_job_burst.py, {IT}test_limits.py",
-    "pool/_jobs/_pause_cli.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
+    "pool/_cli/_pause.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
     "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
     "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
     "pool/_jobs/_pause.py": f"paused queues seen by a dispatching process: {IT}test_store_outages.py, "
@@ -101,13 +101,13 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_transport/_buffers.py": f"1 GiB values over memfd regions: {IT}test_large_values.py",
     "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}test_large_values.py",
     "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}test_large_values.py",
-    "pool/_transport/_connection.py": f"a pool's connection to each worker: {IT}test_routines.py, {IT}test_dispatch_faults.py",
-    "pool/_transport/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
+    "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}test_routines.py, {IT}test_dispatch_faults.py",
+    "pool/_call/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
     "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}test_local_transport.py, {IT}test_worker_secret.py, {IT}test_lan.py",
-    "pool/_transport/_outgoing.py": f"a call opened on a session: {UT}_transport/test_calls.py, {UT}_transport/test_session.py",
+    "pool/_transport/_outgoing.py": f"a call opened on a session: {UT}_call/test_calls.py, {UT}_transport/test_session.py",
     "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
-    "pool/_transport/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_transport/test_calls.py",
-    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}test_worker_secret.py, {UT}test_config.py",
+    "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
+    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}test_worker_secret.py, {UT}_config/test_settings.py",
     "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}test_lan.py, {IT}test_capacity_netns.py",
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}test_local_transport.py",
     # _worker: the worker process, run for real.

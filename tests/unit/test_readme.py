@@ -15,7 +15,7 @@ import unicodedata
 import pytest
 
 import pool
-from pool._config import POOL_SETTINGS, WORKER_SETTINGS
+from pool._config._settings import POOL_SETTINGS, WORKER_SETTINGS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..._base._redact import redacted
-from ..._config import PoolConfig
+from ..._config._settings import PoolConfig
 from ..._errors import ConfigError
 from .._store import JobStore
 from ._retry import retrying

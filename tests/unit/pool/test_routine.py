@@ -10,8 +10,8 @@ import cloudpickle
 import pytest
 
 import pool
+from pool._call._dispatcher import dispatching_to
 from pool._transport import _wire
-from pool._transport._dispatcher import dispatching_to
 from tests.integration import routines
 
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pool
+from pool._call._task import Task
 from pool._dispatch._limits import Gate, Limits, Ticket
-from pool._transport._task import Task
 
 
 def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> Task:

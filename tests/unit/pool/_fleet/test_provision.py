@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import pool
-from pool._config import WorkerConfig
+from pool._config._settings import WorkerConfig
 from pool._fleet import _provision
 from pool._fleet._plan import BACKOFF_MAX_S, ProvisionPlan, backoff_s
 from pool._fleet._provision import CommandProvisioner, WorkerRequest

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
+from pool._call._task import Task
 from pool._jobs._attempt import MAX_BACKOFF_S, RESULT_LIMIT_BYTES, Attempt, decide, expired, raised
 from pool._jobs._codec import RetryPolicy
 from pool._jobs._store import JobRecord
 from pool._transport._proto import leakypool_pb2 as pb
-from pool._transport._task import Task
 
 
 def leased(attempts: int = 0, max_attempts: int = 3) -> JobRecord:

@@ -10,8 +10,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import pool
+from pool._call._task import Task
 from pool._jobs._periodic import LATE_SLOT_MAX_S, Periodic, Slots, schedule_name
-from pool._transport._task import Task
 
 T0 = datetime.datetime(2027, 3, 1, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from pool._cli._status_view import status_url
 from pool._observe._page import page_html
-from pool._observe._status_view import status_url
 
 
 def test_page_should_load_nothing_from_elsewhere():

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 import pool
-from pool._transport._calls import TRANSIENT_CODES, rejection
+from pool._call._calls import TRANSIENT_CODES, rejection
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 

@@ -106,5 +106,5 @@ class TestAliases:
 
     def test_a_name_nobody_has_should_fail_with_the_first_error(self):
         """Test that a name no alias finds still fails as before, naming the module it looked for."""
-        with pytest.raises(pool.SerializationError, match="pool._no_such_module"):
+        with pytest.raises(pool.SerializationError, match=r"pool\._no_such_module"):
             _wire.loads(b"\x80\x04cpool._no_such_module\nNoSuchName\n.", what="an old name")

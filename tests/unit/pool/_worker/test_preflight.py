@@ -11,7 +11,7 @@ import base64
 import pytest
 
 from backpressure import AllOf, AnyOf, TaskCountBackpressure
-from pool._config import ConfigError, WorkerConfig
+from pool._config._settings import ConfigError, WorkerConfig
 from pool._transport import _wire
 from pool._worker._preflight import check_registry, check_security, count_cap, load_backpressure, runs_inline
 

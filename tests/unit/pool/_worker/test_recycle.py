@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 import pool
 from pool._base._exit import DRAINING_MESSAGE, EXIT_INIT_FAILED, EXIT_RETIRED
-from pool._config import PoolConfig, WorkerConfig
+from pool._config._parse import import_path, size_bytes, size_or_zero
+from pool._config._settings import PoolConfig, WorkerConfig
 from pool._observe._metrics import recycled_by_reason
-from pool._parse import import_path, size_bytes, size_or_zero
 from pool._worker._admission import Verdict
 from pool._worker._recycle import TASK_JITTER, Recycler, draw_task_limit
 

@@ -2,7 +2,7 @@
 
     Executor(...)          builds the WorkerPool now (a bad option fails here)
       first submit ──────> starts a thread with its own event loop: ``async with pool:``
-                           attaches the executor's `Feed` to it (see _executor_feed)
+                           attaches the executor's `Feed` to it (see `_feed`)
       shutdown(wait) ────> the feed drains, the pool closes, the thread ends (joined when ``wait``)
 
 Workers start lazily, on the first ``submit``, as the standard library's
@@ -21,9 +21,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._base._public import public
-from ._executor_feed import Feed, FeedExecutor
-from ._pool import WorkerPool
+from .._base._public import public
+from .._pool._worker_pool import WorkerPool
+from ._feed import Feed, FeedExecutor
 
 UNBOUNDED_QUEUE_DEPTH: Final[int] = 2**62
 """The pool's ``queue_depth`` when no ``queue_depth`` is given: calls the executor hands over never find it full."""

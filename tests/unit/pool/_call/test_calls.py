@@ -1,4 +1,4 @@
-"""Tests for pool._transport._calls.open_call: a stream that fails before the answer, on a gRPC-like stream (in memory).
+"""Tests for pool._call._calls.open_call: a stream that fails before the answer, on a gRPC-like stream (in memory).
 
 A call whose frame never left is `WorkerRejected` (the pool tries another
 worker); once it left, the worker may have started it, so a worker that is
@@ -15,10 +15,10 @@ import grpc
 import pytest
 
 import pool
-from pool._transport._calls import open_call
+from pool._call._calls import open_call
+from pool._call._task import Task
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
-from pool._transport._task import Task
 
 
 class Stream:

@@ -1,4 +1,4 @@
-"""Tests for ``leakypool jobs``'s tables (`pool._jobs._cli`): one line per job at 80 and 120 columns.
+"""Tests for ``leakypool jobs``'s tables (`pool._cli._jobs`): one line per job at 80 and 120 columns.
 
 rich wraps a table too wide for the terminal cell by cell ("rou/tin/e"), and
 a pipe counts as 80 columns. The verbs themselves run end to end in
@@ -18,7 +18,7 @@ import time
 import pytest
 from rich.console import Console
 
-from pool._jobs._cli import render
+from pool._cli._jobs import render
 from pool._jobs._store import JobRecord, NewJob
 from pool._jobs._stores._sqlite import SQLiteStore
 
@@ -138,7 +138,7 @@ def store_url(tmp_path) -> str:
 def jobs(*args: str, columns: str) -> str:
     env = {**os.environ, "COLUMNS": columns}
     done = subprocess.run(
-        [sys.executable, "-m", "pool._cli", "jobs", *args],
+        [sys.executable, "-m", "pool._cli._main", "jobs", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,7 +1,7 @@
 """What `WorkerPool` says about itself: ``stats()``, ``workers``, ``pids``, ``worker_states()``, ``in_flight()``.
 
 Kept apart so the pool's own module keeps to wiring the layers and its
-lifecycle (as `_pool_jobs` and `_pool_executor` are).
+lifecycle (as `_jobs` and `_executors` are).
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._observe._stats import PoolStats, WorkerSignals
-from ._transport._proto import leakypool_pb2 as pb
-from ._transport._rpc import WorkerMetadata
+from .._observe._stats import PoolStats, WorkerSignals
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import WorkerMetadata
 
 if TYPE_CHECKING:
-    from ._dispatch._admission import Admission
-    from ._dispatch._membership import Membership
-    from ._dispatch._path import CallPath
-    from ._dispatch._roster import Roster
-    from ._fleet._local_fleet import LocalFleet
+    from .._dispatch._admission import Admission
+    from .._dispatch._membership import Membership
+    from .._dispatch._path import CallPath
+    from .._dispatch._roster import Roster
+    from .._fleet._local_fleet import LocalFleet
 
 
 class PoolViews:

@@ -29,12 +29,12 @@ import time
 from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
-from . import _buffers, _wire
+from .._transport import _buffers, _wire
+from .._transport._outgoing import OutgoingCall
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import TRANSIENT_CODES, status_name
+from .._transport._session import Session
 from ._dispatcher import Dispatches
-from ._outgoing import OutgoingCall
-from ._proto import leakypool_pb2 as pb
-from ._rpc import TRANSIENT_CODES, status_name
-from ._session import Session
 from ._task import Task
 
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 from ._parse import (
     Setting,
     boolean,

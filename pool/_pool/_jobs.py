@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._call_options import CallOptions
-from ._config import PoolConfig
-from ._dispatch._path import CallPath
-from ._errors import ConfigError, PoolClosed
-from ._routine import Routine
-from ._transport._task import Task
+from .._call._task import Task
+from .._call_options import CallOptions
+from .._config._settings import PoolConfig
+from .._dispatch._path import CallPath
+from .._errors import ConfigError, PoolClosed
+from .._routine import Routine
 
 if TYPE_CHECKING:
-    from ._jobs import Job, Jobs, JobStore, Scheduler
+    from .._jobs import Job, Jobs, JobStore, Scheduler
 
 
 def job_scheduler(
@@ -41,7 +41,7 @@ def job_scheduler(
     given = store if store is not None and not isinstance(store, str) else config.store
     if not given:
         return None
-    from ._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
+    from .._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
 
     job_store = open_store(given)
     assert job_store is not None  # noqa: S101 - an invariant, stated for the type checker

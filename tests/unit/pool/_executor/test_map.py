@@ -1,4 +1,4 @@
-"""Tests for pool/_executor_map.py: chunking, the buffersize window, order, timeout and references."""
+"""Tests for pool/_executor/_map.py: chunking, the buffersize window, order, timeout and references."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from pool._executor_map import batched, check_map_arguments, ordered_results, single
+from pool._executor._map import batched, check_map_arguments, ordered_results, single
 
 
 class Recorder:

@@ -19,10 +19,10 @@ from typing import Any, Final
 
 import cloudpickle
 
-from ._executor_map import Chunk
-from ._routine import BoundRoutine, Routine, routine
-from ._transport import _wire
-from ._transport._task import Task
+from .._call._task import Task
+from .._routine import BoundRoutine, Routine, routine
+from .._transport import _wire
+from ._map import Chunk
 
 LOADED_CACHE_SIZE: Final[int] = 64
 """Callables a worker keeps unpickled, by their pickle, so a map's ``fn`` is loaded once, not once per call."""

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING
 
 from .._base._tasks import TaskOwner
 from .._errors import WorkerBroken
+from .._transport._outgoing import OutgoingCall
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import WorkerMetadata
+from .._transport._secret import SecretSource
+from .._transport._session import CallHost, Session
+from .._transport._tls import TlsCredentials
+from .._transport._unix_channel import UnixChannel
 from ._calls import open_call
-from ._outgoing import OutgoingCall
-from ._proto import leakypool_pb2 as pb
-from ._rpc import WorkerMetadata
-from ._secret import SecretSource
-from ._session import CallHost, Session
 from ._task import Task
-from ._tls import TlsCredentials
-from ._unix_channel import UnixChannel
 
 if TYPE_CHECKING:
-    from ._grpc_channel import GrpcChannel
+    from .._transport._grpc_channel import GrpcChannel
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -48,7 +48,7 @@ def open_channel(
     """
     if address.startswith("unix:"):
         return UnixChannel(address.removeprefix("unix:"))  # a private directory guards it: no secret
-    from ._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
+    from .._transport._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
 
     return GrpcChannel(address, credentials, secret.get() if secret is not None else None)
 

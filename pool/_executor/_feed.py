@@ -1,6 +1,6 @@
 """The ``concurrent.futures`` face of a pool: its waiting line, ``submit``/``map``/``shutdown``, ``WorkerPool.executor()``.
 
-Each submitted callable runs through one routine (`_apply`, see _executor_calls):
+Each submitted callable runs through one routine (`_apply`, see `_calls`):
 
     submit(fn, *args)  (any thread)
         │ pickle now (a bad argument fails its future, as in the standard library)
@@ -28,12 +28,12 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
-from ._errors import NoWorkersAvailable, PoolClosed, SerializationError
-from ._executor_calls import Shipped, _apply, _apply_chunk, name_of, task_for
-from ._executor_map import Chunk, batched, check_map_arguments, ordered_results, single
-from ._routine import Routine
-from ._transport import _wire
-from ._transport._task import Task
+from .._call._task import Task
+from .._errors import NoWorkersAvailable, PoolClosed, SerializationError
+from .._routine import Routine
+from .._transport import _wire
+from ._calls import Shipped, _apply, _apply_chunk, name_of, task_for
+from ._map import Chunk, batched, check_map_arguments, ordered_results, single
 
 IN_FLIGHT_PER_WORKER: Final[int] = 2
 """Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""

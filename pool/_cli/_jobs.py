@@ -25,11 +25,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
-from .._base._columns import Column, one_line_table
 from .._errors import ConfigError, StoreError
-from ._retention import PURGE_BATCH
-from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
-from ._stores._open import open_store, open_waiting
+from .._jobs._retention import PURGE_BATCH
+from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
+from .._jobs._stores._open import open_store, open_waiting
+from ._columns import Column, one_line_table
 
 _UNITS: Final[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -1,7 +1,7 @@
 """The executor side of `WorkerPool`: ``executor()``, a ``concurrent.futures`` view of the open pool.
 
 Kept apart so the pool's own module keeps to wiring the layers and its
-lifecycle (as `_pool_jobs` does for jobs); the view itself is in `_executor_feed`.
+lifecycle (as `_jobs` does for jobs); the view itself is in `pool._executor._feed`.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._base._tasks import TaskOwner
-from ._dispatch._path import CallPath
-from ._dispatch._roster import Roster
-from ._errors import PoolClosed
-from ._executor_feed import Feed, PoolExecutor
+from .._base._tasks import TaskOwner
+from .._dispatch._path import CallPath
+from .._dispatch._roster import Roster
+from .._errors import PoolClosed
+from .._executor._feed import Feed, PoolExecutor
 
 
 class PoolExecutors:

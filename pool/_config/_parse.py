@@ -3,7 +3,7 @@
 Each parser takes the raw text and returns the value or raises ValueError;
 `Setting.convert` turns the ValueError into a `ConfigError` that names the
 flag or variable, what was expected and what was given. The tables of
-settings themselves live in `pool._config`.
+settings themselves live in `pool._config._settings`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ._base._redact import redacted
-from ._errors import ConfigError
+from .._base._redact import redacted
+from .._errors import ConfigError
 
 PREFIX: Final[str] = "LEAKYPOOL_"
 """Every variable leakypool reads starts with this."""

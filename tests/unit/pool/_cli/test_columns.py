@@ -1,11 +1,11 @@
-"""Tests for `pool._base._columns`: which columns a narrow terminal keeps, and how wide each one is."""
+"""Tests for `pool._cli._columns`: which columns a narrow terminal keeps, and how wide each one is."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pool._base._columns import BORDER_PER_COLUMN, Column, fit
+from pool._cli._columns import BORDER_PER_COLUMN, Column, fit
 
 COLUMNS = (Column("id"), Column("note", drop=1, cut_to=4), Column("size", drop=3), Column("when", drop=2))
 ROWS = [("abcdef", "a long note here", "12", "2024-01-01")]

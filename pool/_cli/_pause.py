@@ -16,10 +16,10 @@ import sys
 from collections.abc import Sequence
 
 from .._errors import ConfigError, StoreError
-from ._job import queue_name
-from ._store import PausableStore
-from ._stores._open import open_store, open_waiting
-from ._stores._postgres_link import redacted
+from .._jobs._job import queue_name
+from .._jobs._store import PausableStore
+from .._jobs._stores._open import open_store, open_waiting
+from .._jobs._stores._postgres_link import redacted
 
 USAGE = "usage: leakypool jobs STORE_URL pause NAME | resume NAME | paused"
 

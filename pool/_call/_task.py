@@ -7,8 +7,8 @@ import time
 from typing import Any, Final
 
 from .._base._public import public
-from ._proto import leakypool_pb2 as pb
-from ._session import Session
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._session import Session
 
 MIN_REMAINING_S: Final[float] = 0.001
 """The least time left a call is sent with (its deadline may pass while the Call frame is written)."""

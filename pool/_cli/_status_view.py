@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .._base._columns import Column, one_line_table
+from ._columns import Column, one_line_table
 
 REFRESH_S: Final[float] = 1.0
 """How often the live view reads the pool again."""

@@ -1,4 +1,4 @@
-"""Tests for ``leakypool status``'s frame (`pool._observe._status_view.render`): one line per row at 80 and 120.
+"""Tests for ``leakypool status``'s frame (`pool._cli._status_view.render`): one line per row at 80 and 120.
 
 The live view in a real terminal (tmux, 120 columns) is
 tests/integration/test_status_view.py; here the frame is printed at both
@@ -12,7 +12,7 @@ import io
 import pytest
 from rich.console import Console
 
-from pool._observe._status_view import render
+from pool._cli._status_view import render
 
 UIDS = ["0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b", "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f3c4d"]
 STATUS = {

@@ -24,32 +24,32 @@ from typing import TYPE_CHECKING, Any, Self
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
-from ._base._public import public
-from ._base._tasks import TaskOwner
-from ._config import POOL_SETTINGS, PoolConfig
-from ._discovery import DiscoveryLike
-from ._dispatch._admission import Admission
-from ._dispatch._membership import Membership
-from ._dispatch._path import CallPath
-from ._dispatch._placement import Placement
-from ._dispatch._relay import NestedHost
-from ._errors import PoolClosed
-from ._fleet._provisioning import Provisioner, pool_capacity
-from ._places import default_secret_file
-from ._pool_executor import PoolExecutors
-from ._pool_jobs import PoolJobs, job_scheduler
-from ._pool_views import PoolViews
-from ._transport._calls import RemoteGenerator, call_routine
-from ._transport._connection import WorkerConnection
-from ._transport._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
-from ._transport._outgoing import OutgoingCall
-from ._transport._secret import SecretSource
-from ._transport._task import Task
-from ._transport._tls import TlsCredentials
+from .._base._public import public
+from .._base._tasks import TaskOwner
+from .._call._calls import RemoteGenerator, call_routine
+from .._call._connection import WorkerConnection
+from .._call._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
+from .._call._task import Task
+from .._config._places import default_secret_file
+from .._config._settings import POOL_SETTINGS, PoolConfig
+from .._discovery import DiscoveryLike
+from .._dispatch._admission import Admission
+from .._dispatch._membership import Membership
+from .._dispatch._path import CallPath
+from .._dispatch._placement import Placement
+from .._dispatch._relay import NestedHost
+from .._errors import PoolClosed
+from .._fleet._provisioning import Provisioner, pool_capacity
+from .._transport._outgoing import OutgoingCall
+from .._transport._secret import SecretSource
+from .._transport._tls import TlsCredentials
+from ._executors import PoolExecutors
+from ._jobs import PoolJobs, job_scheduler
+from ._views import PoolViews
 
 if TYPE_CHECKING:
-    from ._jobs import JobStore, Scheduler
-    from ._observe._observer import PoolObserver
+    from .._jobs import JobStore, Scheduler
+    from .._observe._observer import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -254,7 +254,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         self._token: Any = None
         self._observer: PoolObserver | None = None
         if config.metrics_port is not None:
-            from ._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
+            from .._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
 
             self._observer = PoolObserver(self, config.metrics_port, config.metrics_host, config.metrics_token)
             self._path.metrics = self._observer.metrics

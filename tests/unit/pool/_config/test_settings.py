@@ -1,4 +1,4 @@
-"""Tests for pool._config: flags, LEAKYPOOL_* variables, validation, round trips."""
+"""Tests for pool._config._settings: flags, LEAKYPOOL_* variables, validation, round trips."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._config import POOL_SETTINGS, WORKER_SETTINGS, PoolConfig, WorkerConfig
+from pool._config._settings import POOL_SETTINGS, WORKER_SETTINGS, PoolConfig, WorkerConfig
 
 
 class TestWorkerConfig:
@@ -176,7 +176,7 @@ def test_a_refused_url_should_never_echo_its_password():
 class TestSecretSettings:
     def test_the_secret_should_be_read_from_the_environment_only_and_kept_out_of_reprs(self):
         """Test that LEAKYPOOL_SECRET has no flag (every user can read a command line) and never shows in a repr."""
-        from pool._config import worker_parser
+        from pool._config._settings import worker_parser
 
         config = WorkerConfig.from_argv(["--port", "1"], {"LEAKYPOOL_SECRET": "hush"})
         assert config.secret == "hush" and "hush" not in repr(config)
@@ -191,7 +191,7 @@ class TestSecretSettings:
         """Test that the default secret is in the user's config directory, never in one another user owns."""
         import os
 
-        from pool._places import default_secret_file
+        from pool._config._places import default_secret_file
 
         assert default_secret_file({"XDG_CONFIG_HOME": str(tmp_path)}) == str(tmp_path / "leakypool" / "secret")
         if os.getuid() != 0:

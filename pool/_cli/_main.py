@@ -18,17 +18,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     if args[0] == "status":
-        from ._observe._status_view import main as status
+        from ._status_view import main as status
 
         return status(args[1:])
     if args[0] == "jobs":
-        from ._jobs._pause_cli import VERBS
+        from ._pause import VERBS
 
         if len(args) > 2 and args[2] in VERBS:  # pause|resume|paused (issue #25)
-            from ._jobs._pause_cli import main as pauses
+            from ._pause import main as pauses
 
             return pauses(args[1:])
-        from ._jobs._cli import main as jobs
+        from ._jobs import main as jobs
 
         return jobs(args[1:])
     print(f"leakypool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

@@ -1,0 +1,9 @@
+"""WorkerPool: wiring the layers together, its lifecycle, and what it offers beyond calls.
+
+    _worker_pool  WorkerPool: the layers wired, entry and exit, calls
+    _jobs         submit, schedule and the job book (a pool with a store)
+    _executors    ``executor()``: a concurrent.futures view of the open pool
+    _views        stats, workers, pids: what the pool shows of itself
+
+The public surface's: it may use any layer below it.
+"""
