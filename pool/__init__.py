@@ -35,7 +35,6 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._call._task import Task as Task
-    from ._call_options import CallOptions as CallOptions
     from ._discovery import DiscoveryEvent as DiscoveryEvent
     from ._discovery import DiscoveryLike as DiscoveryLike
     from ._discovery import LocalDiscovery as LocalDiscovery
@@ -58,6 +57,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._observe._stats import GateStats as GateStats
     from ._observe._stats import PoolStats as PoolStats
     from ._pool._worker_pool import WorkerPool as WorkerPool
+    from ._routine import CallOptions as CallOptions
     from ._routine import Routine as Routine
     from ._routine import routine as routine
     from ._transport._rpc import WorkerMetadata as WorkerMetadata
@@ -113,7 +113,7 @@ __all__ = [
 
 
 _LAZY: dict[str, str] = {
-    "CallOptions": "._call_options",
+    "CallOptions": "._routine",
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
     "Executor": "._executor._standalone",

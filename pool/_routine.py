@@ -1,4 +1,4 @@
-"""``@pool.routine``: a function whose calls run on the pool's workers.
+"""``@pool.routine``: a function whose calls run on the pool's workers, and `CallOptions`, what it sets.
 
 Calling a routine pickles its arguments (so a bad argument fails right
 there, before anything is sent), finds where to send the call — the
@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import functools
 import inspect
+import math
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 from ._base._public import public
 from ._call._dispatcher import current_dispatcher
 from ._call._task import Task
-from ._call_options import CallOptions, job_only
 from ._dispatch._limits import Queue
 from ._errors import ConfigError
 from ._transport import _wire
@@ -32,10 +32,104 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-_Head = tuple[str, bool, bytes, bytes]
-"""A Task's fields before its arguments: name, generator, digest, blob."""
-_Tail = tuple[float | None, str, int, int, str, str, bool, int, float | None, str, Any, int, tuple[int, float] | None]
-"""A Task's fields after its arguments, ``timeout`` to ``rate`` (see `Routine.task`)."""
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallOptions:
+    """Per-routine (and per-call) settings; see `routine` and `Routine.options`."""
+
+    timeout: float | None = None
+    queue: Queue | None = None
+    key: str = ""
+    workflow: str = ""
+    halt_on_error: bool = False
+    dispatch_deadline: float | None = None
+    job_id: str = ""
+    retries: int = 0
+    retry_backoff: float = 1.0
+    retry_on: tuple[type[BaseException], ...] = ()
+    priority: int = 0
+    delay: float = 0.0
+    run_at: datetime.datetime | None = None
+    connection: Any = None
+
+    def __post_init__(self) -> None:
+        self._check_call_options()
+        self._check_job_options()
+        check_schedule_options(self)
+
+    def _check_job_options(self) -> None:
+        _check_seconds("dispatch_deadline", self.dispatch_deadline)
+        if not isinstance(self.job_id, str):
+            raise TypeError(f"job_id: expected a str, got {self.job_id!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"retries: expected an int >= 0, got {self.retries!r}")
+        backoff = self.retry_backoff
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not (0 <= backoff < math.inf):
+            raise ValueError(f"retry_backoff: expected seconds >= 0, got {backoff!r}")
+        retry_on = self.retry_on
+        if isinstance(retry_on, type):
+            object.__setattr__(self, "retry_on", (retry_on,))
+        elif not isinstance(retry_on, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+        ):
+            raise TypeError(f"retry_on: expected an exception type or a tuple of them, got {retry_on!r}")
+
+    def _check_call_options(self) -> None:
+        _check_seconds("timeout", self.timeout)
+        if self.queue is not None and not isinstance(self.queue, Queue):
+            raise TypeError(f"queue: expected a pool.Queue or None, got {self.queue!r}")
+        for name in ("key", "workflow"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name}: expected a str, got {getattr(self, name)!r}")
+        if self.key and self.queue is None:
+            raise ValueError(f"key: a concurrency key needs a queue to apply to, got key={self.key!r} and no queue")
+        if not isinstance(self.halt_on_error, bool):
+            raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    """Raise one line unless ``value`` is None or a finite number of seconds > 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"{name}: expected seconds > 0 or None, got {value!r}")
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: expected seconds > 0 or None, got {value!r}")
+
+
+def check_schedule_options(options: CallOptions) -> None:
+    """Raise one clear line for a bad ``priority``, ``delay``, ``run_at`` or ``connection``.
+
+    Raises:
+        TypeError, ValueError: the option named first in the message is wrong.
+    """
+    priority = options.priority
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority: expected an int (higher runs first, default 0), got {priority!r}")
+    delay = options.delay
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"delay: expected seconds >= 0, got {delay!r}")
+    if not (delay >= 0 and math.isfinite(delay)):
+        raise ValueError(f"delay: expected seconds >= 0, got {delay!r}")
+    run_at = options.run_at
+    if run_at is not None:
+        if not isinstance(run_at, datetime.datetime):
+            raise TypeError(f"run_at: expected an aware datetime, got {run_at!r}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError(
+                f"run_at: expected an aware datetime (e.g. tzinfo=datetime.UTC), got the naive {run_at.isoformat()}"
+            )
+        if delay:
+            raise ValueError(f"run_at: give run_at or delay, not both (got delay={delay!r})")
+    connection = options.connection
+    if connection is not None and not callable(getattr(connection, "is_in_transaction", None)):
+        raise TypeError(f"connection: expected an asyncpg connection, got {connection!r}")
+
+
+def job_only(options: CallOptions) -> str:
+    """The options set that only a job can honour (``delay=30``...), or "" (a call would ignore them)."""
+    named = [
+        f"{name}={getattr(options, name)!r}" for name in ("delay", "run_at", "connection") if getattr(options, name)
+    ]
+    return ", ".join(named)
 
 
 class Routine(Generic[P, R]):
@@ -68,7 +162,7 @@ class Routine(Generic[P, R]):
         self._plain = not (self._generator or inspect.iscoroutinefunction(fn))
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
-        self._fields: tuple[_Head, _Tail] | None = None  # a Task's fields but its arguments, computed once
+        self._fields: dict[str, Any] | None = None  # a Task's fields but its arguments (see `task`)
         self._job_only = job_only(options)  # checked once here, not per call
 
     @property
@@ -137,32 +231,27 @@ class Routine(Generic[P, R]):
     def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
         """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
         fields = self._fields
-        if fields is None:
+        if fields is None:  # every field but the arguments, by name, computed once
             digest, blob = self._base.code()
             options = self._call_options
             queue = options.queue
-            fields = self._fields = (
-                (self.__qualname__, self._generator, digest, blob),
-                (
-                    options.timeout,
-                    queue.name if queue else "",
-                    queue.concurrency if queue else 0,
-                    (queue.total or 0) if queue else 0,
-                    options.key,
-                    options.workflow,
-                    options.halt_on_error,
-                    0,  # parent
-                    options.dispatch_deadline,
-                    "",  # traceparent
-                    None,  # trace
-                    options.priority,
-                    (queue.rate.n, float(queue.rate.per)) if queue and queue.rate else None,
-                ),
-            )
-        head, tail = fields
-        task = Task(*head, _wire.pack_args(self.__qualname__, args, kwargs), *tail)
-        task.plain = self._plain
-        return task
+            fields = self._fields = {
+                "name": self.__qualname__,
+                "generator": self._generator,
+                "digest": digest,
+                "blob": blob,
+                "timeout": options.timeout,
+                "key": options.key,
+                "workflow": options.workflow,
+                "halt_on_error": options.halt_on_error,
+                "dispatch_deadline": options.dispatch_deadline,
+                "priority": options.priority,
+                "plain": self._plain,
+            }
+            if queue is not None:
+                fields.update(queue=queue.name, concurrency=queue.concurrency, total=queue.total or 0)
+                fields["rate"] = (queue.rate.n, float(queue.rate.per)) if queue.rate else None
+        return Task(args=_wire.pack_args(self.__qualname__, args, kwargs), **fields)
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once."""
@@ -276,41 +365,24 @@ def routine(
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make a function a routine: its calls run on the pool's workers.
 
-    ``async def`` functions, async generators and plain ``def`` functions all
-    work; calling the routine returns an awaitable (an async iterator for a
-    generator) wherever the function was defined.
+    ``async def`` functions, async generators and plain ``def`` functions all work; calling the routine
+    returns an awaitable (an async iterator for a generator) wherever the function was defined. Use bare
+    (``@pool.routine``) or with options (``@pool.routine(timeout=5.0)``); `Routine.options` overrides any
+    option per call:
 
-    Use bare (``@pool.routine``) or with options
-    (``@pool.routine(timeout=5.0)``). Any option can be overridden per call
-    with `Routine.options`:
-
-    - ``timeout``: seconds for the whole call, waiting included; after it
-      the remote task is cancelled and the caller gets ``TimeoutError``.
-      On a plain function it is a hard limit: a running plain call cannot be
-      cancelled, so the worker running it exits at the deadline and is replaced.
-    - ``queue``: a `pool.Queue`; at most its ``concurrency`` calls run at once.
-    - ``key``: a concurrency key (tenant, user...): each value gets its own
-      ``concurrency`` within the queue.
-    - ``workflow``: calls with the same workflow key run one at a time, in
-      the order they were made.
-    - ``halt_on_error``: if this call fails, the calls of its workflow
-      queued behind it fail with `WorkflowHalted` instead of running.
-    - ``dispatch_deadline``: seconds the call (or job, from submission) may
-      wait for limits and a worker before it fails with `CapacityTimeout`;
-      default: the pool's.
-
-    For jobs (`Routine.submit`) only:
-
-    - ``job_id``: the idempotency key (default: a new one per submission).
-    - ``retries``: attempts after the first when the worker is lost or the
-      routine raises a type listed in ``retry_on``; exponential back-off from
-      ``retry_backoff`` seconds, with jitter.
-    - ``delay`` (seconds) or ``run_at`` (an aware datetime): when it is due.
-    - ``connection``: an asyncpg connection inside a transaction: the job
-      is inserted in it, so it exists iff that transaction commits.
-
-    For both: ``priority`` (int, default 0): higher first among due jobs
-    and among calls waiting for a worker; FIFO within a priority.
+    - ``timeout``: seconds for the whole call, waiting included; then the remote task is cancelled and the
+      caller gets ``TimeoutError``. A hard limit on a plain function: its worker exits and is replaced.
+    - ``queue``: a `pool.Queue`, at most its ``concurrency`` calls at once; ``key``: a concurrency key
+      (tenant, user...), each value with its own ``concurrency`` within the queue.
+    - ``workflow``: calls with the same workflow key run one at a time, in order; ``halt_on_error``: if
+      this call fails, those queued behind it fail with `WorkflowHalted` instead of running.
+    - ``dispatch_deadline``: seconds the call (a job: from submission) may wait for limits and a worker
+      before it fails with `CapacityTimeout` (default: the pool's).
+    - ``priority`` (default 0): higher first among calls waiting for a worker and among due jobs.
+    - Jobs (`Routine.submit`) only: ``job_id`` (the idempotency key); ``retries`` after the first attempt
+      when the worker is lost or it raises a type in ``retry_on`` (exponential back-off from
+      ``retry_backoff`` s, jittered); ``delay`` (s) or ``run_at`` (an aware datetime): when it is due;
+      ``connection``: an asyncpg connection in a transaction, the job exists iff it commits.
 
     Raises:
         TypeError: ``fn`` is not a function (or is a plain generator function), or a bad option.
@@ -321,4 +393,4 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     return Routine(fn, call_options)
 
 
-public(Routine, Routine._variant, routine)
+public(CallOptions, Routine, Routine._variant, routine)

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._call._task import Task
-from .._call_options import CallOptions
 from .._config._settings import PoolConfig
 from .._dispatch._path import CallPath
 from .._errors import ConfigError, PoolClosed
-from .._routine import Routine
+from .._routine import CallOptions, Routine
 
 if TYPE_CHECKING:
     from .._jobs import Job, Jobs, JobStore, Scheduler

@@ -46,7 +46,6 @@ SURFACE = frozenset(
     {
         "pool",
         "pool._routine",
-        "pool._call_options",
         "pool.joblib",
         "pool._pool",
         "pool._executor",

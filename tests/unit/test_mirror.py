@@ -24,7 +24,6 @@ UT = "tests/unit/pool/"
 """Prefixes for the table below (the covering files are named in full, so a reader can open them)."""
 COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_worker/_state.py": "the State RPC: tests/integration/test_responsiveness.py, test_plain.py (worker_states())",
-    "pool/_call_options.py": "tests/unit/pool/test_routine.py (options are checked where they are set: decoration, options())",
     # The root and the leaf packages' fronts: what they export is the public API.
     "pool/__init__.py": "the public names, lazy attributes, __module__ fix-up: tests/unit/test_public_api.py",
     "balancer/__init__.py": "re-exports and __module__ fix-up: tests/unit/test_public_api.py, tests/unit/balancer/",
