@@ -7,4 +7,6 @@ _random   the one random generator (jitter)
 _exit     exit statuses a worker uses on purpose (EXIT_RETIRED: recycled, not crashed)
 _redact   passwords out of URLs, commands and messages before they are logged
 _public   public names under their public path (what is pickled names pool.X)
+_lost     whether a store error means "out of reach" (retry) or refused (do not): both sides use it
+_role     which side of the pool this process is on
 """

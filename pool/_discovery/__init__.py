@@ -1,6 +1,6 @@
 """Discovery: how a pool learns about workers it did not spawn.
 
-A backend is anything with ``subscribe()``, an async iterator of
+A backend is anything with ``subscribe()`` (the protocol: ``_protocol``), an async iterator of
 `DiscoveryEvent` (worker added, updated, dropped). A subscriber MUST first
 yield every worker it already knows as "added", then deltas, and MUST be
 safe to cancel at any await. Four backends ship:

@@ -3,9 +3,11 @@
     _path        one pool's call path: ceiling, limits, queue, placement; the tickets in flight
     _admission   the admission ceiling and the FIFO queue for a worker (and its pump)
     _limits      queues, concurrency keys, workflows: FIFO gates, slot lending, Deadlock
+    _rates       RateLimit on a Queue, and the in-process book calls wait in for their rate
     _placement   the balancer loop: offer, rotate on WorkerRejected, evict on WorkerBroken
     _membership  who joins and leaves (keeps the Roster; returns what to close)
     _roster      the read-only view balancers see
+    _room        who turned this pool away and has not said "room" since (the known_full hint)
     _relay       nested calls that workers send back up through the pool
     _fanout      pool.map: a sliding window over many items
 

@@ -5,6 +5,8 @@ _stores/     SQLiteStore, PostgresStore, and store= URL -> a store
 _codec       a job's payload (the call and its retry policy)
 _job         pool.Job (what a caller holds) and Jobs (WorkerPool.jobs)
 _scheduler   leases due jobs, dispatches them like calls
+_due         when the store's next job comes due (the scheduler sleeps until then)
+_placements  how many leased jobs are offered to workers at once (a slow start)
 _attend      one placement seen through: Accept, running, outcome (or back to waiting, or to the store)
 _recorder    what an accepted attempt writes: running, then its outcome or a retry
 _presence    the process's owner lease, dead owners' recovery, other processes' notices

@@ -1,12 +1,14 @@
 """Bytes to and from workers: the stream protocol both processes speak, and what carries it.
 
-    _session       one multiplexed stream (both ends), routing frames by call id
+    _session       one multiplexed stream (both ends), routing frames by call id; _outgoing a call it opened
     _outbox        frames waiting to leave, batched per event-loop turn
     _framing       the protocol's messages on a unix socket (no HTTP/2)
     _unix_channel  the channel to a spawned worker; _grpc_channel to one over TCP (gRPC)
     _wire          values <-> bytes (the only cloudpickle importer); _malloc large-message heap tuning
+    _buffers       large buffers beside the stream: memfd regions; _side the connection their descriptors cross
+    _chunks        large buffers in chunks on the stream itself (a peer with no side connection: gRPC)
     _rpc           what both ends share: service name, status codes, the worker record
-    _tls           mutual TLS credentials
+    _tls           mutual TLS credentials; _secret the per-user secret a worker requires of its callers
     _proto         the protobuf messages
 
 What a call is (Task, opening one, decoding its outcome, a worker's connection) is pool._call's, above this.

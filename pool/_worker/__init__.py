@@ -11,6 +11,13 @@
     _overrun     routines on the main loop, and the watch thread that answers for it (unix socket)
     _upstream    nested dispatch: a routine here calls a routine, back up its stream
     _threads     the routine loop thread and the hops to it (a worker serving gRPC)
+    _hosted      a call this worker hosts, as both of its loops see it
+    _plain       plain ``def`` routines: the thread they run on, one at a time
+    _peers       the dispatchers a worker serves: one Peer per stream
+    _state       what a worker says about itself (the State RPC); _signals the resource signals hooks read
+    _recycle     the initializer, task and memory limits, retiring on purpose
+    _template    the worker template: imports once, forks workers on request
+    _registry    --registry: the worker's row in a store registry; _metrics --metrics-port; _trace its spans
 
 Nothing outside this package imports it (a test enforces it); it imports
 only what both sides share (`_rpc`, `_session`, `_calls`, `_wire`,
