@@ -27,7 +27,13 @@ PAUSED_TABLE: Final[str] = (
 )
 """The paused queues (the same text for SQLite and PostgreSQL)."""
 
-_POSTGRES_RESUME: Final[str] = (
+POSTGRES_PAUSE: Final[str] = "INSERT INTO leakypool_paused VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING"
+"""Pause a queue (again: no change)."""
+
+POSTGRES_PAUSED: Final[str] = "SELECT queue FROM leakypool_paused ORDER BY queue"
+"""The paused queues' names, sorted."""
+
+POSTGRES_RESUME: Final[str] = (
     "WITH gone AS (DELETE FROM leakypool_paused WHERE queue = $1 RETURNING paused_at) "
     "UPDATE leakypool_jobs SET deadline = deadline + ($2 - greatest(gone.paused_at, next_at)) "
     "FROM gone WHERE queue = $1 AND state = 'pending' AND next_at < $2"
@@ -55,30 +61,6 @@ async def create_paused_table(db: Any) -> None:
     async with db.transaction():
         await db.execute("SELECT pg_advisory_xact_lock($1)", LOCK_SCHEMA)
         await db.execute(PAUSED_TABLE)
-
-
-class PostgresPauses:
-    """`PostgresStore`'s pause, resume and paused (mixed in; uses its ``_call`` and ``_notify``)."""
-
-    async def pause(self, queue: str) -> None:
-        """Lease no more of ``queue``'s pending jobs, in any process (they hear of it at once)."""
-        store: Any = self
-        await store._call(
-            "execute", "INSERT INTO leakypool_paused VALUES ($1, $2) ON CONFLICT (queue) DO NOTHING", queue, time.time()
-        )
-        await store._notify("pause")  # processes holding leased jobs of it give them back now
-
-    async def resume(self, queue: str) -> None:
-        """Lease ``queue``'s pending jobs again (the other processes lease them at once)."""
-        store: Any = self
-        await store._call("execute", _POSTGRES_RESUME, queue, time.time())
-        await store._notify("pause")
-        await store._notify("due")
-
-    async def paused(self) -> list[str]:
-        """The paused queues' names, sorted."""
-        store: Any = self
-        return [row[0] for row in await store._call("fetch", "SELECT queue FROM leakypool_paused ORDER BY queue")]
 
 
 class SQLitePauses:

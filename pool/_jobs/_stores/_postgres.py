@@ -6,11 +6,9 @@ FOR UPDATE SKIP LOCKED)``, so two processes leasing at once take different
 jobs without waiting on each other, and a submit under a ceiling or a lease
 of jobs with limits takes a transaction-scoped advisory lock, so the count
 it checks is exact across processes. The hot writes (submit, mark running,
-finish) are group committed (`PostgresBatchedWrites`, in `_postgres_batched`):
-a burst costs a few statements, not one per job. Processes wake each other
-with LISTEN/NOTIFY (`watch`). asyncpg is asyncio-native (no thread) and
-speaks the binary protocol; it is imported only when a PostgreSQL store is
-used (the ``postgres`` extra).
+finish) are group committed (`BatchedWrites`): a burst costs a few statements.
+Processes wake each other with LISTEN/NOTIFY (`watch`). asyncpg (asyncio,
+binary protocol) is imported only when a PostgreSQL store is used.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -27,11 +26,11 @@ from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin
 from . import _postgres_sql as sql
-from ._pauses import PostgresPauses, create_paused_table
-from ._postgres_batched import PostgresBatchedWrites
+from ._pauses import POSTGRES_PAUSE, POSTGRES_PAUSED, POSTGRES_RESUME, create_paused_table
+from ._postgres_batched import BatchedWrites
 from ._postgres_link import CONNECT_TIMEOUT_S, GuardedPool, asyncpg_module, listen, one_line, redacted, translated
 from ._retry import lost_connection
-from ._strays import PostgresStrays
+from ._strays import Strays, postgres_reconcile
 
 _log = logging.getLogger("leakypool.jobs")
 
@@ -45,7 +44,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)
 
 
-class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
+class PostgresStore:
     """Jobs in a PostgreSQL database (``postgresql://user:password@host:port/db``).
 
     Tables are created on first use (``leakypool_jobs``, ``leakypool_owners``,
@@ -61,7 +60,7 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
         self.url = url
         self._pool: Any = None
         self._token = uuid.uuid4().hex[:16]  # names this store's notices, so it ignores its own
-        self._batchers()
+        self._writes = BatchedWrites(self._call, self._notify, self._submit_one)  # the hot writes, group committed
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -106,8 +105,8 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
 
     async def close(self) -> None:
         """End the batched writes in flight, close the connections; idempotent."""
-        await self._tasks.aclose()
-        self._batchers()
+        await self._writes.aclose()
+        self._writes = BatchedWrites(self._call, self._notify, self._submit_one)  # (a store may open again)
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -184,7 +183,34 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
         due: float | None = await self._call("fetchval", sql.NEXT_DUE, now)
         return due
 
-    # -- writes (the hot three: `PostgresBatchedWrites`) -----------------------------
+    # -- writes (the hot three, group committed: `BatchedWrites`) -------------------------
+
+    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
+        """See `JobStore.submit`."""
+        return await self._writes.submit(job, max_active, owner)
+
+    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+        """See `JobStore.mark_running`."""
+        return await self._writes.mark_running(job_id, owner, now)
+
+    async def finish(
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str = "",
+        started: float | None = None,
+    ) -> bool:
+        """See `JobStore.finish`."""
+        return await self._writes.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
+
+    async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
+        async with self._errors():
+            row, created = await admin.submit_one(self._db(), job, max_active, owner)
+        return JobRecord(*row), created
 
     async def lease(self, owner: str, limit: int, now: float) -> builtins.list[JobRecord]:
         """Due jobs, oldest first: any without limits (SKIP LOCKED), and those whose limits fit.
@@ -299,6 +325,31 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
             await db.execute(sql.RELEASE_HELD, owner)
             await db.execute("DELETE FROM leakypool_owners WHERE owner = $1", owner)
         await self._notify("due")
+
+    async def reconcile(self, owner: str, keep: builtins.list[str], now: float) -> Strays:
+        """Give back ``owner``'s pending and running jobs other than ``keep`` (see `_strays`)."""
+        async with self._errors(), self._db().acquire() as db:
+            strays = await postgres_reconcile(db, owner, keep, now)
+        if strays != ([], []):
+            await self._notify("due")
+        return strays
+
+    # -- paused queues (`_pauses`) ---------------------------------------------------------
+
+    async def pause(self, queue: str) -> None:
+        """Lease no more of ``queue``'s pending jobs, in any process (they hear of it at once)."""
+        await self._call("execute", POSTGRES_PAUSE, queue, time.time())
+        await self._notify("pause")  # processes holding leased jobs of it give them back now
+
+    async def resume(self, queue: str) -> None:
+        """Lease ``queue``'s pending jobs again (the other processes lease them at once)."""
+        await self._call("execute", POSTGRES_RESUME, queue, time.time())
+        await self._notify("pause")
+        await self._notify("due")
+
+    async def paused(self) -> builtins.list[str]:
+        """The paused queues' names, sorted."""
+        return [row[0] for row in await self._call("fetch", POSTGRES_PAUSED)]
 
     # -- maintenance, and a submit in the caller's transaction ---------------------------
 

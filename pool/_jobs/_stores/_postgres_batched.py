@@ -1,4 +1,4 @@
-"""`PostgresStore`'s hot writes, group committed: submit, mark running, finish.
+"""`PostgresStore`'s hot writes, group committed: submit, mark running, finish (`BatchedWrites`, which it owns).
 
 Every job is submitted, marked running and finished once, so these three
 writes are most of a busy store's traffic. Each kind has a `Batcher`: a
@@ -11,13 +11,12 @@ already taken, leaves the batch for the one-row path (`admin.submit_one`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..._base._tasks import TaskOwner
 from .._store import JobRecord, NewJob, require_terminal
-from . import _postgres_admin as admin
 from . import _postgres_sql as sql
 from ._batch import Batcher
 
@@ -28,18 +27,24 @@ _Finish = tuple[
 ]  # id, owner, state, now, outcome, error, started
 
 
-class PostgresBatchedWrites:
-    """`PostgresStore`'s submit, mark_running and finish (mixed in; uses its ``_call``, ``_notify``, ``_db``)."""
+class BatchedWrites:
+    """`PostgresStore`'s submit, mark_running and finish, group committed; owns their flights.
 
-    if TYPE_CHECKING:  # what the store provides
+    Args:
+        call: Runs one statement on the store's pool (``method``, statement, arguments).
+        notify: Tells the other processes (``"due"``).
+        submit_one: The one-row submit (under a ceiling, or an id already taken).
+    """
 
-        async def _call(self, method: str, statement: str, *args: Any) -> Any: ...
-        async def _notify(self, kind: str) -> None: ...
-        def _errors(self) -> contextlib.AbstractAsyncContextManager[None]: ...
-        def _db(self) -> Any: ...
-
-    def _batchers(self) -> None:
-        """The group-committed writes, and the owner of their flights (the store's close ends them)."""
+    def __init__(
+        self,
+        call: Callable[..., Awaitable[Any]],
+        notify: Callable[[str], Awaitable[None]],
+        submit_one: Callable[[NewJob, int | None, str], Awaitable[tuple[JobRecord, bool]]],
+    ) -> None:
+        self._call = call
+        self._notify = notify
+        self._submit_one = submit_one
         self._tasks = TaskOwner("postgres store", _log)
         self._inserts: Batcher[tuple[NewJob, str], JobRecord | None] = Batcher(
             "submitting jobs", self._insert_many, self._tasks
@@ -48,6 +53,10 @@ class PostgresBatchedWrites:
             "marking jobs running", self._mark_many, self._tasks
         )
         self._finishes: Batcher[_Finish, bool] = Batcher("recording outcomes", self._finish_many, self._tasks)
+
+    async def aclose(self) -> None:
+        """End the flights in flight (their writers get a `StoreError`)."""
+        await self._tasks.aclose()
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
         """See `JobStore.submit`."""
@@ -66,11 +75,6 @@ class PostgresBatchedWrites:
         if any(record.owner == "" for record in inserted.values()):
             await self._notify("due")
         return [inserted.pop(job.id, None) for job, _ in items]  # a repeated id: the first one is the new job
-
-    async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
-        async with self._errors():
-            row, created = await admin.submit_one(self._db(), job, max_active, owner)
-        return JobRecord(*row), created
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
         """See `JobStore.mark_running`."""

@@ -19,20 +19,16 @@ from typing import Any
 from ._postgres_sql import REQUEUE_RUNNING_EXCEPT, UNLEASE_EXCEPT
 from ._sqlite_schema import give_back_rates
 
+Strays = tuple[list[str], list[str]]
+"""What `reconcile` gave back: the pending jobs' ids, the running jobs' ids (pending again)."""
 
-class PostgresStrays:
-    """`PostgresStore.reconcile` (mixed in; uses its ``_call`` and ``_notify``)."""
 
-    async def reconcile(self, owner: str, keep: list[str], now: float) -> tuple[list[str], list[str]]:
-        """Give back ``owner``'s pending and running jobs other than ``keep``; (pending ids, running ids)."""
-        store: Any = self
-        pool = store._db()
-        async with store._errors(), pool.acquire() as db, db.transaction():
-            pending = [row[0] for row in await db.fetch(UNLEASE_EXCEPT, owner, list(keep))]  # (their rate slots too)
-            running = [row[0] for row in await db.fetch(REQUEUE_RUNNING_EXCEPT, owner, list(keep), now)]
-        if pending or running:
-            await store._notify("due")
-        return pending, running
+async def postgres_reconcile(db: Any, owner: str, keep: list[str], now: float) -> Strays:
+    """`PostgresStore.reconcile` on an asyncpg connection of its pool, in one transaction."""
+    async with db.transaction():
+        pending = [row[0] for row in await db.fetch(UNLEASE_EXCEPT, owner, keep)]  # (their rate slots too)
+        running = [row[0] for row in await db.fetch(REQUEUE_RUNNING_EXCEPT, owner, keep, now)]
+    return pending, running
 
 
 class SQLiteStrays:
