@@ -8,6 +8,7 @@ _scheduler   leases due jobs, dispatches them like calls
 _due         when the store's next job comes due (the scheduler sleeps until then)
 _placements  how many leased jobs are offered to workers at once (a slow start)
 _attend      one placement seen through: Accept, running, outcome (or back to waiting, or to the store)
+_holdings    the jobs one process holds, from adoption to their end (the scheduler's and its Attendant's)
 _recorder    what an accepted attempt writes: running, then its outcome or a retry
 _presence    the process's owner lease, dead owners' recovery, other processes' notices
 _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)

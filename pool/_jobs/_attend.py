@@ -7,61 +7,74 @@
                   ├─ its limit is full ──> back to waiting until a slot frees
                   └─ cannot start ──> failed in the store, with the reason
 
-`Scheduler` decides when to place (its loop and batch); this is what one
-placement does, and what each way out of it leaves in the batch.
+`Scheduler` decides when to place (its loop and batch); an `Attendant` is what
+one placement does, and what each way out of it leaves in the `Holdings`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._errors import NoWorkersAvailable, PoolClosed
-from ._attempt import Attempt, due_order, persist
+from ._attempt import Attempt, persist
+from ._holdings import Holdings
 from ._store import JobRecord
 
 if TYPE_CHECKING:
-    from .._base._tasks import TaskOwner
     from .._call._task import Task
     from .._transport._outgoing import OutgoingCall
     from ._due import NextDue
-    from ._job import Jobs
     from ._placements import PlacementWindow
     from ._recorder import Recorder
     from ._stores._retry import RetryingStore
 
 
-class Attending:
-    """`Scheduler`'s placements, each from its worker's Accept to its outcome (mixed in; uses its batch)."""
+class Attendant:
+    """Sees a scheduler's placements through, each from its worker's Accept to its outcome.
 
-    if TYPE_CHECKING:  # the scheduler's, set in its __init__ (see there)
-        store: RetryingStore
-        owner: str
-        jobs: Jobs
-        _place: Callable[[Task], Awaitable[OutgoingCall | None]]
-        _starved: Callable[[], None]
-        _has_workers: Callable[[], bool]
-        _tasks: TaskOwner
-        _wake: asyncio.Event
-        _waiting: list[Attempt]
-        _placing: set[Attempt]
-        _running: dict[str, Attempt]
-        _cancelled: set[str]
-        _held: set[str]
-        _window: PlacementWindow
-        _recorder: Recorder
-        _next_due: NextDue
-        _gave_back: bool
-        _backlog: bool
+    Args:
+        held: The jobs the scheduler holds (shared with it).
+        store: The job store (retrying).
+        recorder: Writes what an accepted attempt leaves in the store.
+        window: How many placements run at once (shared with the scheduler).
+        next_due: The scheduler's next due time (an attempt back in the store may change it).
+        place: Dispatches a task once through the pool's limits and balancer.
+        starved: Called when a job found no worker (grow the pool).
+        has_workers: Whether the pool has (or can start) a worker at all.
+        room: Set when placements may go on (the scheduler's loop waits on it).
+        wake: Lease and dispatch now (the store may hold jobs a freed slot lets through).
+    """
 
-        def _drop(self, job_id: str) -> None: ...
-        def wake(self) -> None: ...
+    def __init__(
+        self,
+        held: Holdings,
+        store: RetryingStore,
+        recorder: Recorder,
+        window: PlacementWindow,
+        next_due: NextDue,
+        *,
+        place: Callable[[Task], Awaitable[OutgoingCall | None]],
+        starved: Callable[[], None],
+        has_workers: Callable[[], bool],
+        room: asyncio.Event,
+        wake: Callable[[], None],
+    ) -> None:
+        self._held = held
+        self._store = store
+        self._recorder = recorder
+        self._window = window
+        self._next_due = next_due
+        self._place = place
+        self._starved = starved
+        self._has_workers = has_workers
+        self._room = room
+        self._wake = wake
 
-    async def _attend(self, attempt: Attempt) -> None:
+    async def attend(self, attempt: Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
-        job = attempt.job
+        held, job = self._held, attempt.job
         epoch = self._window.epoch
         try:
             call = await self._place(attempt.task)
@@ -69,73 +82,61 @@ class Attending:
             await self._no_worker(attempt, epoch)
             return
         except PoolClosed:
-            self._put_back(attempt)
+            held.put_back(attempt)
             return
         except asyncio.CancelledError:
             if not attempt.cancel_requested:
                 raise
-            self._drop(job.id)
+            held.drop(job.id)
             return
         except Exception as exc:  # noqa: BLE001 - a job that cannot start fails with the reason recorded in the store
-            await self._fail_pending(job, exc)
+            await self.fail_pending(job, exc)
             return
         finally:
-            self._placing.discard(attempt)
+            held.placing.discard(attempt)
         if call is None:
             attempt.blocked_at = epoch  # a limit was full: wait for a slot to free (unless one freed since)
-            self._put_back(attempt)
-            self._wake.set()  # its placement slot is free: the jobs behind it may go
+            held.put_back(attempt)
+            self._room.set()  # its placement slot is free: the jobs behind it may go
             return
-        self._cancelled.discard(job.id)
-        self._running[job.id] = attempt
+        held.cancelled.discard(job.id)
+        held.running[job.id] = attempt
         if self._window.accepted():
-            self._wake.set()  # room for more placements
+            self._room.set()  # room for more placements
         final: JobRecord | None = None
         try:
             final = await self._recorder.follow(attempt, call)
         finally:
-            self._running.pop(job.id, None)
-            self._held.discard(job.id)
-            self.jobs.notify_finished(job.id, final)
+            held.end(job.id, final)
             if final is None:  # back in the store (a retry, due later) or someone else's now
-                self._backlog = True
+                held.backlog = True
                 self._next_due.forget()
             if job.queue or job.workflow:
-                self.wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
+                self._wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
 
     async def _no_worker(self, attempt: Attempt, epoch: int) -> None:
         """No worker took ``attempt`` (placed in capacity ``epoch``): wait here for capacity, or give it back."""
-        job = attempt.job
+        held, job = self._held, attempt.job
         if job.queue or job.workflow or not self._has_workers():
             # Do not sit on a shared limit slot, nor on any job while this process has no worker:
             # give back, so a process with room takes it (the deadline is checked at each lease).
-            given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in self._waiting)]
+            given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in held.waiting)]
             if len(given) > 1:
-                self._waiting = []
-            await persist("giving jobs back", lambda: self.store.unlease(self.owner, given))
+                held.waiting.clear()
+            await persist("giving jobs back", lambda: self._store.unlease(self._recorder.owner, given))
             for job_id in given:
-                self._drop(job_id)
-            self._gave_back = True
-            self._backlog = True  # they are in the store again
+                held.drop(job_id)
+            held.gave_back = True
+            held.backlog = True  # they are in the store again
             self._window.shrink()
             self._starved()
             return
         if self._window.refused(epoch):
-            self._wake.set()  # capacity freed while this placement was refused: try again now
+            self._room.set()  # capacity freed while this placement was refused: try again now
         self._starved()
-        self._put_back(attempt)
+        held.put_back(attempt)
 
-    def _put_back(self, attempt: Attempt) -> None:
-        """``attempt`` waits here again, in due order (unless it was cancelled meanwhile)."""
-        attempt.runner = None
-        if attempt.job.id in self._cancelled:
-            self._cancelled.discard(attempt.job.id)
-            self._drop(attempt.job.id)
-            return
-        bisect.insort(self._waiting, attempt, key=due_order)
-
-    async def _fail_pending(self, job: JobRecord, error: BaseException) -> None:
+    async def fail_pending(self, job: JobRecord, error: BaseException) -> None:
         """Record that ``job`` failed before it ran (``error`` says why); this process holds it no more."""
         await self._recorder.fail_pending(job, error)
-        self._held.discard(job.id)
-        self.jobs.notify_finished(job.id, None)
+        self._held.end(job.id, None)

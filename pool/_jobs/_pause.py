@@ -10,15 +10,10 @@ to the store instead of starting.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from ._attempt import Attempt, persist
+from ._attempt import Attempt
 from ._store import JobStore, PausableStore
-
-_log = logging.getLogger("leakypool.jobs")
 
 
 class PausedQueues:
@@ -50,34 +45,3 @@ class PausedQueues:
                 self.stale = True
                 raise
         return [attempt for attempt in waiting if attempt.job.queue in self.names] if self.names else []
-
-
-class LeaseUpkeep:
-    """What `Scheduler` does before each lease (mixed in; uses its batch, its store and its owner id)."""
-
-    async def _upkeep(self) -> None:
-        """Give back the leased jobs of paused queues, and reconcile the store with what this process holds.
-
-        Reconciling (`_strays`) runs on every lease tick and after a lease
-        in doubt (one that failed with a lost connection may have committed:
-        its jobs are this process's in the store but not in memory). It waits
-        until no submission this process keeps is on its way in (`_claim`
-        takes none meanwhile), so every job the store has it hold is in
-        ``_held`` or is a stray.
-        """
-        scheduler: Any = self
-        if held := await scheduler.paused.refresh(scheduler._waiting):  # leased before their queue was paused
-            scheduler._waiting = [a for a in scheduler._waiting if a not in held]
-            ids = [a.job.id for a in held]
-            await persist("giving back paused jobs", lambda: scheduler.store.unlease(scheduler.owner, ids))
-            for job_id in ids:
-                scheduler._drop(job_id)
-        if scheduler.reconcile_due and not scheduler._claimed:
-            pending, running = await scheduler.store.reconcile(scheduler.owner, list(scheduler._held), time.time())
-            scheduler._reconcile_wanted = False
-            if pending:
-                _log.warning("gave back %d pending job(s) held here in the store only: %s", len(pending), pending)
-            for job_id in running:
-                _log.warning("job %s: the store had it running here, where no attempt runs it: pending again", job_id)
-            if pending or running:
-                scheduler._backlog = True  # in the store again: lease them (this process hears no notice of its own)

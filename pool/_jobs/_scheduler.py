@@ -17,13 +17,13 @@ owners whose lease expired (their dispatching process died): those jobs
 run again, at least once in all, and their attempt count says so.
 
 This module leases and decides when to place; one placement's course, from
-the worker's Accept (or its refusal) to the outcome, is `Attending`'s (`_attend`).
+the worker's Accept (or its refusal) to the outcome, is the `Attendant`'s (`_attend`); what it
+holds meanwhile, the `Holdings` both share (`_holdings`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 import uuid
@@ -35,13 +35,13 @@ from .._call._task import Task
 from .._errors import SerializationError, StoreError
 from .._transport._outgoing import OutgoingCall
 from ._attempt import Attempt as _Attempt
-from ._attempt import Outage, expired
-from ._attempt import due_order as _due_order
-from ._attend import Attending
+from ._attempt import Outage, expired, persist
+from ._attend import Attendant
 from ._codec import decode
 from ._due import NextDue
+from ._holdings import Holdings
 from ._job import Jobs
-from ._pause import LeaseUpkeep, PausedQueues
+from ._pause import PausedQueues
 from ._periodic import Schedules
 from ._placements import PlacementWindow
 from ._presence import Presence
@@ -56,7 +56,7 @@ LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
 
 
-class Scheduler(Attending, LeaseUpkeep):
+class Scheduler:
     """Runs the jobs of one store from one dispatching process.
 
     Args:
@@ -87,27 +87,18 @@ class Scheduler(Attending, LeaseUpkeep):
         # Every store call rides over a restart (issue #25); once the store is back, rescan it (issue 40).
         self.store = store = retrying_store(store, store_retry, recovered=self.wake)
         self.owner = uuid.uuid4().hex
-        self._place = place
-        self._starved = starved
         self._has_workers = has_workers
         self._ttl = lease_ttl
         self._tasks = TaskOwner("job scheduler", _log)
         self._wake = asyncio.Event()
-        self._waiting: list[_Attempt] = []  # leased, in due order
-        self._placing: set[_Attempt] = set()
-        self._running: dict[str, _Attempt] = {}
-        self._cancelled: set[str] = set()  # cancelled while this process held them
         self._window = PlacementWindow()  # how many placements at once; whether to wait for capacity
         self._claimed = 0  # submissions in flight that will arrive leased to this process
-        self._gave_back = False  # jobs went back to the store for want of a worker: lease on the next event
-        self._backlog = True  # the store may hold due jobs this process has not leased (no mark: nothing to lease)
-        self._held: set[str] = set()  # ids of the jobs this process holds, from adoption to their end
         self._reconcile_wanted = False  # a lease tick passed: check the store holds nothing else for this owner
         self._leased_at = 0.0  # when the last lease looked (Unix seconds): jobs due later, it has not seen
         self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
         self._closing = False
         self._started = False
-        self._recorder = Recorder(store, self.owner)
+        recorder = Recorder(store, self.owner)
         self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
         self._presence = Presence(
@@ -123,7 +114,7 @@ class Scheduler(Attending, LeaseUpkeep):
             store,
             claim=self._claim,
             adopt=self._adopt_submitted,
-            holds=self._held.__contains__,  # held here (leased or running): its end is reported
+            holds=lambda job_id: job_id in self._held.ids,  # held here (leased or running): its end is reported
             wake=self.due_at,
             cancel_running=self.cancel_running,
             max_pending=max_pending,
@@ -132,6 +123,19 @@ class Scheduler(Attending, LeaseUpkeep):
             pauses_changed=self.paused.changed,
         )
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
+        self._held = Holdings(self.jobs.notify_finished)  # what this process holds (its Attendant's too)
+        self._attendant = Attendant(
+            self._held,
+            store,
+            recorder,
+            self._window,
+            self._next_due,
+            place=place,
+            starved=starved,
+            has_workers=has_workers,
+            room=self._wake,
+            wake=self.wake,
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -154,8 +158,8 @@ class Scheduler(Attending, LeaseUpkeep):
         await self.schedules.aclose()
         await self._presence.aclose()
         await self._tasks.aclose()
-        for job_id in list(self._held):  # their waiters here read the store from now on
-            self._drop(job_id)
+        for job_id in list(self._held.ids):  # their waiters here read the store from now on
+            self._held.drop(job_id)
         if not self._started:
             return
         try:
@@ -165,7 +169,7 @@ class Scheduler(Attending, LeaseUpkeep):
 
     def wake(self) -> None:
         """Lease and dispatch now (something may be due in the store: a submit, a notice, jobs given back)."""
-        self._backlog = True
+        self._held.backlog = True
         self._next_due.forget()
         self._wake.set()
 
@@ -188,17 +192,12 @@ class Scheduler(Attending, LeaseUpkeep):
 
     def _claim(self) -> str:
         """This process's owner id if it can take one more job into its batch now, else ""."""
-        if not self._has_workers() or self.reconcile_due:  # (none on its way in while reconciling: LeaseUpkeep)
+        if not self._has_workers() or self.reconcile_due:  # (none on its way in while reconciling: _upkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
-        if self._started and not self._closing and len(self._waiting) + self._claimed < LEASE_BATCH:
+        if self._started and not self._closing and len(self._held.waiting) + self._claimed < LEASE_BATCH:
             self._claimed += 1
             return self.owner
         return ""
-
-    def _drop(self, job_id: str) -> None:
-        """This process no longer holds ``job_id`` (cancelled while it waited here)."""
-        self._held.discard(job_id)
-        self.jobs.notify_finished(job_id, None)
 
     def _adopt_submitted(self, job: JobRecord | None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not)."""
@@ -210,21 +209,23 @@ class Scheduler(Attending, LeaseUpkeep):
     def capacity_changed(self) -> None:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
         self._window.capacity_changed()
-        if self._waiting or self._gave_back or self._backlog:  # else in-memory calls ending cost nothing here
-            self._gave_back = False
+        if (
+            self._held.waiting or self._held.gave_back or self._held.backlog
+        ):  # else in-memory calls ending cost nothing here
+            self._held.gave_back = False
             self._wake.set()
 
     def cancel_running(self, job_id: str) -> None:
         """Drop a cancelled job this process holds: waiting, forget it; placed or running, cancel it."""
-        before = len(self._waiting)
-        self._waiting = [a for a in self._waiting if a.job.id != job_id]
-        if len(self._waiting) < before:
-            self._drop(job_id)
-        attempt = self._running.get(job_id)
+        before = len(self._held.waiting)
+        self._held.waiting[:] = [a for a in self._held.waiting if a.job.id != job_id]
+        if len(self._held.waiting) < before:
+            self._held.drop(job_id)
+        attempt = self._held.running.get(job_id)
         if attempt is None:
-            attempt = next((a for a in self._placing if a.job.id == job_id), None)
+            attempt = next((a for a in self._held.placing if a.job.id == job_id), None)
             if attempt is not None:
-                self._cancelled.add(job_id)  # a placement may still put it back: it must not
+                self._held.cancelled.add(job_id)  # a placement may still put it back: it must not
         if attempt is not None and attempt.runner is not None:
             attempt.cancel_requested = True
             attempt.runner.cancel()
@@ -232,12 +233,12 @@ class Scheduler(Attending, LeaseUpkeep):
     @property
     def waiting(self) -> int:
         """Leased jobs waiting here for a worker or a limit."""
-        return len(self._waiting)
+        return len(self._held.waiting)
 
     @property
     def running(self) -> int:
         """Jobs of this process a worker runs now."""
-        return len(self._running)
+        return len(self._held.running)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -265,7 +266,7 @@ class Scheduler(Attending, LeaseUpkeep):
                 # and something may have come due (a retry, a delayed job) or
                 # arrived unannounced (SQLite has no notices): lease.
                 self._window.probe()
-                self._backlog = True
+                self._held.backlog = True
                 self._next_due.forget()
 
     async def _next_wait(self) -> float:
@@ -274,12 +275,12 @@ class Scheduler(Attending, LeaseUpkeep):
         A full batch waits for room (its event leases) rather than for a due time."""
         now = time.time()
         wait = self._ttl / 3
-        if self._waiting:
-            wait = min(wait, min(a.job.deadline for a in self._waiting) - now)
-        if len(self._waiting) < LEASE_BATCH:
+        if self._held.waiting:
+            wait = min(wait, min(a.job.deadline for a in self._held.waiting) - now)
+        if len(self._held.waiting) < LEASE_BATCH:
             due_in = await self._next_due.seconds(self.store, now, self._leased_at)
             if due_in <= 0:
-                self._backlog = True  # due since the last lease looked (its timer fired a little early)
+                self._held.backlog = True  # due since the last lease looked (its timer fired a little early)
                 return 0.0
             wait = min(wait, due_in)
         return max(0.0, wait)
@@ -287,44 +288,72 @@ class Scheduler(Attending, LeaseUpkeep):
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""
         await self._upkeep()  # paused queues' jobs, and those of a lease in doubt, back to the store
-        room = LEASE_BATCH - len(self._waiting)
+        room = LEASE_BATCH - len(self._held.waiting)
         leased: list[JobRecord] = []
-        if room > 0 and not self._closing and self._backlog:
+        if room > 0 and not self._closing and self._held.backlog:
             # Only when the store may hold something: a job this process submitted
             # and kept starts without a lease's round trip in front of it.
-            self._backlog = False  # from here on, anything new in the store comes with a wake
+            self._held.backlog = False  # from here on, anything new in the store comes with a wake
             now = time.time()
             try:
                 leased = await self.store.lease(self.owner, room, now)
             except BaseException:
-                self._backlog = True  # the store is away: lease again once it is back
+                self._held.backlog = True  # the store is away: lease again once it is back
                 raise
             self._leased_at = now  # what came due by then, this lease has seen
             self._next_due.forget()  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
                 self._adopt(job)
             if len(leased) == room:
-                self._backlog = True  # a full lease: more may be due
+                self._held.backlog = True  # a full lease: more may be due
         elif room <= 0:
-            self._backlog = True  # no room to lease: what the store holds waits for room here
+            self._held.backlog = True  # no room to lease: what the store holds waits for room here
         await self._dispatch_waiting()
         # Lease again at once if the store may hold more and placements just made room in the batch.
-        return self._backlog and len(self._waiting) < LEASE_BATCH and self._has_workers() and not self._closing
+        return (
+            self._held.backlog and len(self._held.waiting) < LEASE_BATCH and self._has_workers() and not self._closing
+        )
+
+    async def _upkeep(self) -> None:
+        """Give back the leased jobs of paused queues, and reconcile the store with what this process holds.
+
+        Reconciling (`_stores._strays`) runs on every lease tick and after a
+        lease in doubt (one that failed with a lost connection may have
+        committed: its jobs are this process's in the store but not in
+        memory). It waits until no submission this process keeps is on its
+        way in (`_claim` takes none meanwhile), so every job the store has
+        it hold is in `Holdings.ids` or is a stray.
+        """
+        held = self._held
+        if paused := await self.paused.refresh(held.waiting):  # leased before their queue was paused
+            held.waiting[:] = [a for a in held.waiting if a not in paused]
+            ids = [a.job.id for a in paused]
+            await persist("giving back paused jobs", lambda: self.store.unlease(self.owner, ids))
+            for job_id in ids:
+                held.drop(job_id)
+        if self.reconcile_due and not self._claimed:
+            pending, running = await self.store.reconcile(self.owner, list(held.ids), time.time())
+            self._reconcile_wanted = False
+            if pending:
+                _log.warning("gave back %d pending job(s) held here in the store only: %s", len(pending), pending)
+            for job_id in running:
+                _log.warning("job %s: the store had it running here, where no attempt runs it: pending again", job_id)
+            if pending or running:
+                held.backlog = True  # in the store again: lease them (this process hears no notice of its own)
 
     def _adopt(self, job: JobRecord) -> None:
         try:
             task, policy = decode(job.payload)
         except SerializationError as exc:
-            self._tasks.spawn(self._fail_pending(job, exc), name=f"fail {job.id}")
+            self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
             return
-        bisect.insort(self._waiting, _Attempt(job, task, policy), key=_due_order)
-        self._held.add(job.id)
+        self._held.adopt(_Attempt(job, task, policy))
 
     def _expire(self) -> None:
         """Fail the waiting jobs whose dispatch deadline passed (they never ran)."""
-        self._waiting, gone = expired(self._waiting, time.time())
+        self._held.waiting[:], gone = expired(self._held.waiting, time.time())
         for attempt, error in gone:
-            self._tasks.spawn(self._fail_pending(attempt.job, error), name=f"fail {attempt.job.id}")
+            self._tasks.spawn(self._attendant.fail_pending(attempt.job, error), name=f"fail {attempt.job.id}")
 
     async def _dispatch_waiting(self) -> None:
         """Start a placement for each waiting job, in order, while workers may have room.
@@ -335,14 +364,14 @@ class Scheduler(Attending, LeaseUpkeep):
         How many run at once is the `PlacementWindow`'s (a slow start).
         """
         self._expire()
-        for attempt in list(self._waiting):
-            if self._closing or not self._window.allows(len(self._placing)):
+        for attempt in list(self._held.waiting):
+            if self._closing or not self._window.allows(len(self._held.placing)):
                 return
             if attempt.blocked_at == self._window.epoch or attempt.job.queue in self.paused.names:
                 continue  # its limit was full, and nothing freed since; or its queue is paused
-            self._waiting.remove(attempt)
-            self._placing.add(attempt)
-            attempt.runner = self._tasks.spawn(self._attend(attempt), name=f"job {attempt.job.id}")
+            self._held.waiting.remove(attempt)
+            self._held.placing.add(attempt)
+            attempt.runner = self._tasks.spawn(self._attendant.attend(attempt), name=f"job {attempt.job.id}")
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.store!r} owner={self.owner} [{self.waiting} waiting, {self.running} running]>"
