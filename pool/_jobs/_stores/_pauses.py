@@ -16,7 +16,6 @@ retried after a lost answer finds no row and shifts nothing twice.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -63,36 +62,18 @@ async def create_paused_table(db: Any) -> None:
         await db.execute(PAUSED_TABLE)
 
 
-class SQLitePauses:
-    """`SQLiteStore`'s pause, resume and paused (mixed in; uses its ``_run``). Others see them at their tick."""
-
-    async def pause(self, queue: str) -> None:
-        """Lease no more of ``queue``'s pending jobs, in any process on this file."""
-        store: Any = self
-        await store._run(
-            lambda db: db.execute(
-                "INSERT INTO leakypool_paused VALUES (?, ?) ON CONFLICT (queue) DO NOTHING", (queue, time.time())
-            ),
-            write=True,
-        )
-
-    async def resume(self, queue: str) -> None:
-        """Lease ``queue``'s pending jobs again."""
-        store: Any = self
-        now = time.time()
-        await store._run(lambda db: _sqlite_resume(db, queue, now), write=True)
-
-    async def paused(self) -> list[str]:
-        """The paused queues' names, sorted."""
-        store: Any = self
-        return await store._run(_paused_names, write=False)
+def sqlite_pause(db: sqlite3.Connection, queue: str, now: float) -> None:
+    """`SQLiteStore.pause`, on its connection."""
+    db.execute("INSERT INTO leakypool_paused VALUES (?, ?) ON CONFLICT (queue) DO NOTHING", (queue, now))
 
 
-def _sqlite_resume(db: sqlite3.Connection, queue: str, now: float) -> None:
+def sqlite_resume(db: sqlite3.Connection, queue: str, now: float) -> None:
+    """`SQLiteStore.resume`, on its connection: the row deleted, the deadlines pushed on, in one transaction."""
     row = db.execute("DELETE FROM leakypool_paused WHERE queue = ? RETURNING paused_at", (queue,)).fetchone()
     if row is not None:
         db.execute(_SQLITE_SHIFT, {"now": now, "paused_at": row[0], "queue": queue})
 
 
-def _paused_names(db: sqlite3.Connection) -> list[str]:
+def sqlite_paused(db: sqlite3.Connection) -> list[str]:
+    """`SQLiteStore.paused`, on its connection."""
     return [row[0] for row in db.execute("SELECT queue FROM leakypool_paused ORDER BY queue")]

@@ -18,19 +18,20 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
+import time
 from typing import Any, Final
 
 from ..._base._public import public
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .. import _store
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob
-from ._pauses import PAUSED_TABLE, SQLitePauses
+from ._pauses import PAUSED_TABLE, sqlite_pause, sqlite_paused, sqlite_resume
 from ._sqlite_schema import COLUMNS as _COLUMNS
 from ._sqlite_schema import INSERT as _INSERT
 from ._sqlite_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite_schema import give_back_rates, prepare
 from ._sqlite_thread import SINGLE, Op, SQLiteThread, T
-from ._strays import SQLiteStrays
+from ._strays import Strays, sqlite_reconcile, sqlite_recover, sqlite_release
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
@@ -39,7 +40,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-class SQLiteStore(SQLitePauses, SQLiteStrays):
+class SQLiteStore:
     """Jobs in one SQLite file (``sqlite:///ABSOLUTE/PATH``).
 
     Args:
@@ -289,41 +290,29 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         )
 
     async def recover(self, now: float) -> builtins.list[str]:
-        def op(db: sqlite3.Connection) -> list[str]:
-            dead = "owner != '' AND owner NOT IN (SELECT owner FROM owners WHERE expires_at >= ?)"
-            revived = [
-                row[0]
-                for row in db.execute(
-                    f"UPDATE jobs SET state = 'pending', owner = '', next_at = ?, cancel_requested = 0 "
-                    f"WHERE state = 'running' AND {dead} RETURNING id",
-                    (now, now),
-                )
-            ]
-            give_back_rates(
-                db,
-                db.execute(
-                    f"UPDATE jobs SET owner = '' WHERE state = 'pending' AND {dead} RETURNING id, rate", (now,)
-                ).fetchall(),
-            )
-            db.execute("DELETE FROM owners WHERE expires_at < ?", (now,))
-            return revived
-
-        return await self._run(op, write=True)
+        return await self._run(lambda db: sqlite_recover(db, now), write=True)
 
     async def release_owner(self, owner: str, now: float) -> None:
-        def op(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE jobs SET state = 'pending', owner = '', next_at = ?, cancel_requested = 0 "
-                "WHERE state = 'running' AND owner = ?",
-                (now, owner),
-            )
-            given = db.execute(
-                "UPDATE jobs SET owner = '' WHERE state = 'pending' AND owner = ? RETURNING id, rate", (owner,)
-            )
-            give_back_rates(db, given.fetchall())
-            db.execute("DELETE FROM owners WHERE owner = ?", (owner,))
+        await self._run(lambda db: sqlite_release(db, owner, now), write=True)
 
-        await self._run(op, write=True)
+    async def reconcile(self, owner: str, keep: builtins.list[str], now: float) -> Strays:
+        """Give back ``owner``'s pending and running jobs other than ``keep`` (see `_strays`)."""
+        return await self._run(lambda db: sqlite_reconcile(db, owner, keep, now), write=True)
+
+    # -- paused queues (`_pauses`; the other processes see them at their tick) ----------------
+
+    async def pause(self, queue: str) -> None:
+        """Lease no more of ``queue``'s pending jobs, in any process on this file."""
+        await self._run(lambda db: sqlite_pause(db, queue, time.time()), write=True)
+
+    async def resume(self, queue: str) -> None:
+        """Lease ``queue``'s pending jobs again."""
+        now = time.time()
+        await self._run(lambda db: sqlite_resume(db, queue, now), write=True)
+
+    async def paused(self) -> builtins.list[str]:
+        """The paused queues' names, sorted."""
+        return await self._run(sqlite_paused, write=False)
 
     # -- maintenance (retention, the jobs command) -------------------------------------
 
