@@ -13,7 +13,6 @@ import datetime
 import itertools
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from .._base._public import public
@@ -180,43 +179,54 @@ class Job:
         return f"<Job {r.id} {r.routine}() {r.state}, {r.attempts} attempt(s)>"
 
 
+class JobHolder(Protocol):
+    """What a pool's job book asks of the scheduler that runs this process's share of the store's jobs."""
+
+    def claim(self) -> str:
+        """This process's owner id if it can take one more job it submits into its batch now, else ""."""
+        ...
+
+    def adopt(self, job: JobRecord | None) -> None:
+        """A job this process just submitted, inserted already leased by it (None: it was not)."""
+        ...
+
+    def holds(self, job_id: str) -> bool:
+        """Whether this process holds the job (leased or running): then it reports the job's end."""
+        ...
+
+    def due_at(self, when: float) -> None:
+        """A job in the store is due at ``when`` (Unix seconds): lease it then."""
+        ...
+
+    def cancel_running(self, job_id: str) -> None:
+        """Cancel the job now if this process holds it (waiting: forget it; running: cancel its call)."""
+        ...
+
+    def pauses_changed(self) -> None:
+        """A queue may have been paused or resumed: reread before the next lease."""
+        ...
+
+    @property
+    def purged(self) -> int:
+        """Finished jobs this process purged so far (retention)."""
+        ...
+
+
 class Jobs:
     """The pool's jobs: submit, look up, list, wait, cancel (``WorkerPool.jobs``).
 
     Args:
         store: Where jobs live.
-        claim: This process's scheduler: its owner id if it has room to take
-            a new job itself ("" if not), and `adopt` to hand it over.
-        cancel_running: Tells this process's scheduler to cancel a running job now.
+        holder: This process's scheduler (its share of the store's jobs).
         max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
         default_deadline: A job's dispatch deadline unless its options set one.
-        purged: Finished jobs this process purged so far (retention).
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        *,
-        claim: Callable[[], str],
-        adopt: Callable[[JobRecord | None], None],
-        holds: Callable[[str], bool],
-        wake: Callable[[float], None],
-        cancel_running: Callable[[str], None],
-        max_pending: int | None,
-        default_deadline: float,
-        purged: Callable[[], int] = lambda: 0,
-        pauses_changed: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, store: JobStore, holder: JobHolder, *, max_pending: int | None, default_deadline: float) -> None:
         self.store = store
-        self._purged = purged
-        self._claim = claim
-        self._adopt = adopt
-        self._holds = holds
-        self._due = wake
-        self._cancel_running = cancel_running
+        self._holder = holder
         self._max_pending = max_pending
         self._default_deadline = default_deadline
-        self._pauses_changed = pauses_changed
         self._finished: dict[str, asyncio.Future[JobRecord | None]] = {}  # jobs someone here waits for
         self._id_prefix = uuid.uuid4().hex[:16] + "-"  # generated ids: unique per process, then a counter
         self._serial = itertools.count()
@@ -224,7 +234,7 @@ class Jobs:
     @property
     def purged(self) -> int:
         """Finished jobs this process deleted so far (past ``keep_finished``)."""
-        return self._purged()
+        return self._holder.purged
 
     def notify_finished(self, job_id: str, record: JobRecord | None) -> None:
         """This process just ended an attempt of ``job_id`` (``record``: its final row, if final)."""
@@ -241,16 +251,16 @@ class Jobs:
             return await self._submit_in(options.connection, new)
         # A job with limits is leased through the store's limit check, a delayed one when it is due;
         # one without either may be kept at once.
-        owner = "" if (task.queue or task.workflow or due > now) else self._claim()
+        owner = "" if (task.queue or task.workflow or due > now) else self._holder.claim()
         record: JobRecord | None = None
         try:
             record, created = await self.store.submit(new, self._max_pending, owner)  # the ceiling: same transaction
         finally:
             if owner:
-                self._adopt(record if record is not None and created else None)
+                self._holder.adopt(record if record is not None and created else None)
         assert record is not None  # noqa: S101 - an invariant, stated for the type checker
         if created and not owner:
-            self._due(due)  # in the store, not kept here: lease it when due (its limits are checked there)
+            self._holder.due_at(due)  # in the store, not kept here: lease it when due (its limits are checked there)
         return Job(self, record)
 
     def new_job(
@@ -311,9 +321,9 @@ class Jobs:
             interval = POLL_MIN_S
             # A job this process's scheduler holds is reported here the moment it
             # ends: no need to read it first (one store round trip less per job).
-            record = None if self._holds(job_id) else await self.store.get(job_id)
+            record = None if self._holder.holds(job_id) else await self.store.get(job_id)
             while True:
-                if record is None and self._holds(job_id):
+                if record is None and self._holder.holds(job_id):
                     record = await self._until_finished(job_id, None)  # the scheduler always reports
                     continue
                 if record is None:
@@ -350,13 +360,13 @@ class Jobs:
             ConfigError: an empty name, or a store that cannot pause.
         """
         await self._pausable().pause(queue_name(queue))
-        self._pauses_changed()
+        self._holder.pauses_changed()
 
     async def resume(self, queue: str | Any) -> None:
         """Start ``queue``'s pending jobs again (within a tick; at once on PostgreSQL, in every process)."""
         await self._pausable().resume(queue_name(queue))
-        self._pauses_changed()
-        self._due(0.0)  # due now: lease what it let through
+        self._holder.pauses_changed()
+        self._holder.due_at(0.0)  # due now: lease what it let through
 
     async def paused(self) -> builtins.list[str]:
         """The names of the paused queues, sorted."""
@@ -373,7 +383,7 @@ class Jobs:
         """Cancel the job (see `Job.cancel`); its record afterwards."""
         record = await self.store.cancel(job_id, time.time())
         if record is not None and record.state in ("running", "cancelled"):
-            self._cancel_running(job_id)  # this process may hold it, leased or running
+            self._holder.cancel_running(job_id)  # this process may hold it, leased or running
         return record
 
 

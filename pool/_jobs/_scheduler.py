@@ -107,21 +107,10 @@ class Scheduler:
             lease_ttl,
             wake=self.wake,
             cancel=self.cancel_running,
-            pauses_changed=self.paused.changed,
+            pauses_changed=self.pauses_changed,
             ticked=self.reconcile,
         )
-        self.jobs = Jobs(
-            store,
-            claim=self._claim,
-            adopt=self._adopt_submitted,
-            holds=lambda job_id: job_id in self._held.ids,  # held here (leased or running): its end is reported
-            wake=self.due_at,
-            cancel_running=self.cancel_running,
-            max_pending=max_pending,
-            default_deadline=default_deadline,
-            purged=lambda: self.retention.purged,
-            pauses_changed=self.paused.changed,
-        )
+        self.jobs = Jobs(store, self, max_pending=max_pending, default_deadline=default_deadline)
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
         self._held = Holdings(self.jobs.notify_finished)  # what this process holds (its Attendant's too)
         self._attendant = Attendant(
@@ -190,8 +179,8 @@ class Scheduler:
         """Whether the store and this process's holdings are to be reconciled before the next lease."""
         return self._reconcile_wanted or self.store.lease_in_doubt
 
-    def _claim(self) -> str:
-        """This process's owner id if it can take one more job into its batch now, else ""."""
+    def claim(self) -> str:
+        """This process's owner id if it can take one more job into its batch now, else "" (`JobHolder`)."""
         if not self._has_workers() or self.reconcile_due:  # (none on its way in while reconciling: _upkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
         if self._started and not self._closing and len(self._held.waiting) + self._claimed < LEASE_BATCH:
@@ -199,12 +188,25 @@ class Scheduler:
             return self.owner
         return ""
 
-    def _adopt_submitted(self, job: JobRecord | None) -> None:
-        """A job this process just submitted, inserted already leased by it (None: it was not)."""
+    def adopt(self, job: JobRecord | None) -> None:
+        """A job this process just submitted, inserted already leased by it (None: it was not; `JobHolder`)."""
         self._claimed = max(0, self._claimed - 1)
         if job is not None:
             self._adopt(job)
             self._wake.set()
+
+    def holds(self, job_id: str) -> bool:
+        """Whether this process holds ``job_id`` (leased or running): its end is reported (`JobHolder`)."""
+        return job_id in self._held.ids
+
+    def pauses_changed(self) -> None:
+        """A queue may have been paused or resumed: reread before the next lease (`JobHolder`)."""
+        self.paused.changed()
+
+    @property
+    def purged(self) -> int:
+        """Finished jobs this process purged so far (`JobHolder`)."""
+        return self.retention.purged
 
     def capacity_changed(self) -> None:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
@@ -321,7 +323,7 @@ class Scheduler:
         lease in doubt (one that failed with a lost connection may have
         committed: its jobs are this process's in the store but not in
         memory). It waits until no submission this process keeps is on its
-        way in (`_claim` takes none meanwhile), so every job the store has
+        way in (`claim` takes none meanwhile), so every job the store has
         it hold is in `Holdings.ids` or is a stray.
         """
         held = self._held
