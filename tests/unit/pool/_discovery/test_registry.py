@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import sqlite3
 import subprocess
@@ -42,7 +43,7 @@ async def test_watch_should_report_a_commit_by_another_connection(tmp_path):
     await registry.listen(changed.set)
     watcher = asyncio.ensure_future(registry.watch())
     try:
-        with sqlite3.connect(path) as other:
+        with contextlib.closing(sqlite3.connect(path)) as other, other:  # (`with connect()` commits, never closes)
             other.execute("INSERT INTO leakypool_workers VALUES ('w2', '{}', 1e12)")
         await asyncio.wait_for(changed.wait(), 30)
         assert await registry.live() == {"w2": "{}"}
@@ -85,7 +86,8 @@ async def test_a_second_withdraw_should_return_only_once_the_record_is_removed(t
         assert not second.done()  # it waits for the first one...
         holder.execute("COMMIT")
         await asyncio.wait_for(second, 30)
-        with sqlite3.connect(path) as db:  # ...which removed the row by the time the second returned
+        # ...which removed the row by the time the second returned
+        with contextlib.closing(sqlite3.connect(path)) as db:
             assert db.execute("SELECT count(*) FROM leakypool_workers").fetchone()[0] == 0
         await first
     finally:

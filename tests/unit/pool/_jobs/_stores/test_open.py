@@ -7,6 +7,7 @@ and the ways it must not (several processes creating one file at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 
@@ -23,9 +24,8 @@ class TestSQLiteFiles:
     async def test_open_should_refuse_what_is_not_a_leakypool_store_in_one_line(self, tmp_path):
         """Test each unusable file fails at open with a ConfigError naming the path."""
         (tmp_path / "text").write_text("not a database\n" * 200)
-        foreign = sqlite3.connect(tmp_path / "foreign.db")
-        foreign.execute("CREATE TABLE users (id INTEGER)")
-        foreign.close()
+        with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as foreign, foreign:
+            foreign.execute("CREATE TABLE users (id INTEGER)")
         for name, message in [
             ("text", "not a SQLite database"),
             ("foreign.db", "not a leakypool job store"),
@@ -43,10 +43,8 @@ class TestSQLiteFiles:
         path = tmp_path / "jobs.db"
         async with opened("sqlite", tmp_path):
             pass
-        db = sqlite3.connect(path)
-        db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
-        db.commit()
-        db.close()
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
         before = path.read_bytes()
         with pytest.raises(pool.ConfigError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
             await SQLiteStore(str(path)).open()
