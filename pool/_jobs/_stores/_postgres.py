@@ -105,11 +105,13 @@ class PostgresStore(PostgresBatchedWrites, PostgresPauses, PostgresStrays):
 
     async def close(self) -> None:
         """End the batched writes in flight, close the connections; idempotent."""
-        await self._tasks.aclose()
-        self._batchers()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        try:
+            await self._tasks.aclose()
+            self._batchers()
+        finally:  # the connections are closed even if ending the writes failed or was cancelled
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
 
     def _errors(self) -> contextlib.AbstractAsyncContextManager[None]:
         """asyncpg's and the network's errors as one `StoreError` line (the password redacted)."""

@@ -92,7 +92,7 @@ class SQLiteStore(SQLitePauses, SQLiteStrays):
         except StoreError as exc:
             await self.close()
             raise ConfigError(f"store {self.url}: {exc.__cause__ or exc}") from None
-        except ConfigError:
+        except BaseException:  # refused (ConfigError), or cancelled: the thread closes the connection and ends
             await self.close()
             raise
 
