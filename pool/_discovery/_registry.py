@@ -197,11 +197,13 @@ class _Sqlite:
     @classmethod
     async def open(cls, path: str) -> _Sqlite:
         thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leakypool-registry")
-        opening = asyncio.get_running_loop().run_in_executor(thread, _sqlite_connect, path)
+        opening = thread.submit(_sqlite_connect, path)
         try:
-            connection = await asyncio.shield(opening)
+            connection = await asyncio.wrap_future(opening)  # cancelled before it started: it never runs
         except BaseException:
-            opening.add_done_callback(_close_opened)  # cancelled meanwhile: the connection is closed once made
+            # Cancelled while it was under way: closed once made, on the thread that made it (not through the event
+            # loop, which may be closed by then: a pool that exits at once closes its discovery in mid-open).
+            opening.add_done_callback(_close_opened)
             thread.shutdown(wait=False)
             raise
         return cls(path, thread, connection)
@@ -257,7 +259,7 @@ class _Sqlite:
             pass
 
 
-def _close_opened(opening: asyncio.Future[sqlite3.Connection]) -> None:
+def _close_opened(opening: concurrent.futures.Future[sqlite3.Connection]) -> None:
     if not opening.cancelled() and opening.exception() is None:
         opening.result().close()
 
