@@ -8,6 +8,7 @@ million jobs a day holds between two purges.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 
@@ -26,16 +27,15 @@ async def prefill(url: str, count: int) -> float:
     if count <= 0:
         return 0.0
     if url.startswith("sqlite:///"):
-        db = sqlite3.connect("/" + url[len("sqlite:///") :].lstrip("/"))
-        db.execute(
-            f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-            f"INSERT INTO jobs ({_COLUMNS}) SELECT 'done-' || i, 'bench.routines.noop', 'succeeded', 1, 1, "
-            f"?, ?, ?, ? + 300, ?, x'00', x'00' FROM n",
-            (count - 1, now, now, now, now, now),
-        )
-        db.commit()
-        db.execute("ANALYZE")
-        db.close()
+        with contextlib.closing(sqlite3.connect("/" + url[len("sqlite:///") :].lstrip("/"))) as db:
+            db.execute(
+                f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+                f"INSERT INTO jobs ({_COLUMNS}) SELECT 'done-' || i, 'bench.routines.noop', 'succeeded', 1, 1, "
+                f"?, ?, ?, ? + 300, ?, x'00', x'00' FROM n",
+                (count - 1, now, now, now, now, now),
+            )
+            db.commit()
+            db.execute("ANALYZE")
     else:
         import asyncpg
 

@@ -8,12 +8,16 @@ tests open pools with ``async with``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import inspect
 import os
 import signal
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import uvloop
@@ -109,6 +113,78 @@ def no_leaked_threads() -> Iterator[None]:
         thread.join(timeout=5)  # a thread on its way out gets a moment to finish
     leaked = [t for t in leaked if t.is_alive()]
     assert not leaked, f"the test left threads running: {leaked}"
+
+
+class Connections(list[Any]):
+    """The database connections (sqlite3's, asyncpg's) opened during one test."""
+
+    def still_open(self) -> list[Any]:
+        """Those not closed yet."""
+        return [c for c in self if not _closed(c)]
+
+    def closed_and_collected(self) -> int:
+        """Check that each one is closed, then hand them to the garbage collector; how many there were.
+
+        Run under ``-W error::ResourceWarning`` (``filterwarnings = error``), collecting one left open
+        fails the test on Python 3.13+; the check before it fails it on every Python.
+        """
+        left = self.still_open()
+        assert not left, f"database connections left open: {left}"
+        count = len(self)
+        self.clear()
+        gc.collect()
+        return count
+
+
+def _closed(connection: Any) -> bool:
+    if isinstance(connection, sqlite3.Connection):
+        try:
+            connection.total_changes  # noqa: B018 - any use of a closed connection raises
+        except sqlite3.ProgrammingError:
+            return True
+        return False
+    return bool(connection.is_closed())
+
+
+@pytest.fixture(autouse=True)
+def connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[Connections]:
+    """Fail a test that leaves a database connection open (in this process); the list of those it opened.
+
+    Python 3.13's sqlite3 (and asyncpg) warn when the garbage collector finds an open connection, in
+    whichever test it happens to run: recording each one points at the test, and the code, that left it.
+    """
+    opened = Connections()
+    sqlite_connect = sqlite3.connect
+
+    def recorded_sqlite(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = sqlite_connect(*args, **kwargs)
+        opened.append(connection)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", recorded_sqlite)
+    try:
+        import asyncpg.connection
+    except ImportError:
+        pass
+    else:
+        asyncpg_connect = asyncpg.connection.connect
+
+        async def recorded_asyncpg(*args: Any, **kwargs: Any) -> Any:
+            connection = await asyncpg_connect(*args, **kwargs)
+            opened.append(connection)
+            return connection
+
+        monkeypatch.setattr(asyncpg, "connect", recorded_asyncpg)  # the registry, a store's LISTEN connection
+        monkeypatch.setattr(asyncpg.connection, "connect", recorded_asyncpg)  # what asyncpg's pools call
+    yield opened
+    left = opened.still_open()
+    for connection in left:  # best effort, so the warning does not fail whichever test collects them next
+        with contextlib.suppress(Exception):
+            if isinstance(connection, sqlite3.Connection):
+                connection.close()
+            else:
+                connection.terminate()
+    assert not left, f"the test left database connections open: {left}"
 
 
 @pytest.fixture(autouse=True)

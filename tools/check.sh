@@ -2,10 +2,10 @@
 # The checks every change passes before the tests (CI runs them from the README's test command):
 # lint, format, types, and the public API's type completeness, with the versions pinned in the `dev` extra.
 # Run from the checkout:
-#   tools/check.sh            (uses .venv/bin/ if there, else what is on PATH)
+#   tools/check.sh            (uses $VENV/bin/, default .venv/bin/, if there, else what is on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=.venv/bin/
+bin=${VENV:-.venv}/bin/
 [ -x "${bin}ruff" ] || bin=
 set -x
 "${bin}ruff" check .

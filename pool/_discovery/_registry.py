@@ -114,11 +114,17 @@ class _Postgres:
             ) from None
         try:
             connection = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            raise _error(url, exc) from exc
+        try:
             async with connection.transaction():  # one creator at a time: CREATE IF NOT EXISTS races otherwise
                 await connection.execute("SELECT pg_advisory_xact_lock(hashtext('leakypool_workers'))")
                 await connection.execute(_PG_SCHEMA)
-        except Exception as exc:
-            raise _error(url, exc) from exc
+        except BaseException as exc:
+            connection.terminate()  # refused or cancelled after it connected: nobody else will close it
+            if isinstance(exc, Exception):
+                raise _error(url, exc) from exc
+            raise
         return cls(url, connection)
 
     async def _run(self, query: str, *args: Any) -> Any:
@@ -191,11 +197,13 @@ class _Sqlite:
     @classmethod
     async def open(cls, path: str) -> _Sqlite:
         thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leakypool-registry")
-        opening = asyncio.get_running_loop().run_in_executor(thread, _sqlite_connect, path)
+        opening = thread.submit(_sqlite_connect, path)
         try:
-            connection = await asyncio.shield(opening)
+            connection = await asyncio.wrap_future(opening)  # cancelled before it started: it never runs
         except BaseException:
-            opening.add_done_callback(_close_opened)  # cancelled meanwhile: the connection is closed once made
+            # Cancelled while it was under way: closed once made, on the thread that made it (not through the event
+            # loop, which may be closed by then: a pool that exits at once closes its discovery in mid-open).
+            opening.add_done_callback(_close_opened)
             thread.shutdown(wait=False)
             raise
         return cls(path, thread, connection)
@@ -239,16 +247,19 @@ class _Sqlite:
                 self._changed()
 
     async def close(self) -> None:
-        """Close the connection on its thread (after any statement still running), then let the thread go."""
+        """Close the connection on its thread (after any statement still running), then let the thread go.
+
+        Shielded: a caller cancelled meanwhile returns at once, and the connection is closed all the same.
+        """
+        closing = asyncio.get_running_loop().run_in_executor(self._thread, self._connection.close)
+        self._thread.shutdown(wait=False)  # the close queued before it still runs
         try:
-            await asyncio.get_running_loop().run_in_executor(self._thread, self._connection.close)
+            await asyncio.shield(closing)
         except sqlite3.Error:
             pass
-        finally:
-            self._thread.shutdown(wait=False)
 
 
-def _close_opened(opening: asyncio.Future[sqlite3.Connection]) -> None:
+def _close_opened(opening: concurrent.futures.Future[sqlite3.Connection]) -> None:
     if not opening.cancelled() and opening.exception() is None:
         opening.result().close()
 
@@ -271,6 +282,9 @@ def _sqlite_connect(path: str) -> sqlite3.Connection:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise StoreError(f"registry sqlite://{path}: {type(exc).__name__}: {exc}") from exc
             time.sleep(0.01)
+        except BaseException:
+            connection.close()
+            raise
 
 
 def _error(url: str, exc: BaseException) -> BaseException:

@@ -66,8 +66,11 @@ class Presence:
         await self.store.heartbeat(self.owner, now, self._ttl)
         _revived(await self.store.recover(now))
         self._tasks.spawn(self._keep(), name="owner lease")
-        if isinstance(self.store, WatchableStore):
-            self._tasks.spawn(self._listen(self.store), name="store notices")
+        # The store itself, not its RetryingStore: the wrapper forwards `watch` by __getattr__, which isinstance
+        # against a runtime protocol no longer sees from Python 3.12 on (it looks attributes up statically).
+        watchable = getattr(self.store, "inner", self.store)
+        if isinstance(watchable, WatchableStore):
+            self._tasks.spawn(self._listen(watchable), name="store notices")
 
     async def aclose(self) -> None:
         await self._tasks.aclose()

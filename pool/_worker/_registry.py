@@ -72,7 +72,11 @@ class RegistryRecord:
             ConfigError: not a registry URL, or its driver is missing.
         """
         self._registry = await self._connect()
-        await self._registry.put(self._uid, self._record, self._ttl)
+        try:
+            await self._registry.put(self._uid, self._record, self._ttl)
+        except BaseException:
+            await self._drop_connection()  # the worker does not start: nothing else would close it
+            raise
         tasks.spawn(self._refresh(), name="refresh the registry record")
 
     async def _connect(self) -> Registry:
@@ -109,21 +113,22 @@ class RegistryRecord:
                 except StoreError as exc:
                     _log.warning("could not refresh this worker's record (%s); retrying", exc)
                     continue
-            async with self._lock:
-                if fresh is not None:
-                    if self._withdrawn or self._registry is not None:
-                        await _close(fresh)
-                    else:
+            async with contextlib.AsyncExitStack() as unkept:
+                if fresh is not None:  # closed on the way out unless kept (cancelled waiting for the lock, too)
+                    unkept.push_async_callback(_close, fresh)
+                async with self._lock:
+                    if fresh is not None and not self._withdrawn and self._registry is None:
                         self._registry = fresh
-                if self._withdrawn:
-                    return
-                if self._registry is None:
-                    continue
-                try:
-                    await self._registry.put(self._uid, self._record, self._ttl)
-                except StoreError as exc:
-                    _log.warning("could not refresh this worker's record (%s); retrying", exc)
-                    await self._drop_connection()
+                        unkept.pop_all()
+                    if self._withdrawn:
+                        return
+                    if self._registry is None:
+                        continue
+                    try:
+                        await self._registry.put(self._uid, self._record, self._ttl)
+                    except StoreError as exc:
+                        _log.warning("could not refresh this worker's record (%s); retrying", exc)
+                        await self._drop_connection()
 
     async def withdraw(self) -> None:
         """Delete the row (idempotent; bounded: if the store does not answer, the row expires).

@@ -62,7 +62,12 @@ def main(fd: int, preload: list[str]) -> int:
         except ImportError:
             pass  # a worker that needs it will say so itself
 
-    channel = socket.socket(fileno=fd)
+    with socket.socket(fileno=fd) as channel:  # closed when the pool is done with us (no ResourceWarning at exit)
+        return _serve(worker, channel)
+
+
+def _serve(worker: Any, channel: socket.socket) -> int:
+    """Fork a worker per request on ``channel`` and reap them, until the pool is done with us."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

@@ -9,6 +9,7 @@ multicast route) is tests/integration/test_capacity_netns.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sqlite3
@@ -38,7 +39,7 @@ def registry_url(request, tmp_path) -> str:
 async def recorded(url: str) -> set[str]:
     """Uids with a row in the registry (expired or not): what is left behind."""
     if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite://")) as db:
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite://"))) as db:
             try:
                 return {uid for (uid,) in db.execute("SELECT uid FROM leakypool_workers")}
             except sqlite3.OperationalError:

@@ -137,6 +137,9 @@ def test_a_task_asking_for_leakypool_itself_should_run_sequentially_in_its_worke
     assert result == ["SequentialBackend", 1, True]
 
 
+# Forking with the executor's thread alive is the point (a user's code that forks): Python 3.12+ warns that the
+# process is multi-threaded (a warning turned into an error is dropped there, so only `-W always` shows it).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_a_forked_child_should_not_reuse_the_parents_executor():
     """Test that a process forked after the backend started its executor starts one of its own (no hang)."""
     with parallel_config(backend="leakypool", n_jobs=2):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -166,7 +167,7 @@ async def test_restart_after_a_crash_mid_drain_should_lose_no_job_and_rerun_only
         first.signal(signal.SIGKILL)
         assert await first.wait(30) == -signal.SIGKILL
     await eventually(lambda: not any(_alive(pid) for pid in workers), timeout=30)  # their lifeline closed
-    with sqlite3.connect(tmp_path / "jobs.db") as db:
+    with contextlib.closing(sqlite3.connect(tmp_path / "jobs.db")) as db:
         states = dict(db.execute("SELECT id, state FROM jobs"))
     assert len(states) == count and set(states.values()) <= {"pending", "running", "succeeded"}
     done_at_kill = {job for job, state in states.items() if state == "succeeded"}
@@ -174,7 +175,7 @@ async def test_restart_after_a_crash_mid_drain_should_lose_no_job_and_rerun_only
         assert (await asyncio.wait_for(second.stdout.readline(), 60)).startswith(b"SUBMITTED")
         assert (await asyncio.wait_for(second.stdout.readline(), 300)).startswith(b"DRAINED")
         assert await second.wait(60) == 0
-    with sqlite3.connect(tmp_path / "jobs.db") as db:
+    with contextlib.closing(sqlite3.connect(tmp_path / "jobs.db")) as db:
         final = dict(db.execute("SELECT id, state FROM jobs"))
     assert set(final.values()) == {"succeeded"} and len(final) == count  # none lost
     runs = {f"job-{i}": routines.executions(str(markers), f"job-{i}")[0] for i in range(count)}

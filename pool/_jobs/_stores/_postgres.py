@@ -6,9 +6,8 @@ FOR UPDATE SKIP LOCKED)``, so two processes leasing at once take different
 jobs without waiting on each other, and a submit under a ceiling or a lease
 of jobs with limits takes a transaction-scoped advisory lock, so the count
 it checks is exact across processes. The hot writes (submit, mark running,
-finish) are group committed (`BatchedWrites`): a burst costs a few statements.
-Processes wake each other with LISTEN/NOTIFY (`watch`). asyncpg (asyncio,
-binary protocol) is imported only when a PostgreSQL store is used.
+finish) are group committed (`BatchedWrites`). Processes wake each other with
+LISTEN/NOTIFY (`watch`). asyncpg is imported only when a PostgreSQL store is used.
 """
 
 from __future__ import annotations
@@ -105,11 +104,13 @@ class PostgresStore:
 
     async def close(self) -> None:
         """End the batched writes in flight, close the connections; idempotent."""
-        await self._writes.aclose()
-        self._writes = BatchedWrites(self._call, self._notify, self._submit_one)  # (a store may open again)
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        try:
+            await self._writes.aclose()
+            self._writes = BatchedWrites(self._call, self._notify, self._submit_one)  # (a store may open again)
+        finally:  # the connections are closed even if ending the writes failed or was cancelled
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
 
     def _errors(self) -> contextlib.AbstractAsyncContextManager[None]:
         """asyncpg's and the network's errors as one `StoreError` line (the password redacted)."""

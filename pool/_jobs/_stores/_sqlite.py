@@ -94,7 +94,7 @@ class SQLiteStore:
         except StoreError as exc:
             await self.close()
             raise ConfigError(f"store {self.url}: {exc.__cause__ or exc}") from None
-        except ConfigError:
+        except BaseException:  # refused (ConfigError), or cancelled: the thread closes the connection and ends
             await self.close()
             raise
 
@@ -191,7 +191,7 @@ class SQLiteStore:
 
         def op(db: sqlite3.Connection) -> list[JobRecord]:
             free = db.execute(_FREE_DUE, (now, limit)).fetchall()
-            limited = db.execute(_LIMITED_DUE, (now, limit)).fetchall()
+            limited = db.execute(_LIMITED_DUE, {"now": now, "limit": limit}).fetchall()
             chosen = sorted(free + limited, key=lambda r: (-r[3], r[1], r[2], r[0]))[:limit]
             rows = []
             for job_id, *_ in chosen:
@@ -204,7 +204,7 @@ class SQLiteStore:
                 starts = [(r[4], r[5], now, now + r[7], r[0]) for r in chosen if len(r) > 4 and r[6] > 0]
                 db.executemany(_RECORD_STARTS, starts)
                 db.execute("DELETE FROM rate_starts WHERE expires < ?", (now,))
-            db.execute(_HELD_BACK, (now,))
+            db.execute(_HELD_BACK, {"now": now})
             return [_record(row) for row in rows]
 
         return await self._run(op, write=True)
@@ -364,9 +364,11 @@ _FREE_DUE: Final[str] = (
     "WHERE state = 'pending' AND owner = '' AND next_at <= ? "
     f"AND queue = '' AND workflow = '' ORDER BY {LEASE_ORDER} LIMIT ?"
 )
-_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now="?1", limit="?2")
+# Named placeholders, bound from a mapping: {now} occurs several times in these. Numbered ones (?1) bound from a
+# sequence are deprecated since Python 3.12 and an error from 3.14 (sqlite3: "Binding 1 ('?1') is a named parameter").
+_LIMITED_DUE: Final[str] = LIMITED_DUE_SQL.format(table="jobs", starts="rate_starts", now=":now", limit=":limit")
 _HELD_BACK: Final[str] = HELD_BACK_SQL.format(
-    table="jobs", starts="rate_starts", now="?1", rated_index="INDEXED BY jobs_rated"
+    table="jobs", starts="rate_starts", now=":now", rated_index="INDEXED BY jobs_rated"
 )
 _RECORD_STARTS: Final[str] = "INSERT INTO rate_starts (queue, key, at, expires, job) VALUES (?, ?, ?, ?, ?)"
 

@@ -90,24 +90,26 @@ class SQLiteThread:
             connection = self._connect()
         except sqlite3.Error as exc:
             error = exc
-        while True:
-            batch = [self._ops.get()]
-            while len(batch) < BATCH_OPS:
-                try:
-                    batch.append(self._ops.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(item is _STOP for item in batch)
-            work = [item for item in batch if item is not _STOP]
-            if work:
-                if connection is None or error is not None:
-                    self._fail(work, _translate(error, self._url) if error else StoreError(self._url), error)
-                else:
-                    self._transaction(connection, work)
-            if stop:
-                if connection is not None:
-                    connection.close()
-                return
+        try:
+            while True:
+                batch = [self._ops.get()]
+                while len(batch) < BATCH_OPS:
+                    try:
+                        batch.append(self._ops.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(item is _STOP for item in batch)
+                work = [item for item in batch if item is not _STOP]
+                if work:
+                    if connection is None or error is not None:
+                        self._fail(work, _translate(error, self._url) if error else StoreError(self._url), error)
+                    else:
+                        self._transaction(connection, work)
+                if stop:
+                    return
+        finally:  # on stop, and if anything escapes (an op's BaseException): never left to the garbage collector
+            if connection is not None:
+                connection.close()
 
     def _transaction(self, connection: sqlite3.Connection, work: list[Any]) -> None:
         write = any(item[1] for item in work)

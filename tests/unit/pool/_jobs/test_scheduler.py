@@ -140,3 +140,29 @@ async def test_a_store_back_after_an_outage_should_be_rescanned_at_once(tmp_path
     finally:
         await scheduler.aclose()
         await store.close()
+
+
+class WatchedSQLiteStore(SQLiteStore):
+    """A SQLite store with notices, as PostgreSQL's (a `WatchableStore`): `watch` says it listens, then waits."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.listening = asyncio.Event()
+
+    async def watch(self, notice):
+        self.listening.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_store_with_notices_should_be_listened_to_through_its_retry_wrapper(tmp_path):
+    """Test that the scheduler listens to a store that has `watch` (the RetryingStore around it forwards `watch`
+    by __getattr__, which isinstance against a runtime protocol does not see from Python 3.12 on)."""
+    store = WatchedSQLiteStore(str(tmp_path / "jobs.db"))
+    scheduler = Scheduler(store, Script().place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
+    await store.open()
+    try:
+        await scheduler.start()
+        await asyncio.wait_for(store.listening.wait(), 10)
+    finally:
+        await scheduler.aclose()
+        await store.close()

@@ -324,16 +324,15 @@ async def write_v1_store(backend: tuple[str, str]) -> None:
     kind, where = backend
     columns = "id, routine, state, max_attempts, created_at, deadline, next_at, payload"
     if kind == "sqlite":
-        db = sqlite3.connect(where)
-        db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
-        for statement in sqlite_schema._SCHEMA_V1:
-            db.execute(statement)
-        db.execute("INSERT INTO leakypool_schema VALUES (1)")
-        db.execute(
-            f"INSERT INTO jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, ?, ?, ?, x'00')", (NOW, NOW + 60, NOW)
-        )
-        db.commit()
-        db.close()
+        with contextlib.closing(sqlite3.connect(where)) as db, db:
+            db.execute("CREATE TABLE leakypool_schema (version INTEGER NOT NULL)")
+            for statement in sqlite_schema._SCHEMA_V1:
+                db.execute(statement)
+            db.execute("INSERT INTO leakypool_schema VALUES (1)")
+            db.execute(
+                f"INSERT INTO jobs ({columns}) VALUES ('old', 'mod.fn', 'pending', 1, ?, ?, ?, x'00')",
+                (NOW, NOW + 60, NOW),
+            )
         return
     import asyncpg
 

@@ -7,6 +7,7 @@ and the ways it must not (several processes creating one file at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 
@@ -23,9 +24,8 @@ class TestSQLiteFiles:
     async def test_open_should_refuse_what_is_not_a_leakypool_store_in_one_line(self, tmp_path):
         """Test each unusable file fails at open with a ConfigError naming the path."""
         (tmp_path / "text").write_text("not a database\n" * 200)
-        foreign = sqlite3.connect(tmp_path / "foreign.db")
-        foreign.execute("CREATE TABLE users (id INTEGER)")
-        foreign.close()
+        with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as foreign, foreign:
+            foreign.execute("CREATE TABLE users (id INTEGER)")
         for name, message in [
             ("text", "not a SQLite database"),
             ("foreign.db", "not a leakypool job store"),
@@ -43,10 +43,8 @@ class TestSQLiteFiles:
         path = tmp_path / "jobs.db"
         async with opened("sqlite", tmp_path):
             pass
-        db = sqlite3.connect(path)
-        db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
-        db.commit()
-        db.close()
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE leakypool_schema SET version = ?", (SCHEMA_VERSION + 1,))
         before = path.read_bytes()
         with pytest.raises(pool.ConfigError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
             await SQLiteStore(str(path)).open()
@@ -114,3 +112,52 @@ class TestSQLiteOpen:
                 await asyncio.gather(*(store.open() for store in stores))
             finally:
                 await asyncio.gather(*(store.close() for store in stores))
+
+
+@pytest.mark.filterwarnings("error::ResourceWarning")
+class TestConnectionsClosed:
+    """Every connection a store opens is closed by `close`, and on every way `open` can fail (the `connections`
+    fixture records them; Python 3.13 warns on one the garbage collector finds open, in whatever test runs then)."""
+
+    async def test_close_should_close_every_connection_open_made(self, backend, tmp_path, connections):
+        async with opened(backend, tmp_path) as store:
+            await store.submit(job("a"))
+            assert connections.still_open()
+        assert connections.closed_and_collected() >= 1
+
+    async def test_a_refused_open_should_close_its_connection(self, tmp_path, connections):
+        (tmp_path / "text").write_text("not a database\n" * 200)
+        with pytest.raises(pool.ConfigError, match="not a SQLite database"):
+            await SQLiteStore(str(tmp_path / "text")).open()
+        assert connections.closed_and_collected() == 1
+
+    async def test_a_cancelled_open_should_close_its_connection(self, tmp_path, connections):
+        """Test an open cancelled while it waits for another process's write lock (the schema check)."""
+        path = tmp_path / "jobs.db"
+        async with opened("sqlite", tmp_path):
+            pass
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            opening = asyncio.ensure_future(SQLiteStore(str(path)).open())
+            for _ in range(200):  # until the store's thread has its connection (and waits for the lock)
+                if len(connections.still_open()) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(connections.still_open()) == 2
+            opening.cancel()
+            await asyncio.sleep(0.05)  # the cancelled open is closing the store by now (it waits for the lock)
+            holder.execute("COMMIT")
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+        assert connections.closed_and_collected() == 3
+
+    async def test_a_refused_postgres_open_should_close_its_connections(
+        self, postgres_server, postgres_url, connections
+    ):
+        """Test a newer schema (refused after the pool connected)."""
+        async with opened(("postgres", postgres_url), None):
+            pass
+        postgres_server.psql("UPDATE leakypool_schema SET version = version + 1", postgres_url.rsplit("/", 1)[1])
+        with pytest.raises(pool.ConfigError, match="is newer than this release"):
+            await PostgresStore(postgres_url).open()
+        assert connections.closed_and_collected() >= 2
