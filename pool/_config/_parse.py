@@ -81,7 +81,7 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
         if isinstance(value, bool):
             env[setting.env] = "1" if value else "0"
         elif isinstance(value, tuple):
-            env[setting.env] = ",".join(value)
+            env[setting.env] = ",".join(map(str, value))
         else:
             env[setting.env] = str(value)
     return env
@@ -204,6 +204,14 @@ def ipv4_list(raw: str) -> tuple[str, ...]:
     for address in addresses:
         ipaddress.IPv4Address(address)
     return addresses
+
+
+def uid_list(raw: str) -> tuple[int, ...]:
+    """Comma-separated user ids (numbers >= 0)."""
+    uids = tuple(int(u) for u in raw.split(",") if u.strip())
+    if any(u < 0 for u in uids):
+        raise ValueError(raw)
+    return uids
 
 
 def tag_list(raw: str) -> tuple[str, ...]:

@@ -29,9 +29,10 @@ from typing import Final
 from . import _buffers, _side
 from ._proto import leakypool_pb2 as pb
 
-CHUNK_BYTES: Final[int] = 4 << 20
-"""The most bytes one chunk carries: big enough that a GiB costs a few hundred messages, small enough that
-the copies on the way (protobuf, gRPC) stay in cache (1, 2 and 4 MiB measured alike; 16 MiB 1.5-2x slower).
+CHUNK_BYTES: Final[int] = 1 << 20
+"""The most bytes one chunk carries: big enough that a GiB costs a thousand messages, small enough that
+the copies on the way (protobuf, gRPC) stay in cache (1, 2 and 4 MiB measured alike; 16 MiB 1.5-2x slower),
+and that a chunk's frame fits one gRPC message (`_pieces.PIECE_BYTES`: no gRPC message is large, issue 43).
 Frames queued while a value's chunks go out leave after its last chunk."""
 
 

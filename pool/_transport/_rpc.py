@@ -12,13 +12,17 @@ import uuid
 from typing import Final
 
 from .._base._public import public
+from ._pieces import GRPC_MESSAGE_MAX_BYTES
 
-SERVICE: Final[str] = "leakypool.v1.Worker"
-"""The gRPC service name; methods are /leakypool.v1.Worker/<Method>."""
+SERVICE: Final[str] = "leakypool.v2.Worker"
+"""The gRPC service name; methods are /leakypool.v2.Worker/<Method>, each a stream of bytes that opens with
+the handshake (`_handshake`; v1 had unary State and Stop, and a secret in the metadata)."""
 
 CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
+    # Checked against a message's announced length before it is buffered: nothing larger is read, not even
+    # before the handshake (larger messages cross in pieces: `_pieces`).
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_MAX_BYTES),
     # Notice a peer that vanished without closing its socket (a host that
     # lost power) within ~20 s instead of TCP's minutes.
     ("grpc.keepalive_time_ms", 10_000),

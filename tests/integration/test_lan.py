@@ -65,7 +65,7 @@ async def test_lan_worker_should_exit_cleanly_and_log_its_bound_port():
         flags = lan_flags(host.ip, kind, "--insecure", "--port", "0")
         async with worker(*flags, wrap=host.command, stderr=subprocess.PIPE) as w:
             discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
-            async with pool.WorkerPool(discovery=discovery) as p:
+            async with pool.WorkerPool(discovery=discovery, insecure=True) as p:
                 await p.wait_for_workers(1, timeout=30)  # announced (so the announcement task ran)
                 assert await routines.pid() == w.pid
             w.child.signal(signal.SIGTERM)
@@ -106,7 +106,7 @@ async def test_leaky_bucket_across_four_hosts():
                 for host, uid in zip(lan.hosts, uids, strict=True)
             ]
             discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
-            async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer()) as p:
+            async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer(), insecure=True) as p:
                 await p.wait_for_workers(4, timeout=30)
                 ran_on: collections.Counter[int] = collections.Counter()
                 failures: list[BaseException] = []

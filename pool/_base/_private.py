@@ -1,0 +1,58 @@
+"""Directories that carry trust: made 0700 by their owner, and refused when they are not private (issue 43).
+
+A directory that decides who talks to whom (the local-discovery registry,
+the secret's directory, a fleet's socket directory) is only as private as
+its mode and owner. One that another user made first (``/tmp`` is
+shared), or that another user may write to, lets that user plant a
+record, a socket or a secret. So, as OpenSSH does with ``~/.ssh``, each is
+checked on every open: it must be a real directory (not a symbolic link),
+owned by this user, with no group or other permission bits. Otherwise the
+error names the path and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from .._errors import ConfigError
+
+
+def private_directory(path: str, *, what: str, create: bool = True) -> str:
+    """``path``, made (mode 0700, parents too) if missing and ``create``, checked private either way.
+
+    Raises:
+        ConfigError: it cannot be made, is not a directory, belongs to
+            another user, or group or others have any permission on it.
+    """
+    if create:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{what} {path}: cannot create it: {exc.strerror or exc}") from None
+    check_private(path, what=what)
+    return path
+
+
+def check_private(path: str, *, what: str) -> None:
+    """Raise unless ``path`` is a directory of this user's that no one else may enter, list or write.
+
+    Raises:
+        ConfigError: naming the path and what to do.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{what} {path} is not a directory (a link or a file stands there): remove it")
+    if info.st_uid != os.getuid():
+        raise ConfigError(
+            f"{what} {path} belongs to uid {info.st_uid}, not this user ({os.getuid()}): another user made it "
+            f"first; remove it (as root: rm -rf {path}) or point this process elsewhere"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise ConfigError(f"{what} {path} is open to other users (mode {mode:04o}): chmod 700 {path}")
