@@ -34,6 +34,24 @@ def private_directory(path: str, *, what: str, create: bool = True) -> str:
     return path
 
 
+def private_file(path: str) -> None:
+    """Create the file at ``path`` with mode 0600 if it does not exist (whatever the umask); leave one that does.
+
+    For SQLite databases this process creates (a job store, a registry):
+    SQLite makes their ``-wal`` and ``-shm`` files with the database's own
+    mode, so those are 0600 too.
+
+    Raises:
+        OSError: it cannot be created (the caller's open then says why).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    os.fchmod(fd, 0o600)  # (the umask cannot take bits away from 0600 that matter; fchmod states it)
+    os.close(fd)
+
+
 def check_private(path: str, *, what: str) -> None:
     """Raise unless ``path`` is a directory of this user's that no one else may enter, list or write.
 
