@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
+from .._base._redact import redacted
 from .._errors import ConfigError, StoreError
 from .._jobs._retention import PURGE_BATCH
 from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
@@ -85,7 +86,7 @@ def as_dict(record: JobRecord) -> dict[str, Any]:
         "attempts": record.attempts,
         "max_attempts": record.max_attempts,
         "priority": record.priority,
-        "error": record.error,
+        "error": redacted(record.error) if record.error else record.error,  # a terminal is no place for a password
         "created_at": _when(record.created_at),
         "run_at": _when(record.next_at),
         "started_at": _when(record.started_at),
@@ -188,8 +189,9 @@ def render(result: Any, width: int = 80) -> Any:
         ]
         table = one_line_table(SHOW_COLUMNS, fields, width, show_header=False, title=f"job {result.id}")
         value_width = table.columns[1].width or 0
-        if result.error and (len(result.error) > value_width or "\n" in result.error):
-            return Group(table, Text(f"error: {result.error}"))  # cut in the table: here in full, wrapped
+        error = redacted(result.error) if result.error else ""
+        if error and (len(error) > value_width or "\n" in error):
+            return Group(table, Text(f"error: {error}"))  # cut in the table: here in full, wrapped
         return table
     rows = [
         (
@@ -200,7 +202,7 @@ def render(result: Any, width: int = 80) -> Any:
             str(record.priority),
             _short(record.created_at),
             _short(record.next_at),
-            record.error.splitlines()[0] if record.error else "",
+            redacted(record.error.splitlines()[0]) if record.error else "",
         )
         for record in result
     ]

@@ -89,6 +89,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
+    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to --metrics-port may give as its Host", True),
     Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
@@ -147,6 +148,7 @@ class WorkerConfig:
     hold_slot_while_waiting: bool = False
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    metrics_names: tuple[str, ...] = ()
     registry: str = ""
     registry_ttl: float = 15.0
     store_retry: float = 10.0
@@ -297,6 +299,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
+    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to metrics_port may give as its Host (DNS rebinding)"),
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
     Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
@@ -333,6 +336,7 @@ class PoolConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    metrics_names: tuple[str, ...] = ()
     keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
     provision_timeout: float | None = None

@@ -118,6 +118,8 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
         metrics_host: The address ``metrics_port`` binds (default 127.0.0.1);
             off loopback it needs ``metrics_token``.
+        metrics_names: Host names, besides IP addresses and ``localhost``, a request
+            to ``metrics_port`` may give as its ``Host`` (others are refused: DNS rebinding).
         metrics_token: A token every request to ``metrics_port`` must carry
             (``Authorization: Bearer TOKEN`` or ``?token=``).
         provisioner: Where workers beyond ``spawn`` come from when calls or
@@ -179,6 +181,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         metrics_port: int | None = None,
         metrics_host: str | None = None,
         metrics_token: str | None = None,
+        metrics_names: Iterable[str] | None = None,
         provisioner: Provisioner | None = None,
         provision_timeout: float | None = None,
         local_transport: str | None = None,
@@ -269,7 +272,9 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         if config.metrics_port is not None:
             from .._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
 
-            self._observer = PoolObserver(self, config.metrics_port, config.metrics_host, config.metrics_token)
+            self._observer = PoolObserver(
+                self, config.metrics_port, config.metrics_host, config.metrics_token, config.metrics_names
+            )
             self._path.metrics = self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------

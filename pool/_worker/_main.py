@@ -240,7 +240,7 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
             "latency_p99_s": round(s.latency_p99_seconds, 6),
         }
 
-    observation = ObservationServer(metrics.exposition, status, token=config.metrics_token)
+    observation = ObservationServer(metrics.exposition, status, token=config.metrics_token, names=config.metrics_names)
     try:
         await observation.start(config.metrics_host, config.metrics_port)
     except OSError as exc:

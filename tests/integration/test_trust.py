@@ -340,3 +340,143 @@ async def test_a_unix_socket_worker_started_under_umask_000_should_give_another_
             w.child.signal(15)
             err = (await asyncio.wait_for(w.child.stderr.read(), WAIT_S)).decode()
     assert f"runs as uid {NOBODY}" in err
+
+
+# -- 3. passwords in job errors, and the files that hold them ------------------------------------------------
+
+URL = "postgresql://app:hunter2@db.internal/app"
+"""A password where a failed job's error quotes it (the issue's)."""
+
+READ_FILE = r"""
+import sys
+try:
+    data = open(sys.argv[1], "rb").read()
+except OSError as exc:
+    data = f"refused: {exc.strerror}".encode()
+open(sys.argv[2], "wb").write(data)
+"""
+"""``nobody`` reads a file (the job store) into OUT, or says why it could not."""
+
+HTTP_GET = r"""
+import http.client, json, sys
+port, host, path, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+connection.request("GET", path, headers={"Host": host})
+response = connection.getresponse()
+with open(out, "w") as f:
+    json.dump({"status": response.status, "body": response.read().decode("utf-8", "replace")}, f)
+"""
+"""``nobody`` asks the observation port for PATH, naming HOST (a web page after DNS rebinding names its own)."""
+
+
+async def nobody_gets(shared: str, port: int, host: str, path: str = "/status") -> dict:
+    out = os.path.join(shared, "http.json")
+    assert await run_as_nobody(shared, "get.py", HTTP_GET, str(port), host, path, out) == 0
+    with open(out) as f:
+        return json.load(f)
+
+
+def jobs_command(*args: str) -> str:
+    """``leakypool jobs ...`` as the operator runs it; its output."""
+    env = {**os.environ, "COLUMNS": "200"}
+    command = [sys.executable, "-m", "pool._cli._main", "jobs", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@needs_root
+async def test_a_failed_jobs_password_should_reach_no_other_user(caplog):
+    """Test that the job store is 0600 (its -wal and -shm too: ``nobody`` reads nothing), that ``/status``
+    answers ``nobody``'s request naming a foreign Host (DNS rebinding) with 421 and nothing of the job, that with
+    the right Host it shows the error without the password, as ``leakypool jobs`` does; and that the job's own
+    error keeps the full text for its owner."""
+    with shared_directory() as shared:
+        store = f"sqlite:///{shared}/jobs.db"
+        async with pool.WorkerPool(spawn=1, store=store, metrics_port=0) as p:
+            job = await routines.fail.submit(f"cannot reach {URL}")
+            with pytest.raises(ValueError):
+                await job.result(timeout=WAIT_S)
+            assert URL in (job.error or "")  # the owner's own record: the full text
+            for suffix in ("", "-wal", "-shm"):
+                assert stat.S_IMODE(os.stat(f"{shared}/jobs.db{suffix}").st_mode) == 0o600, suffix
+            out = os.path.join(shared, "read.out")
+            assert await run_as_nobody(shared, "read.py", READ_FILE, f"{shared}/jobs.db", out) == 0
+            with open(out, "rb") as f:
+                assert f.read() == b"refused: Permission denied"
+            _, port = p.metrics_address
+            rebound = await nobody_gets(shared, port, f"rebound.example:{port}")
+            assert rebound["status"] == 421 and "hunter2" not in rebound["body"] and job.id not in rebound["body"]
+            assert (await nobody_gets(shared, port, f"rebound.example:{port}", "/"))["status"] == 421
+            shown = await nobody_gets(shared, port, f"127.0.0.1:{port}")
+            assert shown["status"] == 200
+            (failed,) = json.loads(shown["body"])["failed_jobs"]
+            assert "app:***@db.internal" in failed["error"] and "hunter2" not in shown["body"]
+        for args in (("show", job.id), ("list", "--state", "failed"), ("show", job.id, "--json")):
+            text = jobs_command(store, *args)
+            assert "hunter2" not in text and "***" in text, (args, text)
+
+
+async def test_an_oversized_or_malformed_http_request_should_get_a_4xx_and_one_log_line(caplog):
+    """Test that a 100 kB request line (it once logged a full traceback each time: log flooding), a header
+    flood and a line that is not HTTP each get a 4xx and one warning line, no traceback; the port goes on."""
+    caplog.set_level(logging.INFO, logger="leakypool.metrics")
+    async with pool.WorkerPool(spawn=0, metrics_port=0) as p:
+        _, port = p.metrics_address
+        requests = {
+            414: b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            431: b"GET /status HTTP/1.1\r\n" + b"X-A: b\r\n" * 100 + b"\r\n",
+            400: b"\x16\x03\x01 hello\r\n\r\n",
+        }
+        for code, request in requests.items():
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            status = await asyncio.wait_for(reader.readline(), WAIT_S)
+            writer.close()
+            assert status.split()[1] == str(code).encode(), (code, status)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        assert b" 200 " in await asyncio.wait_for(reader.readline(), WAIT_S)
+        writer.close()
+    records = [r for r in caplog.records if r.name == "leakypool.metrics"]
+    assert len(records) == 3 and not any(r.exc_info for r in records), [r.getMessage() for r in records]
+
+
+# -- 5. a peer that holds the secret still cannot make a worker map what it likes ---------------------------
+
+
+def mapped_bytes(pid: int) -> int:
+    """A process's address space (VmSize), bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+async def test_a_chunk_of_a_terabyte_or_regions_without_end_should_end_the_stream_not_map_them():
+    """Test that a caller who proved the secret (a raw gRPC client) announcing a 2**40-byte region, or opening
+    200 regions, gets its stream ended (INVALID_ARGUMENT) with nothing of the kind mapped, and the worker goes on."""
+    from pool._transport._pieces import pieces
+    from pool._transport._proto import leakypool_pb2 as pb
+    from tests.integration.raw import grpc_dial
+
+    def chunks(*specs: tuple[int, int]) -> bytes:
+        frames = [pb.Frame(id=0, chunk=pb.Chunk(token=t, size=s, offset=0, data=b"x")) for t, s in specs]
+        return next(pieces(pb.Frames(frames=frames).SerializeToString()))
+
+    async with worker("--port", "0") as w, grpc.aio.insecure_channel(f"127.0.0.1:{w.port}") as channel:
+        before = mapped_bytes(w.pid)
+        for message in (chunks((1, 1 << 40)), chunks(*((t, 4096) for t in range(200)))):
+            call = await grpc_dial(channel)
+            await call.write(message)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                while await asyncio.wait_for(call.read(), WAIT_S) is not grpc.aio.EOF:
+                    pass
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT, info.value
+        assert mapped_bytes(w.pid) - before < 1 << 30  # not the terabyte (nor 200 regions left open)
+        async with pool.WorkerPool(discovery=static(w)) as p:
+            await p.wait_for_workers(1, timeout=WAIT_S)
+            assert await routines.add(1, 2) == 3
