@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
 from .._base._redact import redacted
+from .._config._parse import indirect
 from .._errors import ConfigError, StoreError
 from .._jobs._retention import PURGE_BATCH
 from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
@@ -103,7 +104,9 @@ def as_dict(record: JobRecord) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="leakypool jobs", description="Look at and act on a store's jobs.")
-    parser.add_argument("store", help="the store URL: sqlite:///PATH or postgresql://...")
+    parser.add_argument(
+        "store", help="the store URL: sqlite:///PATH or postgresql://...; or @FILE, env:NAME holding one (a password)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     listing = verbs.add_parser("list", help="jobs, newest first")
@@ -125,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> Any:
     """Do the verb against the store; what to print (records, a record, or a summary)."""
+    try:
+        args.store = indirect(args.store)  # a URL with a password is no argument: every user reads a command line
+    except ValueError as exc:
+        raise ConfigError(f"store {args.store}: {exc}") from None
     if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///") :].lstrip("/")):  # noqa: ASYNC240 - a command-line tool, one stat before it opens the store
         raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(args.store)

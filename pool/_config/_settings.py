@@ -90,7 +90,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
     Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to --metrics-port may give as its Host", True),
-    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
+    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH), @FILE or env:NAME holding one", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); a URL with a password: @FILE or env:NAME (a command line is world-readable); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
     Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret(s) every caller must prove it holds, one per line (default: this user's own, made on first use)"),
@@ -288,7 +288,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "store",
         store_url,
-        "a store URL (sqlite:///PATH or postgresql://...)",
+        "a store URL (sqlite:///PATH or postgresql://...), @FILE or env:NAME holding one",
         "",
         "job store for durable jobs (routine.submit); empty = no store",
     ),

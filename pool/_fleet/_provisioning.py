@@ -64,7 +64,8 @@ def worker_request(
         uid: The uid the worker takes.
         seq: The request number.
         spawned_env: ``LEAKYPOOL_*`` settings of the pool's spawned workers.
-        registry: The registry URL the worker records itself in ("" for none).
+        registry: The registry URL the worker records itself in ("" for none); one with a password
+            is in ``env`` only (``LEAKYPOOL_REGISTRY``), never in ``args`` (issue 43).
         tags: Tags the pool admits workers by.
         idle_timeout: Seconds the worker idles before it exits.
         tls: The worker's TLS files on its host (cert, key, client CA; see `TLS_SETTINGS`), or empty.
@@ -80,6 +81,8 @@ def worker_request(
         env["LEAKYPOOL_TAGS"] = ",".join(sorted(tags))
     args: list[str] = []
     for name, value in env.items():
+        if name == "LEAKYPOOL_REGISTRY" and redacted(value) != value:
+            continue  # a password: in env only (an argument is world-readable in /proc/PID/cmdline)
         flag = "--" + name.removeprefix("LEAKYPOOL_").lower().replace("_", "-")
         if name == "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING":
             args += [flag] if value == "1" else []

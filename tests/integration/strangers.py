@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +28,10 @@ PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
 """An interpreter ``nobody`` may run (the system's)."""
 
 needs_root = pytest.mark.skipif(os.getuid() != 0, reason="becoming another user (nobody) needs root")
+
+AS_NOBODY = ["runuser", "-u", "nobody", "--"]
+"""How a command runs as ``nobody``: runuser, exec'd as any command is (``Popen(user=...)`` has to fork
+instead, running gRPC's fork handlers in a process with gRPC threads, which can crash the child)."""
 
 RELAY = r"""
 import socket, sys, threading
@@ -139,22 +144,42 @@ async def stranger(directory: str, name: str, text: str, *args: str) -> AsyncIte
     """Run a script as ``nobody``; yield it and the first line it printed (a port); kill and reap it after."""
     path = script(directory, name, text)
     child = Child(
-        [PYTHON, path, *args],
+        [*AS_NOBODY, PYTHON, path, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
-        user=NOBODY,
-        group=NOBODY,
-        extra_groups=[],
         cwd=directory,
+        start_new_session=True,  # its own process group: runuser and the script under it end together
     )
     async with child:
-        line = (await asyncio.wait_for(child.stdout.readline(), 30)).decode().strip()
-        yield child, line
+        try:
+            line = (await asyncio.wait_for(child.stdout.readline(), 30)).decode().strip()
+            yield child, line
+        finally:
+            # SIGKILL to runuser alone would leave its child running (it cannot forward that signal).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            await _gone(child.pid)
+
+
+async def _gone(group: int) -> None:
+    """Wait (bounded) until no process of process group ``group`` is left (init reaps the script)."""
+    async with asyncio.timeout(30):
+        while any(_in_group(pid, group) for pid in os.listdir("/proc") if pid.isdigit()):
+            await asyncio.sleep(0.02)
+
+
+def _in_group(pid: str, group: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return int(fields[2]) == group and fields[0] != "Z"
 
 
 async def run_as_nobody(directory: str, name: str, text: str, *args: str) -> int:
     """Run a script as ``nobody`` to its end (at most 60 s); its exit status."""
     path = script(directory, name, text)
-    async with Child([PYTHON, path, *args], user=NOBODY, group=NOBODY, extra_groups=[], cwd=directory) as child:
+    async with Child([*AS_NOBODY, PYTHON, path, *args], cwd=directory) as child:
         return await child.wait(60)

@@ -33,6 +33,7 @@ from pool._transport._secret import load_or_create
 from tests.integration import routines
 from tests.integration.child import Child
 from tests.integration.strangers import (
+    AS_NOBODY,
     LISTENER,
     NOBODY,
     RELAY,
@@ -253,7 +254,7 @@ async def curl_as_nobody(port: int) -> None:
         "-H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- -D - -o /dev/null "
         f"http://127.0.0.1:{port}/{SERVICE}/State"
     )
-    async with Child(["sh", "-c", curl], user=NOBODY, group=NOBODY, extra_groups=[], stdout=subprocess.PIPE) as c:
+    async with Child([*AS_NOBODY, "sh", "-c", curl], stdout=subprocess.PIPE) as c:
         out = (await asyncio.wait_for(c.stdout.read(), 120)).decode()
         await c.wait(60)
     assert "grpc-status: 0" not in out, out  # refused (the stream reset at the announced length), not answered
@@ -480,3 +481,73 @@ async def test_a_chunk_of_a_terabyte_or_regions_without_end_should_end_the_strea
         async with pool.WorkerPool(discovery=static(w)) as p:
             await p.wait_for_workers(1, timeout=WAIT_S)
             assert await routines.add(1, 2) == 3
+
+
+# -- 6. secrets off command lines, and out of routines' reach ------------------------------------------------
+
+READ_CMDLINE = r"""
+import sys
+with open(f"/proc/{sys.argv[1]}/cmdline", "rb") as f:
+    data = f.read()
+with open(sys.argv[2], "wb") as f:
+    f.write(data)
+"""
+"""``nobody`` reads a process's command line (anyone may)."""
+
+
+async def command_line_as_nobody(pid: int) -> bytes:
+    with shared_directory() as shared:
+        out = os.path.join(shared, "cmdline")
+        assert await run_as_nobody(shared, "cmdline.py", READ_CMDLINE, str(pid), out) == 0
+        with open(out, "rb") as f:
+            return f.read()
+
+
+@needs_root
+async def test_a_registry_password_should_be_on_no_command_line(postgres_url, tmp_path):
+    """Test that ``--registry @FILE`` and ``env:NAME`` keep the URL's password off ``/proc/PID/cmdline`` (which
+    ``nobody`` reads), and that a worker a provisioner starts gets it in its environment, not its arguments."""
+    from tests.pg import PASSWORD
+
+    url_file = tmp_path / "registry-url"
+    url_file.write_text(postgres_url + "\n")
+    url_file.chmod(0o600)
+    discovery = pool.StoreDiscovery(postgres_url, poll_interval=0.2)
+    async with worker("--port", "0", "--registry", f"@{url_file}") as w:
+        assert PASSWORD.encode() not in await command_line_as_nobody(w.pid)
+        async with pool.WorkerPool(discovery=discovery) as p:
+            await p.wait_for_workers(1, timeout=WAIT_S)
+            assert await routines.pid() == w.pid
+    command = [sys.executable, "worker_main.py", "{worker_args}", "--log-level", "WARNING"]
+    async with pool.WorkerPool(
+        provisioner=pool.CommandProvisioner(command), discovery=discovery, max_workers=1, queue_depth=5
+    ) as p:
+        provisioned = await routines.pid()
+        assert PASSWORD.encode() not in await command_line_as_nobody(provisioned)
+
+
+async def test_the_secret_should_not_be_in_a_routines_environment(tmp_path):
+    """Test that ``LEAKYPOOL_SECRET`` (a spawned worker's key; a standalone worker's given secret) is gone from
+    the environment a routine and its children see."""
+    probe = ("sh", "-c", "echo ${LEAKYPOOL_SECRET:-none}; env | grep -c '^LEAKYPOOL_SECRET=' || true")
+    async with pool.WorkerPool(spawn=1, worker_template=False):  # a fresh interpreter, the key in its env
+        assert (await routines.run_program(*probe)).split() == [b"none", b"0"]
+    read_fd, write_fd = os.pipe()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEAKYPOOL_")}
+    env["LEAKYPOOL_SECRET"] = "given-in-the-environment"
+    args = [sys.executable, "worker_main.py", "--port", "0", "--ready-fd", str(write_fd)]
+    try:
+        async with Child(args, env=env, pass_fds=(write_fd,)):
+            os.close(write_fd)
+            write_fd = -1
+            line = await asyncio.wait_for(asyncio.to_thread(os.read, read_fd, 4096), WAIT_S)
+            info = json.loads(line.decode().split("READY ", 1)[1].splitlines()[0])
+            standalone = pool.WorkerMetadata(uid=uuid.UUID(info["uid"]), address=f"127.0.0.1:{info['port']}")
+            discovery = pool.StaticDiscovery(workers=[standalone])
+            async with pool.WorkerPool(discovery=discovery, secret="given-in-the-environment") as p:
+                await p.wait_for_workers(1, timeout=WAIT_S)
+                assert (await routines.run_program(*probe)).split() == [b"none", b"0"]
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)

@@ -41,7 +41,8 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
-    "pool/_config/_parse.py": f"sizes and import paths: {UT}_worker/test_recycle.py, {UT}_config/test_settings.py",
+    "pool/_config/_parse.py": f"sizes, import paths, URLs by reference: {UT}_worker/test_recycle.py, "
+    f"{UT}_config/test_settings.py",
     "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}test_worker_secret.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.

@@ -245,3 +245,22 @@ class TestSecretFile:
     def test_a_pool_given_an_unreadable_secret_file_should_fail_at_construction(self, tmp_path):
         with pytest.raises(pool.ConfigError, match="secret_file"):
             pool.WorkerPool(spawn=0, secret_file=str(tmp_path / "missing"), use_env=False)
+
+
+class TestIndirectUrls:
+    """A URL with a password is given by reference, never on a command line (issue 43 item 6)."""
+
+    def test_a_registry_should_be_read_from_a_file_or_a_variable(self, tmp_path, monkeypatch):
+        url = "postgresql://app:hunter2@db/app"
+        path = tmp_path / "registry"
+        path.write_text(url + "\n")
+        monkeypatch.setenv("REGISTRY_URL", url)
+        assert WorkerConfig.from_argv(["--registry", f"@{path}"], {}).registry == url
+        assert WorkerConfig.from_argv(["--registry", "env:REGISTRY_URL"], {}).registry == url
+        assert PoolConfig.from_env({"LEAKYPOOL_STORE": f"@{path}"}).store == url
+
+    def test_a_missing_file_or_variable_should_fail_in_one_line_without_the_url(self, tmp_path):
+        with pytest.raises(pool.ConfigError, match="--registry: expected a registry URL"):
+            WorkerConfig.from_argv(["--registry", f"@{tmp_path / 'missing'}"], {})
+        with pytest.raises(pool.ConfigError, match="--registry"):
+            WorkerConfig.from_argv(["--registry", "env:NOT_SET_ANYWHERE"], {})
