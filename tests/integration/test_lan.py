@@ -160,6 +160,30 @@ async def test_tls_worker_should_serve_a_pool_with_a_client_certificate_and_nobo
             assert w.child.process.returncode is None
 
 
+async def test_a_workers_own_certificate_should_not_stand_in_for_another_worker(tmp_path):
+    """Test issue 43's shared certificate name: each worker gets a certificate naming its own address, and a
+    pool that checks the address it dials (``server_name=None``) refuses a worker presenting another one's
+    (a host broken into, posing as another), while the genuine certificate serves."""
+    certs = load_make_certs().make_certs(tmp_path / "certs", ["10.77.0.10", "10.77.0.11"])
+    kind = service_type()
+    strict = pool.TlsCredentials(ca=certs["ca"], cert=certs["client"], key=certs["client_key"], server_name=None)
+    with Lan(1) as lan:
+        (host,) = lan.hosts
+        assert host.ip == "10.77.0.10"
+        for presented, serves in (("10.77.0.11", False), ("10.77.0.10", True)):
+            tls = ["--tls-cert", certs[f"worker {presented}"], "--tls-key", certs[f"worker {presented} key"]]
+            tls += ["--tls-client-ca", certs["ca"]]
+            async with worker(*lan_flags(host.ip, kind, *tls), wrap=host.command):
+                discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
+                async with pool.WorkerPool(discovery=discovery, credentials=strict) as p:
+                    await p.wait_for_workers(1, timeout=30)
+                    if serves:
+                        assert await routines.add(1, 2) == 3
+                    else:
+                        with pytest.raises(pool.NoWorkersAvailable):
+                            await routines.add(1, 2)
+
+
 def load_make_certs():
     path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "make_certs.py"
     spec = importlib.util.spec_from_file_location("make_certs", path)
