@@ -10,6 +10,7 @@ read from it until then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
 from collections.abc import Callable
@@ -91,15 +92,24 @@ class UnixChannel:
         stream.close()
 
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
-        """Open a Dispatch stream and run ``session`` on it until it ends."""
+        """Open a Dispatch stream and run ``session`` on it until it ends.
+
+        The side connection is opened beside it, at the same time: each is one
+        handshake, and a stream's first call waits for both.
+        """
+        opening_side = asyncio.ensure_future(self._open_side())  # awaited below on every path
         try:
             stream = await self._open("Dispatch")
         except BaseException as exc:
+            opening_side.cancel()
+            with contextlib.suppress(BaseException):
+                if (unused := await opening_side) is not None:
+                    unused.close()
             session.fail(describe(exc))  # calls already opened on it learn why
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError | ProtocolError):
                 return
             raise
-        side = await self._open_side()
+        side = await opening_side
         try:
             await session.run(
                 stream.read_frames,
