@@ -125,6 +125,10 @@ class WorkerConnection:
             self._on_idle = None
             on_idle(self)
 
+    def connect(self) -> None:
+        """Open the stream now, before the first call needs it (its handshake is then out of that call's way)."""
+        self._live_session()
+
     def _live_session(self) -> Session:
         session = self._session
         if session is None or session.failure is not None:

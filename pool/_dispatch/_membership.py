@@ -81,6 +81,7 @@ class Membership:
         self._host = host
         self._credentials = credentials
         self._trust = trust
+        self._own_trust = trust.own()  # spawned workers hold the pool's own key only: no secret file to read
         self._insecure = insecure
         self._spawn = spawn
         self._moving: dict[uuid.UUID, str] = {}  # uid -> the address a record moves it to, being proven
@@ -99,6 +100,8 @@ class Membership:
         connection = self._connect(metadata)
         if connection is not None:
             self.roster.add(connection)
+            if metadata.local:
+                connection.connect()  # the pool's own: it will be used; prove both ends while others start
             self._notify()
 
     def _connect(self, metadata: WorkerMetadata) -> WorkerConnection | None:
@@ -106,7 +109,8 @@ class Membership:
         if not isinstance(way, Route):
             _log.warning("not admitting worker %s at %s: %s", metadata.uid, metadata.address, way)
             return None
-        return WorkerConnection(metadata, self._host, self._trust, way.credentials, on_room=self._on_room)
+        trust = self._own_trust if metadata.local else self._trust
+        return WorkerConnection(metadata, self._host, trust, way.credentials, on_room=self._on_room)
 
     def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> list[WorkerConnection]:
         """Drop a worker; returns the connections to close now.

@@ -16,18 +16,27 @@ that holds TLS credentials. So, as Dask's ``Security`` refuses a plain
 
 from __future__ import annotations
 
-import dataclasses
-
 from .._config._parse import is_loopback
 from .._transport._rpc import WorkerMetadata
 from .._transport._tls import TlsCredentials
 
 
-@dataclasses.dataclass(frozen=True)
 class Route:
     """How to dial one worker: with these TLS credentials, or None for plaintext."""
 
-    credentials: TlsCredentials | None
+    __slots__ = ("credentials",)
+
+    def __init__(self, credentials: TlsCredentials | None) -> None:
+        self.credentials = credentials
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Route) and other.credentials is self.credentials
+
+    def __hash__(self) -> int:
+        return id(self.credentials)
+
+    def __repr__(self) -> str:
+        return f"Route({self.credentials!r})"
 
 
 def route(worker: WorkerMetadata, credentials: TlsCredentials | None, *, insecure: bool) -> Route | str:

@@ -113,6 +113,12 @@ class Keyring:
         self._create = create
         self._cache: dict[str, Key] = {}
 
+    def fixed_only(self) -> Keyring:
+        """A keyring of the fixed keys alone (for the workers a pool spawned, which hold nothing else)."""
+        only = Keyring()
+        only._fixed = self._fixed  # (the same class: the keys already derived)
+        return only
+
     def held(self) -> tuple[Key, ...]:
         """The keys held now (at most `MAX_KEYS`)."""
         found = list(self._fixed)

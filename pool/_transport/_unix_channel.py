@@ -10,7 +10,6 @@ read from it until then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import uuid
 from collections.abc import Callable
@@ -94,22 +93,26 @@ class UnixChannel:
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
         """Open a Dispatch stream and run ``session`` on it until it ends.
 
-        The side connection is opened beside it, at the same time: each is one
-        handshake, and a stream's first call waits for both.
+        The side connection is opened beside it and not waited for: each is a
+        handshake, and the stream's first calls need not wait for the second
+        (a large value sent before it is up goes in band, as without one).
         """
-        opening_side = asyncio.ensure_future(self._open_side())  # awaited below on every path
+        opening_side = asyncio.ensure_future(self._open_side())  # ended and awaited below on every path
+
+        def side() -> SideChannel | None:
+            if not opening_side.done() or opening_side.cancelled() or opening_side.exception() is not None:
+                return None
+            channel = opening_side.result()
+            return None if channel is None or channel.closed else channel
+
         try:
             stream = await self._open("Dispatch")
         except BaseException as exc:
-            opening_side.cancel()
-            with contextlib.suppress(BaseException):
-                if (unused := await opening_side) is not None:
-                    unused.close()
+            await _close_side(opening_side)
             session.fail(describe(exc))  # calls already opened on it learn why
             if isinstance(exc, OSError | ProtocolError):
                 return
             raise
-        side = await opening_side
         try:
             await session.run(
                 stream.read_frames,
@@ -118,12 +121,11 @@ class UnixChannel:
                 attach=stream.attach,
                 write_now=stream.write_frames_now,
                 busy_at=stream.busy_at,
-                side=lambda: None if side is None or side.closed else side,
+                side=side,
             )
         finally:
             self._drop(stream)
-            if side is not None:
-                side.close()
+            await _close_side(opening_side)
 
     async def _open_side(self) -> SideChannel | None:
         """The side connection large buffers cross by (see `_buffers`); None if the worker does not take one."""
@@ -142,6 +144,9 @@ class UnixChannel:
         except (OSError, TimeoutError, ProtocolError):  # (Refused is a ConnectionError)
             sock.close()
             return None
+        except BaseException:  # cancelled (the stream ended first): the socket goes with it
+            sock.close()
+            raise
         if answer != SIDE_OK:
             sock.close()
             return None
@@ -191,6 +196,14 @@ class UnixChannel:
 
     def __repr__(self) -> str:
         return f"<UnixChannel {self._path} connections={len(self._streams)}>"
+
+
+async def _close_side(opening: asyncio.Future[SideChannel | None]) -> None:
+    """End the side connection's opening if it still runs, and close the connection if it opened."""
+    opening.cancel()
+    await asyncio.wait([opening])  # (ends at once: cancelled, or done already; raises nothing of its own)
+    if opening.done() and not opening.cancelled() and opening.exception() is None and (side := opening.result()):
+        side.close()
 
 
 async def _receive(sock: socket.socket, limit: int) -> bytes:
