@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -173,10 +174,10 @@ def grpc_by_curl(port: int, method: str) -> list[str]:
 
 
 async def run_as(user: int | None, args: list[str], stdin: bytes = b"") -> tuple[int, str]:
-    """Run ``args`` as ``user`` (None: as this process); its exit status and stdout + stderr."""
-    as_user = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+    """Run ``args`` as ``user`` (None: as this process; else through runuser); its exit status and output."""
+    command = args if user is None else ["runuser", "-u", pwd.getpwuid(user).pw_name, "--", *args]
     async with Child(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(), **as_user
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env()
     ) as child:
         child.process.stdin.write(stdin)
         child.process.stdin.close()
