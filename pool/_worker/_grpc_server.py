@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,12 +37,18 @@ REQUEST_MAX_BYTES = 1 << 10
 """The largest State or Stop request read (the one is empty, the other a float)."""
 
 
-def _peer_address(peer: str) -> tuple[str, int] | None:
-    """``ipv4:127.0.0.1:5000`` or ``ipv6:[::1]:5000`` as (host, port); None for anything else."""
+def peer_address(peer: str) -> tuple[str, int] | None:
+    """gRPC's name of a peer (``ipv4:127.0.0.1:5000``, ``ipv6:%5B::1%5D:5000``) as (host, port); None if not IP.
+
+    Raises:
+        Refused: an IP peer whose address does not parse (it is not let in unchecked).
+    """
     kind, _, rest = peer.partition(":")
-    host, _, port = rest.rpartition(":")
-    if kind not in ("ipv4", "ipv6") or not port.isdigit():
+    if kind not in ("ipv4", "ipv6"):
         return None
+    host, _, port = urllib.parse.unquote(rest).rpartition(":")
+    if not port.isdigit() or not host:
+        raise Refused(f"cannot read the caller's address {peer!r}")
     return host.strip("[]"), int(port)
 
 
@@ -52,7 +59,7 @@ def handler(service: WorkerService, trust: Trust) -> grpc.GenericRpcHandler:
     async def admit(method: str, context: grpc.aio.ServicerContext) -> None:
         """The handshake; returns once the caller proved itself, else ends the call (UNAUTHENTICATED)."""
         try:
-            address = _peer_address(context.peer())
+            address = peer_address(context.peer())
             loopback = None if address is None else loopback_host(address[0])
             if address is not None and loopback is not None:
                 check_tcp_peer(loopback, address[1], trust.uids, f"the caller at {context.peer()}")

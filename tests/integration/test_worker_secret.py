@@ -167,10 +167,10 @@ async def test_the_secret_file_should_be_private_and_made_once_by_racing_process
     assert os.listdir(path.parent) == ["secret"]  # no temporary file left behind
 
 
-def grpc_by_curl(port: int, method: str) -> list[str]:
+def grpc_by_curl(host: str, port: int, method: str) -> list[str]:
     """A gRPC call made by curl (HTTP/2 without TLS), its body from stdin: what any local user can run, no Python needed."""
     args = ["curl", "-sS", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers"]
-    return [*args, "--data-binary", "@-", "-D", "-", "-o", "/dev/null", f"http://127.0.0.1:{port}/{SERVICE}/{method}"]
+    return [*args, "--data-binary", "@-", "-D", "-", "-o", "/dev/null", f"http://{host}:{port}/{SERVICE}/{method}"]
 
 
 async def run_as(user: int | None, args: list[str], stdin: bytes = b"") -> tuple[int, str]:
@@ -194,18 +194,19 @@ CHALLENGE_LIKE = b"\0\0\0\0\x45" + b"LPC1" + bytes(65)
     shutil.which("curl") is None,
     reason="needs curl (the other user's client: it cannot run this interpreter, under /root)",
 )
-async def test_another_user_should_neither_read_the_secret_nor_reach_the_worker(private_secret):
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
+async def test_another_user_should_neither_read_the_secret_nor_reach_the_worker(private_secret, host):
     """Test that ``nobody`` can neither read the owner's secret nor get an answer (issue 35: it ran code as root).
 
     The other user's client is curl speaking gRPC: this interpreter lives
     where ``nobody`` may not run it. The owner's own State, with the
     handshake, is the control.
     """
-    async with worker("--port", "0") as w:
+    async with worker("--host", host.strip("[]"), "--port", "0") as w:
         status, out = await run_as(NOBODY, ["cat", private_secret])
         assert status != 0 and "Permission denied" in out
         for method in ("State", "Dispatch", "Stop"):
-            status, out = await run_as(NOBODY, grpc_by_curl(w.port, method), CHALLENGE_LIKE)
+            status, out = await run_as(NOBODY, grpc_by_curl(host, w.port, method), CHALLENGE_LIKE)
             assert "grpc-status: 16" in out, (status, out)  # UNAUTHENTICATED
-            assert "uid 65534" in out, out  # turned away for who it is, before its challenge was read
-        assert (await state(f"127.0.0.1:{w.port}")).uid == w.uid
+            assert "uid 65534" in out, out  # turned away for who it is (IPv6 too), before its challenge was read
+        assert (await state(f"{host}:{w.port}")).uid == w.uid

@@ -114,7 +114,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _worker: the worker process, run for real.
     "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "
     f"{UT}_worker/test_signals.py",
-    "pool/_worker/_grpc_server.py": f"a worker on TCP: {IT}test_worker_main.py, {IT}test_worker_secret.py, {IT}test_lan.py",
     "pool/_worker/_keys.py": f"a worker's secret, and the variable gone from routines: {IT}test_worker_secret.py, "
     f"{IT}test_trust.py",
     "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}test_routines.py, {IT}test_plain.py",
