@@ -6,13 +6,20 @@
 writes, into ``certs/``:
 
 - ``ca.pem`` / ``ca-key.pem``: the cluster CA (keep the key offline);
-- ``worker.pem`` / ``worker-key.pem``: one certificate all workers present,
-  for the DNS name ``leakypool-worker`` (what pools verify; see
-  ``pool.TlsCredentials.server_name``) and any ``--worker-ip`` given;
+- ``worker-IP.pem`` / ``worker-IP-key.pem`` for each ``--worker-ip``: that
+  worker's own certificate, naming its address and nothing else (issue 43);
+- ``worker.pem`` / ``worker-key.pem``: one certificate all workers may
+  present, for the DNS name ``leakypool-worker`` (what pools verify by
+  default; see ``pool.TlsCredentials.server_name``) and every ``--worker-ip``;
 - ``client.pem`` / ``client-key.pem``: what a dispatching process presents.
 
-Workers: ``--tls-cert worker.pem --tls-key worker-key.pem --tls-client-ca ca.pem``.
-Pools: ``pool.TlsCredentials(ca="ca.pem", cert="client.pem", key="client-key.pem")``.
+Workers: ``--tls-cert worker-IP.pem --tls-key worker-IP-key.pem --tls-client-ca ca.pem``.
+Pools: ``pool.TlsCredentials(ca="ca.pem", cert="client.pem", key="client-key.pem", server_name=None)``:
+each worker is then checked against the address the pool dials, so one
+worker's certificate (a host that was broken into) cannot stand in for
+another's. With the shared ``worker.pem`` and the default ``server_name``,
+any worker's certificate passes for any other (TLS then says "a host of the
+cluster", and only the handshake's secret says more).
 
 Needs the ``cryptography`` package. Keys are EC P-256; certificates last
 ``--days`` (default 365). The same can be done with openssl (docs/lan-security.md).
@@ -97,6 +104,10 @@ def make_certs(out: str | os.PathLike[str], worker_ips: list[str] = [], days: in
     worker_san += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in worker_ips]
     worker_pem, worker_key = leaf(WORKER_NAME, ExtendedKeyUsageOID.SERVER_AUTH, worker_san)
     client_pem, client_key = leaf("leakypool-client", ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    own = {
+        ip: leaf(f"{WORKER_NAME} {ip}", ExtendedKeyUsageOID.SERVER_AUTH, [x509.IPAddress(ipaddress.ip_address(ip))])
+        for ip in worker_ips
+    }
 
     paths = {
         "ca": directory / "ca.pem",
@@ -112,6 +123,11 @@ def make_certs(out: str | os.PathLike[str], worker_ips: list[str] = [], days: in
     _write(paths["worker_key"], worker_key, private=True)
     _write(paths["client"], client_pem)
     _write(paths["client_key"], client_key, private=True)
+    for ip, (pem, key) in own.items():
+        paths[f"worker {ip}"] = directory / f"worker-{ip}.pem"
+        paths[f"worker {ip} key"] = directory / f"worker-{ip}-key.pem"
+        _write(paths[f"worker {ip}"], pem)
+        _write(paths[f"worker {ip} key"], key, private=True)
     return {role: str(path) for role, path in paths.items()}
 
 

@@ -9,4 +9,5 @@ _redact   passwords out of URLs, commands and messages before they are logged
 _public   public names under their public path (what is pickled names pool.X)
 _lost     whether a store error means "out of reach" (retry) or refused (do not): both sides use it
 _role     which side of the pool this process is on
+_private  directories that carry trust: 0700, this user's, checked on every open
 """

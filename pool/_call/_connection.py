@@ -25,9 +25,9 @@ from .._errors import WorkerBroken
 from .._transport._outgoing import OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import WorkerMetadata
-from .._transport._secret import SecretSource
 from .._transport._session import CallHost, Session
 from .._transport._tls import TlsCredentials
+from .._transport._trust import Trust
 from .._transport._unix_channel import UnixChannel
 from ._calls import open_call
 from ._task import Task
@@ -39,18 +39,19 @@ _log = logging.getLogger("leakypool.pool")
 
 
 def open_channel(
-    address: str, credentials: TlsCredentials | None = None, secret: SecretSource | None = None
+    address: str, trust: Trust, uid: uuid.UUID | None = None, credentials: TlsCredentials | None = None
 ) -> GrpcChannel | UnixChannel:
-    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC, with ``secret``).
+    """A channel to the worker at ``address``: ``unix:PATH`` (framed messages) or ``host:port`` (gRPC).
 
-    Raises:
-        ConfigError: a secret file given explicitly cannot be read.
+    Every connection it opens proves both ends (`_handshake`) before
+    anything else crosses; ``uid`` is the worker it must prove to be (None:
+    any, for a probe that asks who is there).
     """
     if address.startswith("unix:"):
-        return UnixChannel(address.removeprefix("unix:"))  # a private directory guards it: no secret
+        return UnixChannel(address.removeprefix("unix:"), trust, uid)
     from .._transport._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
 
-    return GrpcChannel(address, credentials, secret.get() if secret is not None else None)
+    return GrpcChannel(address, trust, uid, credentials)
 
 
 class WorkerConnection:
@@ -59,8 +60,8 @@ class WorkerConnection:
     Args:
         metadata: The worker.
         host: Serves calls the worker opens back (nested dispatch).
-        credentials: TLS client credentials, for a worker that serves TLS.
-        secret: Where the secret sent to a worker over TCP comes from.
+        trust: What this pool proves itself with, and whom it trusts.
+        credentials: TLS client credentials, to dial it with TLS.
         on_room: Called with the worker's uid when it says it has room again (its Room
             frame), or with None when a stream ends (what the worker knew of this pool is gone).
     """
@@ -69,15 +70,15 @@ class WorkerConnection:
         self,
         metadata: WorkerMetadata,
         host: CallHost | None,
+        trust: Trust,
         credentials: TlsCredentials | None = None,
         on_room: Callable[[uuid.UUID, pb.Room | None], None] | None = None,
-        secret: SecretSource | None = None,
     ) -> None:
         self.metadata = metadata
         self._host = host
         self._on_room = on_room
         self.last_room: pb.Room | None = None  # the worker's load and signals when it last said "room"
-        self._channel = open_channel(metadata.address, credentials, secret)
+        self._channel = open_channel(metadata.address, trust, metadata.uid, credentials)
         self._session: Session | None = None
         self._label = f"worker {metadata.uid} at {metadata.address}"
         self._streams = TaskOwner(self._label, _log)
@@ -124,6 +125,10 @@ class WorkerConnection:
             self._on_idle = None
             on_idle(self)
 
+    def connect(self) -> None:
+        """Open the stream now, before the first call needs it (its handshake is then out of that call's way)."""
+        self._live_session()
+
     def _live_session(self) -> Session:
         session = self._session
         if session is None or session.failure is not None:
@@ -143,7 +148,9 @@ class WorkerConnection:
     def _describe(self, reason: BaseException) -> WorkerBroken:
         code, detail = self._channel.failure(reason)
         if code == "UNAUTHENTICATED" and not self.closed:
-            _log.error("%s refused this pool: it requires a secret this pool does not have: %s", self._label, detail)
+            _log.error(
+                "%s failed the handshake (no call, no routine sent; nothing it sent read): %s", self._label, detail
+            )
         return WorkerBroken(f"lost {self._label}: {code}: {detail}", code)
 
     async def state(self, timeout: float = 5.0) -> pb.WorkerState:

@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
+from .._base._redact import redacted
+from .._config._parse import indirect
 from .._errors import ConfigError, StoreError
 from .._jobs._retention import PURGE_BATCH
 from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
@@ -85,7 +87,7 @@ def as_dict(record: JobRecord) -> dict[str, Any]:
         "attempts": record.attempts,
         "max_attempts": record.max_attempts,
         "priority": record.priority,
-        "error": record.error,
+        "error": redacted(record.error) if record.error else record.error,  # a terminal is no place for a password
         "created_at": _when(record.created_at),
         "run_at": _when(record.next_at),
         "started_at": _when(record.started_at),
@@ -102,7 +104,9 @@ def as_dict(record: JobRecord) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="leakypool jobs", description="Look at and act on a store's jobs.")
-    parser.add_argument("store", help="the store URL: sqlite:///PATH or postgresql://...")
+    parser.add_argument(
+        "store", help="the store URL: sqlite:///PATH or postgresql://...; or @FILE, env:NAME holding one (a password)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     listing = verbs.add_parser("list", help="jobs, newest first")
@@ -124,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace) -> Any:
     """Do the verb against the store; what to print (records, a record, or a summary)."""
+    try:
+        args.store = indirect(args.store)  # a URL with a password is no argument: every user reads a command line
+    except ValueError as exc:
+        raise ConfigError(f"store {args.store}: {exc}") from None
     if args.store.startswith("sqlite:///") and not os.path.exists("/" + args.store[len("sqlite:///") :].lstrip("/")):  # noqa: ASYNC240 - a command-line tool, one stat before it opens the store
         raise ConfigError(f"store {args.store}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(args.store)
@@ -188,8 +196,9 @@ def render(result: Any, width: int = 80) -> Any:
         ]
         table = one_line_table(SHOW_COLUMNS, fields, width, show_header=False, title=f"job {result.id}")
         value_width = table.columns[1].width or 0
-        if result.error and (len(result.error) > value_width or "\n" in result.error):
-            return Group(table, Text(f"error: {result.error}"))  # cut in the table: here in full, wrapped
+        error = redacted(result.error) if result.error else ""
+        if error and (len(error) > value_width or "\n" in error):
+            return Group(table, Text(f"error: {error}"))  # cut in the table: here in full, wrapped
         return table
     rows = [
         (
@@ -200,7 +209,7 @@ def render(result: Any, width: int = 80) -> Any:
             str(record.priority),
             _short(record.created_at),
             _short(record.next_at),
-            record.error.splitlines()[0] if record.error else "",
+            redacted(record.error.splitlines()[0]) if record.error else "",
         )
         for record in result
     ]

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .._config._parse import indirect
 from .._errors import ConfigError, StoreError
 from .._jobs._job import queue_name
 from .._jobs._store import PausableStore
@@ -49,6 +50,10 @@ def main(argv: Sequence[str]) -> int:
 
 
 async def _run(url: str, verb: str, name: str) -> str:
+    try:
+        url = indirect(url)  # @FILE or env:NAME: a URL with a password is no argument (issue 43)
+    except ValueError as exc:
+        raise ConfigError(f"store {url}: {exc}") from None
     if url.startswith("sqlite:///") and not os.path.exists("/" + url[len("sqlite:///") :].lstrip("/")):  # noqa: ASYNC240 - a command-line tool, one stat before it opens the store
         raise ConfigError(f"store {redacted(url)}: no such file (a typo? the jobs command never creates a store)")
     store = open_store(url)

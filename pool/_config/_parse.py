@@ -81,7 +81,7 @@ def to_env(settings: Sequence[Setting], values: Mapping[str, Any]) -> dict[str, 
         if isinstance(value, bool):
             env[setting.env] = "1" if value else "0"
         elif isinstance(value, tuple):
-            env[setting.env] = ",".join(value)
+            env[setting.env] = ",".join(map(str, value))
         else:
             env[setting.env] = str(value)
     return env
@@ -185,9 +185,34 @@ def text(raw: str) -> str:
 
 
 def store_url(raw: str) -> str:
-    """A job store URL (``sqlite:///PATH``, ``postgresql://...``), or empty for "no store"."""
-    if raw and not raw.startswith(("sqlite:///", "postgresql://", "postgres://")):
+    """A job store URL (``sqlite:///PATH``, ``postgresql://...``), or empty for "no store"; see `indirect`."""
+    url = indirect(raw)
+    if url and not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ValueError(raw)
+    return url
+
+
+def indirect(raw: str, environ: Mapping[str, str] = os.environ) -> str:
+    """A value given where every user of the host can read it (a command line) by reference (issue 43).
+
+    ``@PATH``: the first line of that file (a mounted secret, 0600); ``env:NAME``: that variable;
+    anything else: itself. ``/proc/PID/cmdline`` is world-readable, a process's environment and a
+    private file are not: a URL with a password belongs in one of them.
+
+    Raises:
+        ValueError: the file cannot be read, or the variable is not set.
+    """
+    if raw.startswith("@"):
+        try:
+            with open(raw[1:]) as f:
+                return f.readline().strip()
+        except OSError as exc:
+            raise ValueError(f"{raw[1:]}: {exc.strerror}") from None
+    if raw.startswith("env:"):
+        name = raw[len("env:") :]
+        if not environ.get(name):
+            raise ValueError(f"{name} is not set")
+        return environ[name].strip()
     return raw
 
 
@@ -204,6 +229,14 @@ def ipv4_list(raw: str) -> tuple[str, ...]:
     for address in addresses:
         ipaddress.IPv4Address(address)
     return addresses
+
+
+def uid_list(raw: str) -> tuple[int, ...]:
+    """Comma-separated user ids (numbers >= 0)."""
+    uids = tuple(int(u) for u in raw.split(",") if u.strip())
+    if any(u < 0 for u in uids):
+        raise ValueError(raw)
+    return uids
 
 
 def tag_list(raw: str) -> tuple[str, ...]:

@@ -14,11 +14,13 @@ def default_registry(environ: Mapping[str, str] = os.environ) -> str:
     """The local-discovery registry when none is given.
 
     ``LEAKYPOOL_LOCAL_REGISTRY`` if set (workers and pools read the same
-    variable), else a per-user directory under the runtime or temp dir.
+    variable), else a per-user directory under the runtime or temp dir
+    (which both sides make 0700 and refuse when it is not private: in a
+    shared ``/tmp`` another user may have made it first).
     """
     if environ.get(PREFIX + "LOCAL_REGISTRY"):
         return environ[PREFIX + "LOCAL_REGISTRY"]
-    base = environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    base = environ.get("XDG_RUNTIME_DIR") or environ.get("TMPDIR") or tempfile.gettempdir()
     return os.path.join(base, f"leakypool-{os.getuid()}")
 
 

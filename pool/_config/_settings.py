@@ -39,6 +39,7 @@ from ._parse import (
     tag_list,
     text,
     to_env,
+    uid_list,
     uid_or_empty,
 )
 
@@ -88,11 +89,13 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
     Setting("metrics_token", text, "a token", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=)"),
-    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH)", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); empty = off"),
+    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to --metrics-port may give as its Host", True),
+    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH), @FILE or env:NAME holding one", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); a URL with a password: @FILE or env:NAME (a command line is world-readable); empty = off"),
     Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
-    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret every caller over TCP must present (default: this user's own, made on first use; not needed with --tls-client-ca)"),
-    Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "accept callers over TCP without the secret: any local user can run code here (a machine with one user)"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret(s) every caller must prove it holds, one per line (default: this user's own, made on first use)"),
+    Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "removed (issue 43): every connection proves the secret; refused with an error"),
+    Setting("peer_uids", uid_list, "comma-separated user ids", (), "local users besides this worker's own that may connect (unix socket, loopback)", True),
 )
 # fmt: on
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
@@ -145,11 +148,13 @@ class WorkerConfig:
     hold_slot_while_waiting: bool = False
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    metrics_names: tuple[str, ...] = ()
     registry: str = ""
     registry_ttl: float = 15.0
     store_retry: float = 10.0
     secret_file: str = ""
     no_secret: bool = False
+    peer_uids: tuple[int, ...] = ()
     ready_fd: int = -1
     lifeline_fd: int = -1
     backpressure: str = ""
@@ -206,8 +211,8 @@ class WorkerConfig:
             raise ConfigError("--tls-client-ca: expected --tls-cert and --tls-key too, got neither")
         if self.unix_socket and (self.tls_cert or self.discovery == "lan"):
             raise ConfigError("--unix-socket: serves this host only; drop --tls-cert and --discovery lan")
-        if self.no_secret and (self.secret or self.secret_file):
-            raise ConfigError("--no-secret: contradicts --secret-file / LEAKYPOOL_SECRET; give one or the other")
+        if self.no_secret:
+            raise ConfigError("--no-secret: removed: every connection proves the secret (docs/lan-security.md)")
         if not (self.metrics_token or is_loopback(self.metrics_host)):
             raise ConfigError(
                 f"--metrics-host: expected a loopback address unless a metrics token is set, got {self.metrics_host!r}"
@@ -283,7 +288,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "store",
         store_url,
-        "a store URL (sqlite:///PATH or postgresql://...)",
+        "a store URL (sqlite:///PATH or postgresql://...), @FILE or env:NAME holding one",
         "",
         "job store for durable jobs (routine.submit); empty = no store",
     ),
@@ -294,13 +299,16 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
     Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
     Setting("metrics_token", text, "a token", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
+    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to metrics_port may give as its Host (DNS rebinding)"),
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
     Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
     Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
-    Setting("secret", text, "a token", "", "the secret sent to workers over TCP (default: read from secret_file)"),
-    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret sent to workers over TCP (default: this user's own)"),
+    Setting("secret", text, "a token", "", "the secret(s) this pool proves itself with to workers it did not spawn (default: read from secret_file)"),
+    Setting("secret_file", path_or_empty, "a readable file", "", "file holding that secret, one per line (default: this user's own)"),
+    Setting("insecure", boolean, "a boolean (1/0, true/false)", False, "dial workers off loopback without TLS when the pool has no credentials: anyone on the path can read and change every frame"),
+    Setting("peer_uids", uid_list, "comma-separated user ids", (), "local users besides this one whose workers this pool may dial (unix socket, loopback)"),
 )
 # fmt: on
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
@@ -328,6 +336,7 @@ class PoolConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     metrics_token: str = ""
+    metrics_names: tuple[str, ...] = ()
     keep_finished: float = 7 * 86400.0
     store_retry: float = 10.0
     provision_timeout: float | None = None
@@ -335,6 +344,8 @@ class PoolConfig:
     max_memory_per_worker: int | None = None
     secret: str = dataclasses.field(default="", repr=False)
     secret_file: str = ""
+    insecure: bool = False
+    peer_uids: tuple[int, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = os.environ, **explicit: Any) -> PoolConfig:
@@ -346,7 +357,9 @@ class PoolConfig:
         explicit = dict(explicit)
         for setting in POOL_SETTINGS:
             value = explicit.get(setting.name)
-            if value is not None and not isinstance(value, str):
+            if isinstance(value, list | tuple | set | frozenset):
+                explicit[setting.name] = setting.convert(",".join(map(str, value)), setting.name)
+            elif value is not None and not isinstance(value, str):
                 _check_explicit(setting, value)
             elif isinstance(value, str) and setting.parse is size_bytes:
                 explicit[setting.name] = setting.convert(value, setting.name)  # "512MiB" given in code

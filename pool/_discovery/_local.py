@@ -3,6 +3,11 @@
 The worker's side (`LocalPublisher`) writes one JSON record per worker,
 atomically, and removes it when the worker drains; a record whose process
 is gone (a worker killed before it could withdraw) is ignored and removed.
+
+The directory decides which workers a pool dials, so both sides refuse
+one that is not private (`pool._base._private`: this user's, mode 0700):
+in a shared ``/tmp`` another user could make it first and plant records
+(issue 43). A record's worker must still prove itself when dialled.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+from .._base._private import check_private, private_directory
 from .._base._public import public
 from .._config._places import default_registry
+from .._errors import ConfigError
 from .._transport._rpc import WorkerMetadata
 from ._protocol import DiscoveryEvent
 
@@ -51,11 +58,15 @@ def record_from_json(text: str) -> WorkerMetadata:
 
 
 class LocalPublisher:
-    """A worker's entry in a local registry directory: written at start, removed on drain."""
+    """A worker's entry in a local registry directory: written at start, removed on drain.
+
+    Raises:
+        ConfigError: the directory is not private (another user's, or open to others).
+    """
 
     def __init__(self, directory: str, worker: WorkerMetadata) -> None:
         self._path = os.path.join(directory, f"{worker.uid}.json")
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        private_directory(directory, what="--discovery local: the registry directory")
         temporary = self._path + ".tmp"
         with open(temporary, "w") as f:
             f.write(record_to_json(worker))
@@ -85,6 +96,7 @@ class LocalDiscovery:
     def __init__(self, directory: str | None = None, *, poll_interval: float = DEFAULT_POLL_S) -> None:
         self.directory: str = directory or default_registry()
         self._poll = poll_interval
+        self._refused = ""  # why the directory was last refused (logged once per reason)
 
     async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:
         """Workers registered now, then changes."""
@@ -105,9 +117,18 @@ class LocalDiscovery:
     def _read(self) -> dict[uuid.UUID, WorkerMetadata]:
         found: dict[uuid.UUID, WorkerMetadata] = {}
         try:
+            check_private(self.directory, what="LocalDiscovery: the registry directory")
             names = os.listdir(self.directory)
+        except ConfigError as exc:
+            if not os.path.lexists(self.directory):
+                return found  # no worker registered yet
+            if str(exc) != self._refused:
+                self._refused = str(exc)
+                _log.error("%s; reading no worker from it", exc)
+            return found
         except FileNotFoundError:
             return found
+        self._refused = ""
         for name in names:
             if not name.endswith(".json"):
                 continue

@@ -12,6 +12,7 @@ from .._config._places import default_secret_file
 from .._config._settings import secret_settings
 from .._transport._rpc import WorkerMetadata
 from .._transport._secret import SecretSource
+from .._transport._trust import Trust
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
@@ -29,8 +30,8 @@ class StaticDiscovery:
         addresses: ``host:port`` of plain (non-TLS) workers.
         workers: Worker records to announce as they are (no RPC).
         timeout: Seconds to wait for each address's State answer.
-        secret: The workers' secret, which they require of the State call
-            (default: ``LEAKYPOOL_SECRET``, else the file in
+        secret: The workers' secret, which the probe proves it holds and they
+            prove to it (default: ``LEAKYPOOL_SECRET``, else the file in
             ``LEAKYPOOL_SECRET_FILE``, else this user's own; as a pool finds it).
         secret_file: A file holding it.
 
@@ -48,10 +49,10 @@ class StaticDiscovery:
         secret_file: str | None = None,
     ) -> None:
         self._addresses = list(addresses)
-        self._secret: SecretSource | None = None
-        if self._addresses:  # only a probe presents it: no file is read for an in-memory double
+        self._trust: Trust | None = None
+        if self._addresses:  # only a probe proves itself: no file is read for an in-memory double
             given, path = secret_settings(secret, secret_file)
-            self._secret = SecretSource(given, path, default_path=default_secret_file())
+            self._trust = Trust.of(source=SecretSource(given, path, default_path=default_secret_file()))
         self._known: dict[uuid.UUID, WorkerMetadata] = {w.uid: w for w in workers}
         self._timeout = timeout
         self._subscribers: list[asyncio.Queue[DiscoveryEvent]] = []
@@ -75,7 +76,7 @@ class StaticDiscovery:
     async def subscribe(self) -> AsyncIterator[DiscoveryEvent]:
         """The known workers (resolving the addresses first), then changes."""
         for address in self._addresses:
-            worker = await probe(address, self._timeout, self._secret)
+            worker = await probe(address, self._timeout, self._trust)
             if worker is not None and worker.uid not in self._known:
                 self._known[worker.uid] = worker
         queue: asyncio.Queue[DiscoveryEvent] = asyncio.Queue()
@@ -89,11 +90,11 @@ class StaticDiscovery:
             self._subscribers.remove(queue)
 
 
-async def probe(address: str, timeout: float, secret: SecretSource | None = None) -> WorkerMetadata | None:
-    """Ask the (plain) worker at ``address`` who it is, presenting ``secret``; None if it does not answer."""
+async def probe(address: str, timeout: float, trust: Trust | None = None) -> WorkerMetadata | None:
+    """Ask the (plain) worker at ``address`` who it is (it proves its uid in the handshake); None if it does not answer."""
     from .._call._connection import open_channel  # the client side loads only for a pool that probes
 
-    channel = open_channel(address, secret=secret)
+    channel = open_channel(address, trust or Trust.of())
     try:
         state = await channel.state(timeout)
     except Exception as exc:  # noqa: BLE001 - whatever the channel raised, channel.failure() names it; the address is skipped
@@ -102,8 +103,11 @@ async def probe(address: str, timeout: float, secret: SecretSource | None = None
         return None
     finally:
         await channel.close()
+    if channel.uid is None or str(channel.uid) != state.uid:
+        _log.warning("the worker at %s proved to be %s but says it is %s: skipped", address, channel.uid, state.uid)
+        return None
     return WorkerMetadata(
-        uid=uuid.UUID(state.uid), address=address, pid=state.pid, version=state.version, capacity=state.capacity
+        uid=channel.uid, address=address, pid=state.pid, version=state.version, capacity=state.capacity
     )
 
 

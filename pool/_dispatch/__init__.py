@@ -6,6 +6,7 @@
     _rates       RateLimit on a Queue, and the in-process book calls wait in for their rate
     _placement   the balancer loop: offer, rotate on WorkerRejected, evict on WorkerBroken
     _membership  who joins and leaves (keeps the Roster; returns what to close)
+    _route       how a worker is dialled: the pool decides (TLS off loopback), not its record
     _roster      the read-only view balancers see
     _room        who turned this pool away and has not said "room" since (the known_full hint)
     _relay       nested calls that workers send back up through the pool

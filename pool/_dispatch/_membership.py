@@ -17,17 +17,18 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Final
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Final
 
 from .._call._connection import WorkerConnection
 from .._discovery import DiscoveryEvent, DiscoveryLike
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import WorkerMetadata
-from .._transport._secret import SecretSource
 from .._transport._session import CallHost
 from .._transport._tls import TlsCredentials
+from .._transport._trust import Trust
 from ._roster import Roster
+from ._route import Route, route
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -40,14 +41,18 @@ UNREACHABLE_EVICT_S: Final[float] = 10.0
 SET_ASIDE_S: Final[float] = 10.0
 """How long an unreachable discovered worker sits out before it is tried again."""
 
+PROVE_MOVE_S: Final[float] = 5.0
+"""How long the worker at a record's new address gets to prove it is the worker that moved."""
+
 
 class Membership:
     """The pool's members and the rules for who joins and leaves.
 
     Args:
         host: Serves the calls workers make back (nested dispatch).
-        credentials: For workers that serve TLS.
-        secret: What to present to workers over TCP (they refuse callers without their secret).
+        credentials: TLS client credentials: every worker off loopback is dialled with them.
+        trust: What this pool proves itself with to workers, and whom it trusts.
+        insecure: Dial workers off loopback without TLS when the pool has no credentials.
         tags: Discovered workers must carry all of these to join.
         changed: Called whenever membership changes or a worker has room.
         close: Closes connections of departed workers (the pool starts and
@@ -55,6 +60,7 @@ class Membership:
         is_local: Whether a uid is one of the pool's own spawned workers.
         broken_local: Called with the uid of a spawned worker that failed
             hard, so its process is replaced rather than left running unused.
+        spawn: Runs a coroutine the membership needs (proving a moved worker) in a task the pool owns.
     """
 
     def __init__(
@@ -62,17 +68,23 @@ class Membership:
         host: CallHost,
         *,
         credentials: TlsCredentials | None,
-        secret: SecretSource | None = None,
+        trust: Trust,
+        insecure: bool = False,
         tags: Iterable[str],
         changed: Callable[[], None],
         close: Callable[[Iterable[WorkerConnection]], None],
         is_local: Callable[[uuid.UUID], bool],
         broken_local: Callable[[uuid.UUID], None],
+        spawn: Callable[[Coroutine[Any, Any, None], str], object] | None = None,
     ) -> None:
         self.roster = Roster()
         self._host = host
         self._credentials = credentials
-        self._secret = secret
+        self._trust = trust
+        self._own_trust = trust.own()  # spawned workers hold the pool's own key only: no secret file to read
+        self._insecure = insecure
+        self._spawn = spawn
+        self._moving: dict[uuid.UUID, str] = {}  # uid -> the address a record moves it to, being proven
         self._tags = frozenset(tags)
         self._changed = changed
         self._close = close
@@ -84,10 +96,21 @@ class Membership:
         self._retiring: set[WorkerConnection] = set()
 
     def admit(self, metadata: WorkerMetadata) -> None:
-        """Add a worker (a new connection to it)."""
-        credentials = self._credentials if metadata.tls else None
-        self.roster.add(WorkerConnection(metadata, self._host, credentials, on_room=self._on_room, secret=self._secret))
-        self._notify()
+        """Add a worker (a new connection to it), unless the pool will not dial it as its record asks (logged)."""
+        connection = self._connect(metadata)
+        if connection is not None:
+            self.roster.add(connection)
+            if metadata.local:
+                connection.connect()  # the pool's own: it will be used; prove both ends while others start
+            self._notify()
+
+    def _connect(self, metadata: WorkerMetadata) -> WorkerConnection | None:
+        way = route(metadata, self._credentials, insecure=self._insecure)
+        if not isinstance(way, Route):
+            _log.warning("not admitting worker %s at %s: %s", metadata.uid, metadata.address, way)
+            return None
+        trust = self._own_trust if metadata.local else self._trust
+        return WorkerConnection(metadata, self._host, trust, way.credentials, on_room=self._on_room)
 
     def evict(self, uid: uuid.UUID, why: str, *, graceful: bool = True) -> list[WorkerConnection]:
         """Drop a worker; returns the connections to close now.
@@ -136,21 +159,55 @@ class Membership:
             return
         if self._is_local(worker.uid):
             return
-        if worker.tls and self._credentials is None:
-            _log.warning(
-                "not admitting worker %s at %s: it serves TLS and the pool has no credentials",
-                worker.uid,
-                worker.address,
-            )
-            return
         current = self.roster.get(worker.uid)
         if current is not None and (current.metadata.address, current.metadata.tls) == (worker.address, worker.tls):
             self.roster.refresh(worker)
             return
         if current is not None:
-            self._close(self.evict(worker.uid, f"moved to {worker.address}"))
+            self._move(current, worker)
+            return
         _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
         self.admit(worker)
+
+    def _move(self, current: WorkerConnection, worker: WorkerMetadata) -> None:
+        """A record moves a member elsewhere: it moves once the worker there proved to be that worker.
+
+        Until then the member stays where it is: a planted record that
+        names a member's uid and another address cannot evict it (the
+        handshake binds the worker's uid, so only the genuine worker proves it).
+        """
+        if self._moving.get(worker.uid) == worker.address or self._spawn is None:
+            return
+        candidate = self._connect(worker)
+        if candidate is None:
+            return
+        self._moving[worker.uid] = worker.address
+        self._spawn(self._prove_move(current, candidate), f"prove {worker.uid} moved")
+
+    async def _prove_move(self, current: WorkerConnection, candidate: WorkerConnection) -> None:
+        worker = candidate.metadata
+        try:
+            await candidate.state(PROVE_MOVE_S)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the new address did not prove itself: nothing moves
+            _log.warning(
+                "a record moves worker %s to %s, but no worker there proved to be it (%s): it stays at %s",
+                worker.uid,
+                worker.address,
+                exc,
+                current.metadata.address,
+            )
+            await candidate.close()
+            return
+        finally:
+            if self._moving.get(worker.uid) == worker.address:
+                del self._moving[worker.uid]
+        if self.roster.get(worker.uid) is not current:
+            await candidate.close()  # it left (or moved) meanwhile
+            return
+        self._close(self.evict(worker.uid, f"moved to {worker.address} (proven)"))
+        _log.info("worker %s at %s joined the pool (discovered)", worker.uid, worker.address)
+        self.roster.add(candidate)
+        self._notify()
 
     def reachable(self, uid: uuid.UUID) -> None:
         """A call reached worker ``uid``."""

@@ -35,6 +35,7 @@ from typing import Final
 
 from .._base._exit import EXIT_RETIRED
 from .._base._ids import new_uid
+from .._base._private import check_private
 from .._base._tasks import TaskOwner
 from .._errors import WorkerInitError, WorkerStartError
 from .._transport._rpc import WorkerMetadata
@@ -280,6 +281,7 @@ class LocalFleet:
         if elastic:
             env["LEAKYPOOL_IDLE_TIMEOUT"] = repr(self._idle_timeout)
         if self._socket_dir is not None and self._transport == "unix":
+            check_private(self._socket_dir, what="the workers' socket directory")  # still ours, 0700 (issue 43)
             env["LEAKYPOOL_UNIX_SOCKET"] = os.path.join(self._socket_dir, f"{uid}.sock")
         worker = LocalWorker(uid, env, elastic=elastic, on_retiring=self._retiring)
         self._workers[uid] = worker

@@ -64,7 +64,8 @@ def worker_request(
         uid: The uid the worker takes.
         seq: The request number.
         spawned_env: ``LEAKYPOOL_*`` settings of the pool's spawned workers.
-        registry: The registry URL the worker records itself in ("" for none).
+        registry: The registry URL the worker records itself in ("" for none); one with a password
+            is in ``env`` only (``LEAKYPOOL_REGISTRY``), never in ``args`` (issue 43).
         tags: Tags the pool admits workers by.
         idle_timeout: Seconds the worker idles before it exits.
         tls: The worker's TLS files on its host (cert, key, client CA; see `TLS_SETTINGS`), or empty.
@@ -80,6 +81,8 @@ def worker_request(
         env["LEAKYPOOL_TAGS"] = ",".join(sorted(tags))
     args: list[str] = []
     for name, value in env.items():
+        if name == "LEAKYPOOL_REGISTRY" and redacted(value) != value:
+            continue  # a password: in env only (an argument is world-readable in /proc/PID/cmdline)
         flag = "--" + name.removeprefix("LEAKYPOOL_").lower().replace("_", "-")
         if name == "LEAKYPOOL_HOLD_SLOT_WHILE_WAITING":
             args += [flag] if value == "1" else []
@@ -211,6 +214,7 @@ def pool_capacity(
     on_exit: Callable[[uuid.UUID, str], None],
     initializer: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
     secret: SecretSource | None = None,
+    spawn_key: str = "",
 ) -> tuple[LocalFleet, Growth]:
     """A pool's fleet (``minimum`` local workers, growing locally unless a remote provisioner is given) and its growth.
 
@@ -231,6 +235,7 @@ def pool_capacity(
         on_exit: Evicts a spawned worker that exited.
         initializer: ``(initializer, initargs)`` each spawned worker calls before its first call.
         secret: The pool's secret, which provisioned workers get (``LEAKYPOOL_SECRET``) and require.
+        spawn_key: The pool's own key, which its spawned workers get (``LEAKYPOOL_SECRET``) and require.
 
     Raises:
         SerializationError: the initializer or its arguments cannot be pickled.
@@ -247,7 +252,7 @@ def pool_capacity(
             "and this pool reads none; give discovery=pool.StoreDiscovery(URL)"
         )
     worker_tls = tuple(getattr(provisioner, "worker_tls", None) or ())
-    env = worker_env(backpressure, config)
+    env = worker_env(backpressure, config, spawn_key)
     ceiling = max(minimum, config.max_workers or 0)
     fleet = LocalFleet(
         env=env,
@@ -287,8 +292,8 @@ def pool_capacity(
     return fleet, growth
 
 
-def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dict[str, str]:
-    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables."""
+def worker_env(backpressure: BackpressureLike | None, config: PoolConfig, spawn_key: str = "") -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables (``spawn_key``: the secret they require)."""
     if isinstance(backpressure, TaskCountBackpressure):
         capacity, shipped = backpressure.threshold, ""
     elif backpressure is None:
@@ -304,8 +309,6 @@ def worker_env(backpressure: BackpressureLike | None, config: PoolConfig) -> dic
         shutdown_grace=config.shutdown_grace,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
         log_level="WARNING",
-        # over TCP, the secret the pool sends (given, or else the user's own, which the workers find too)
-        secret=config.secret if config.local_transport == "tcp" else "",
-        secret_file=config.secret_file if config.local_transport == "tcp" else "",
+        secret=spawn_key,  # in the environment only; the worker removes it from there at start
     )
     return worker.to_env()

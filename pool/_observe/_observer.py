@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any, Final
 
+from .._base._redact import redacted
 from ._http import ObservationServer, Rates
 from ._metrics import recycled_by_reason
 
@@ -30,9 +31,12 @@ class PoolObserver:
         port: TCP port (0: any free one; see `address`).
         host: Address to bind (loopback unless the settings gave a token).
         token: Required of every request when set.
+        names: Host names requests may give besides IP addresses and ``localhost``.
     """
 
-    def __init__(self, pool: Any, port: int, host: str = "127.0.0.1", token: str = "") -> None:
+    def __init__(
+        self, pool: Any, port: int, host: str = "127.0.0.1", token: str = "", names: tuple[str, ...] = ()
+    ) -> None:
         from ._metrics import PoolMetrics
 
         self._pool = pool
@@ -49,7 +53,7 @@ class PoolObserver:
             lambda: pool.jobs.purged if pool.has_store else None,
             paused=lambda: self._paused or (),
         )
-        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token)
+        self._server = ObservationServer(self.metrics.exposition, self.status, self._refresh, token, names)
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -95,7 +99,7 @@ class PoolObserver:
                 "queue": r.queue,
                 "attempts": r.attempts,
                 "finished_at": r.finished_at,
-                "error": r.error[-ERROR_SHOWN_CHARS:],
+                "error": redacted(r.error)[-ERROR_SHOWN_CHARS:],  # (whoever reaches the port: no passwords)
             }
             for r in failed
         ]

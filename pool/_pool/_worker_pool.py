@@ -41,8 +41,9 @@ from .._dispatch._relay import NestedHost
 from .._errors import PoolClosed
 from .._fleet._provisioning import Provisioner, pool_capacity
 from .._transport._outgoing import OutgoingCall
-from .._transport._secret import SecretSource
+from .._transport._secret import SecretSource, spawn_key
 from .._transport._tls import TlsCredentials
+from .._transport._trust import Trust
 from ._executors import PoolExecutors
 from ._jobs import PoolJobs, job_scheduler
 from ._views import PoolViews
@@ -117,6 +118,8 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             `metrics_address`). Needs the ``metrics`` extra. Default: off.
         metrics_host: The address ``metrics_port`` binds (default 127.0.0.1);
             off loopback it needs ``metrics_token``.
+        metrics_names: Host names, besides IP addresses and ``localhost``, a request
+            to ``metrics_port`` may give as its ``Host`` (others are refused: DNS rebinding).
         metrics_token: A token every request to ``metrics_port`` must carry
             (``Authorization: Bearer TOKEN`` or ``?token=``).
         provisioner: Where workers beyond ``spawn`` come from when calls or
@@ -135,13 +138,19 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         max_memory_per_worker: A spawned worker recycles the same way once a
             call leaves it this far above its resident memory when it became
             ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
-        secret: The secret to present to workers over TCP, which refuse
-            callers without theirs (``LEAKYPOOL_SECRET``; default: read from
-            ``secret_file``). Workers this pool starts over TCP or through a
-            provisioner get it too. See docs/lan-security.md.
-        secret_file: A file holding that secret (``LEAKYPOOL_SECRET_FILE``;
+        secret: The secret this pool proves itself with to workers it did not
+            spawn, and which they must prove they hold (``LEAKYPOOL_SECRET``;
+            several, whitespace-separated, while one is rotated; default: read
+            from ``secret_file``). Workers a provisioner starts get it too.
+            Spawned workers get a key of this pool's own. See docs/lan-security.md.
+        secret_file: A file holding it, one per line (``LEAKYPOOL_SECRET_FILE``;
             default: this user's own, ``~/.config/leakypool/secret``, which
             workers of the same user make and require by default).
+        insecure: Dial workers off loopback without TLS when the pool has no
+            ``credentials`` (``LEAKYPOOL_INSECURE``): anyone on the path can
+            then read and change every frame. Default False: such workers are skipped.
+        peer_uids: Local users besides this one whose workers (unix socket,
+            loopback) this pool may dial (``LEAKYPOOL_PEER_UIDS``; default none).
         use_env: Read unset settings from ``LEAKYPOOL_*`` variables.
 
     Raises:
@@ -172,6 +181,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         metrics_port: int | None = None,
         metrics_host: str | None = None,
         metrics_token: str | None = None,
+        metrics_names: Iterable[str] | None = None,
         provisioner: Provisioner | None = None,
         provision_timeout: float | None = None,
         local_transport: str | None = None,
@@ -185,6 +195,8 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         max_memory_per_worker: int | str | None = None,
         secret: str | None = None,
         secret_file: str | None = None,
+        insecure: bool | None = None,
+        peer_uids: Iterable[int] | None = None,
         use_env: bool = True,
     ) -> None:
         if initializer is not None and not callable(initializer):
@@ -199,10 +211,13 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         self._discovery = discovery
         self._tasks = TaskOwner("pool", _log)
         secret_source = SecretSource(config.secret, config.secret_file, default_path=default_secret_file())
+        own_key = spawn_key()  # the workers this pool spawns prove themselves with it, and it to them
         self._membership = Membership(
             NestedHost(self, self._tasks),
             credentials=credentials,
-            secret=secret_source,
+            trust=Trust.of(own_key, source=secret_source, peer_uids=config.peer_uids),
+            insecure=config.insecure,
+            spawn=lambda coro, name: self._tasks.spawn(coro, name=name),
             tags=tags,
             changed=self._capacity_changed,
             close=self._close_connections,
@@ -223,6 +238,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
             initializer=None if initializer is None else (initializer, tuple(initargs)),
             secret=secret_source,
+            spawn_key=own_key,
         )
         self._fleet.changed = self._capacity_changed
         placement = Placement(
@@ -256,7 +272,9 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         if config.metrics_port is not None:
             from .._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
 
-            self._observer = PoolObserver(self, config.metrics_port, config.metrics_host, config.metrics_token)
+            self._observer = PoolObserver(
+                self, config.metrics_port, config.metrics_host, config.metrics_token, config.metrics_names
+            )
             self._path.metrics = self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------

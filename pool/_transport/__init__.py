@@ -8,7 +8,10 @@
     _buffers       large buffers beside the stream: memfd regions; _side the connection their descriptors cross
     _chunks        large buffers in chunks on the stream itself (a peer with no side connection: gRPC)
     _rpc           what both ends share: service name, status codes, the worker record
-    _tls           mutual TLS credentials; _secret the per-user secret a worker requires of its callers
+    _tls           mutual TLS credentials; _secret the secrets both ends hold (per user, or a pool's own)
+    _handshake     the HMAC challenge both ends answer on every connection; _trust a keyring and the trusted uids
+    _peer          the uid at the other end of a unix socket or a loopback connection
+    _pieces        gRPC messages kept small: larger ones cross in pieces
     _proto         the protobuf messages
 
 What a call is (Task, opening one, decoding its outcome, a worker's connection) is pool._call's, above this.

@@ -1,26 +1,27 @@
 """The worker service without HTTP/2: its messages, length-prefixed, over a unix socket.
 
-A pool and the workers it spawned share a host and a private socket
-directory (mode 0700), so between them gRPC's HTTP/2 framing, flow control
-and header compression are pure cost: a round trip over them takes longer
-than the standard library's pipe pool. This module carries the same
-protobuf messages (see ``_proto/leakypool.proto``) over a plain stream
-socket instead. Workers reached over TCP (the LAN) keep gRPC and mutual TLS.
+A pool and the workers it spawned share a host, so between them gRPC's
+HTTP/2 framing, flow control and header compression are pure cost. This
+module carries the same protobuf messages (``_proto/leakypool.proto``)
+over a plain stream socket instead. Workers over TCP keep gRPC.
 
 Wire format, per connection::
 
-    dialler -> worker:  hello    "leakypool-local/1 <Method>"   (Dispatch, State or Stop)
+    dialler -> worker:  hello    "leakypool-local/2 <Method>"   (Dispatch, State, Stop or Buffers)
+    then the handshake (`_handshake`): challenge ->, <- answer, proof ->
     then, both ways:    message  = 4-byte big-endian length, then that many bytes
 
 ``Dispatch`` carries `pb.Frames` both ways until either end closes (the
 `Session` protocol, as on the gRPC stream). ``Buffers`` is answered with
-one message, ``ok``; from then on the connection carries descriptors of
-large buffers (`_buffers.SideChannel`), read outside the event loop. ``State`` and ``Stop`` send one
-request and get one `pb.WorkerState` back, then the worker closes.
+one message, ``ok``; then the connection carries descriptors of large
+buffers (`_buffers.SideChannel`), read outside the event loop. ``State``
+and ``Stop`` send one request and get one `pb.WorkerState` back.
 
-A hello longer than `HELLO_MAX_BYTES` or not ours ends the connection at
-once, so garbage on the socket costs the worker nothing (DESIGN: garbage on
-a worker's port does not crash it).
+Until the dialler proved itself a worker reads only messages of a
+handshake's size (the worker's `_gate`): garbage on the socket costs it
+nothing, and nothing unauthenticated is read in full. A `MessageStream`
+enforces its `limit` on every message; a dialler raises it once the worker
+proved itself.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from typing import Final, cast
 
 from ._proto import leakypool_pb2 as pb
 
-HELLO: Final[bytes] = b"leakypool-local/1 "
-"""What every connection's first message starts with; the method name follows."""
+HELLO: Final[bytes] = b"leakypool-local/2 "
+"""What every connection's first message starts with; the method name follows (/2: the handshake, issue 43)."""
 
 METHODS: Final[frozenset[str]] = frozenset({"Dispatch", "State", "Stop", "Buffers"})
 """The service's methods, as in the gRPC service, and ``Buffers``: the side connection of `_buffers`."""
@@ -45,7 +46,7 @@ HELLO_MAX_BYTES: Final[int] = 64
 """Largest first message accepted: a peer that is not ours is cut off before it can make us buffer."""
 
 MESSAGE_MAX_BYTES: Final[int] = (1 << 32) - 1
-"""Largest message once the hello passed (protobuf's own limit, 2 GiB, comes first)."""
+"""Largest message once the peer proved itself (protobuf's own limit, 2 GiB, comes first)."""
 
 WRITE_HIGH_WATER_BYTES: Final[int] = 4 << 20
 """Outgoing bytes buffered before `MessageStream.send` waits for the socket to drain."""
@@ -81,14 +82,14 @@ class MessageStream(asyncio.Protocol):
     only while the transport's buffer is over its high-water mark.
 
     Args:
-        first_limit: The largest first message accepted (`HELLO_MAX_BYTES`
-            on the worker's side); later ones may be up to `MESSAGE_MAX_BYTES`.
-        received: Bytes already read off the connection (by a worker's watch
-            thread), taken as if they had just arrived.
+        limit: The largest message accepted (until `limit` is raised: a
+            dialler keeps it at a handshake's size until the worker proved itself).
+        received: Bytes already read off the connection (by the worker's
+            gate), taken as if they had just arrived.
     """
 
-    def __init__(self, first_limit: int = MESSAGE_MAX_BYTES, received: bytes = b"") -> None:
-        self.limit = first_limit  # largest message accepted next
+    def __init__(self, limit: int = MESSAGE_MAX_BYTES, received: bytes = b"") -> None:
+        self.limit = limit  # largest message accepted
         self._received = received  # what was read off the connection before this stream took it
         self.transport: asyncio.Transport | None = None
         self._pending: list[bytes] = []  # the start of a message still arriving
@@ -149,7 +150,6 @@ class MessageStream(asyncio.Protocol):
             if end - at - 4 < size:
                 break
             self._messages.append(view[at + 4 : at + 4 + size])
-            self.limit = MESSAGE_MAX_BYTES
             at += 4 + size
         if at < end:
             rest = data[at:]

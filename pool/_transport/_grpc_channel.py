@@ -1,21 +1,36 @@
-"""A worker reached over gRPC (TCP, optionally mutual TLS): workers on the LAN, or local ones over TCP."""
+"""A worker reached over gRPC (TCP, optionally mutual TLS): workers on the LAN, or local ones over TCP.
+
+Every call (Dispatch, State, Stop) is a stream of bytes that opens with
+the handshake (`_handshake`): the pool sends nothing but its challenge
+until the worker proved itself, and on loopback also checks that the
+sockets at the worker's address belong to a trusted uid (`_peer`: a relay
+of another user's owns its own). gRPC may reconnect under a channel
+silently, so this is done per stream, never per channel. The Dispatch
+stream's messages cross in pieces (`_pieces`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
-from typing import Final
+from typing import Any
 
 import grpc
 
+from ._framing import MESSAGE_MAX_BYTES, ProtocolError
+from ._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
+from ._handshake import TIMEOUT_S, Dialler, Refused
+from ._peer import check_tcp_listener, loopback_host
+from ._pieces import Assembler, pieces
 from ._proto import leakypool_pb2 as pb
 from ._rpc import CHANNEL_OPTIONS, SERVICE
-from ._secret import METADATA_KEY
 from ._session import Session
 from ._tls import TlsCredentials
+from ._trust import Trust
 
-WHY_TIMEOUT_S: Final[float] = 2.0
-"""How long to wait for a worker's answer to why it ended a stream (see `GrpcChannel._why`)."""
+REPLY_MAX_BYTES = 64 << 10
+"""The largest answer to State or Stop read (a `pb.WorkerState` is a few hundred bytes)."""
 
 
 class GrpcChannel:
@@ -23,89 +38,129 @@ class GrpcChannel:
 
     Args:
         address: ``host:port``.
+        trust: What this pool proves itself with, and whom it trusts.
+        uid: The worker it means to reach (None: whichever proves itself, a probe).
         credentials: TLS client credentials, for a worker that serves TLS.
-        secret: Sent with every call (metadata `METADATA_KEY`): a worker
-            on TCP refuses callers without its secret.
     """
 
-    def __init__(self, address: str, credentials: TlsCredentials | None = None, secret: str | None = None) -> None:
-        self._metadata = ((METADATA_KEY, secret),) if secret else None
+    def __init__(
+        self, address: str, trust: Trust, uid: uuid.UUID | None = None, credentials: TlsCredentials | None = None
+    ) -> None:
+        self._address = address
+        self._trust = trust
+        self.uid = uid
+        host, _, port = address.rpartition(":")
+        self._loopback = loopback_host(host)
+        self._port = int(port) if port.isdigit() else 0
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(
                 address, credentials.channel_credentials(), options=CHANNEL_OPTIONS + credentials.channel_options()
             )
         else:
             self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self._open_stream = self._channel.stream_stream(
-            f"/{SERVICE}/Dispatch",
-            request_serializer=pb.Frames.SerializeToString,
-            response_deserializer=pb.Frames.FromString,
-        )
-        self._state = self._channel.unary_unary(
-            f"/{SERVICE}/State",
-            request_serializer=pb.StateRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
-        self._stop = self._channel.unary_unary(
-            f"/{SERVICE}/Stop",
-            request_serializer=pb.StopRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
+        self._methods = {
+            name: self._channel.stream_stream(f"/{SERVICE}/{name}") for name in ("Dispatch", "State", "Stop")
+        }
+
+    async def _open(self, method: str) -> Any:
+        """A call of ``method`` whose worker has proven itself.
+
+        Raises:
+            Refused: it did not prove itself, or sockets at its (loopback) address belong to an untrusted uid.
+            grpc.aio.AioRpcError: it could not be reached, or ended the call.
+        """
+        call = self._methods[method]()
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                dialler = Dialler(self._trust.keyring, method, self.uid)
+                await call.write(dialler.challenge())
+                answer = await call.read()
+                if answer is grpc.aio.EOF:
+                    raise await _status(call)
+                if len(answer) > HANDSHAKE_MAX_BYTES:
+                    raise Refused(f"it answered the challenge with {len(answer)} bytes (not a leakypool worker)")
+                proof = dialler.proof(answer)
+                if self._loopback is not None:
+                    check_tcp_listener(self._loopback, self._port, self._trust.uids, f"the worker at {self._address}")
+                self.uid = dialler.uid
+                await call.write(proof)
+        except BaseException:
+            call.cancel()
+            raise
+        return call
 
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
         """Open a Dispatch stream and run ``session`` on it until it ends."""
-        stream = self._open_stream(metadata=self._metadata)
+        try:
+            stream = await self._open("Dispatch")
+        except BaseException as exc:
+            session.fail(describe(exc))  # calls already opened on it learn why
+            if isinstance(exc, (grpc.aio.AioRpcError, OSError, ProtocolError, TimeoutError)):
+                return
+            raise
+        assembler = Assembler(MESSAGE_MAX_BYTES)
 
         async def read() -> object:
-            try:
-                return await stream.read()
-            except grpc.aio.AioRpcError as exc:
-                raise await self._why(exc) from None
+            while True:
+                piece = await stream.read()
+                if piece is grpc.aio.EOF:
+                    return piece
+                whole = assembler.add(piece)
+                if whole is not None:
+                    return pb.Frames.FromString(whole)
 
         async def write(frames: pb.Frames) -> None:
             try:
-                await stream.write(frames)
+                for piece in pieces(frames.SerializeToString()):
+                    await stream.write(piece)
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):  # the call ended under the write: why?
-                code, details, trailers = await stream.code(), await stream.details(), await stream.trailing_metadata()
-                why = await self._why(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailers, details=details))
-                if why.code() is grpc.StatusCode.UNAUTHENTICATED:
-                    raise why from None  # refused: say so (anything else stays as it was, transient or not)
-                raise
+                raise await _status(stream) from None
 
-        await session.run(read, write, describe)
-
-    async def _why(self, error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
-        """What ended a stream: ``error``, unless gRPC masked the worker's refusal.
-
-        A worker that refuses a stream (no secret) ends it at once; a write
-        racing that end fails inside gRPC, which then reports INTERNAL
-        ("Internal error from Core") instead of the worker's status. A State
-        call (unary: nothing races it) asks the worker what it says.
-        """
-        if error.code() is not grpc.StatusCode.INTERNAL:
-            return error
         try:
-            await self._state(pb.StateRequest(), timeout=WHY_TIMEOUT_S, metadata=self._metadata)
-        except grpc.aio.AioRpcError as refusal:
-            if refusal.code() is grpc.StatusCode.UNAUTHENTICATED:
-                return refusal
-        return error
+            await session.run(read, write, describe)
+        finally:
+            stream.cancel()
 
     @staticmethod
     def failure(reason: BaseException) -> tuple[str, str]:
         """The status code and detail of what ended a stream."""
         if isinstance(reason, grpc.aio.AioRpcError):
             return reason.code().name, reason.details() or ""
-        return "UNAVAILABLE", str(reason)  # the stream died under us: the peer is gone, for now
+        if isinstance(reason, Refused):
+            return reason.code, str(reason)
+        if isinstance(reason, ProtocolError):
+            return "INTERNAL", str(reason)
+        return "UNAVAILABLE", str(reason) or type(reason).__name__  # the stream died under us: gone, for now
+
+    async def _unary(self, method: str, request: bytes, timeout: float) -> pb.WorkerState:
+        async with asyncio.timeout(timeout):
+            call = await self._open(method)
+            try:
+                await call.write(next(pieces(request)))
+                reply = await call.read()
+                if reply is grpc.aio.EOF:
+                    raise await _status(call)
+                whole = Assembler(REPLY_MAX_BYTES).add(reply)
+                if whole is None:
+                    raise ProtocolError(f"the worker answered {method} in more than one piece")
+                return pb.WorkerState.FromString(whole)
+            finally:
+                call.cancel()
 
     async def state(self, timeout: float) -> pb.WorkerState:
         """The worker's State call."""
-        return await self._state(pb.StateRequest(), timeout=timeout, metadata=self._metadata)
+        return await self._unary("State", pb.StateRequest().SerializeToString(), timeout)
 
     async def stop(self, grace: float, timeout: float) -> pb.WorkerState:
         """The worker's Stop call: drain (``grace`` s for calls in flight) and exit."""
-        return await self._stop(pb.StopRequest(grace=grace), timeout=timeout, metadata=self._metadata)
+        return await self._unary("Stop", pb.StopRequest(grace=grace).SerializeToString(), timeout)
 
     async def close(self) -> None:
         """Close the channel now."""
         await self._channel.close(grace=None)
+
+
+async def _status(call: Any) -> grpc.aio.AioRpcError:
+    """The status a call ended with, as the error to raise."""
+    code, details, trailers = await call.code(), await call.details(), await call.trailing_metadata()
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailers, details=details)

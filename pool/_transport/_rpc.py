@@ -12,13 +12,22 @@ import uuid
 from typing import Final
 
 from .._base._public import public
+from ._pieces import GRPC_MESSAGE_MAX_BYTES
 
-SERVICE: Final[str] = "leakypool.v1.Worker"
-"""The gRPC service name; methods are /leakypool.v1.Worker/<Method>."""
+SERVICE: Final[str] = "leakypool.v2.Worker"
+"""The gRPC service name; methods are /leakypool.v2.Worker/<Method>, each a stream of bytes that opens with
+the handshake (`_handshake`; v1 had unary State and Stop, and a secret in the metadata)."""
 
 CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
+    # Checked against a message's announced length before it is buffered: nothing larger is read, not even
+    # before the handshake (larger messages cross in pieces: `_pieces`).
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_MAX_BYTES),
+    # A fixed flow-control window instead of one grown by BDP probing: what a peer can make this end buffer
+    # before anything is read, authenticated or not (with probing, a 300 MB request grew a worker by ~9 MiB;
+    # with 2 MiB, by ~2; large values over loopback gRPC measured alike, and 2 MiB/RTT is 10 GB/s at 0.2 ms).
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 2 << 20),
     # Notice a peer that vanished without closing its socket (a host that
     # lost power) within ~20 s instead of TCP's minutes.
     ("grpc.keepalive_time_ms", 10_000),

@@ -1,42 +1,68 @@
-"""The shared secret a worker on TCP requires of its callers, on loopback too (issue 35).
+"""The secret both ends of every worker connection prove they hold (issues 35 and 43).
 
-A loopback port is open to every user of the machine, and reaching a
-worker means running code on it (a pickle is code). So a worker serving
-gRPC without client certificates requires every call to carry a secret
-(gRPC metadata `METADATA_KEY`), compared in constant time. By default the
-secret is per user: a random token in a 0600 file in the user's config
-directory (`pool._config._settings.default_secret_file`), created by whichever
-process needs it first. Every process of that user finds the same file;
-other users cannot read it, so they are refused (``UNAUTHENTICATED``).
+A worker runs shipped code, and a pool unpickles what a worker returns,
+so each must know the other is genuine. They prove it to each other on
+every connection with the secret (`_handshake`: an HMAC over fresh
+challenges; the secret itself never crosses the wire). By default the
+secret is per user: a random token in a 0600 file in a 0700 directory of
+the user's config directory (`pool._config._places.default_secret_file`), created
+by whichever process needs it first. Every process of that user finds the
+same file; other users cannot read it. A pool gives the workers it spawns
+its process's own key instead (`spawn_key`, in their environment).
 
-Both ends use this module: the worker to load or create its secret and
-check a call's, the dispatching side (`SecretSource`) to find what to send.
+A file (or ``LEAKYPOOL_SECRET``) may hold several secrets, one per line
+(whitespace-separated in a variable): any of them is accepted, the first
+is preferred. That is how a secret is rotated without downtime: add the new
+one everywhere, then remove the old one (files are re-read when they change).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+import time
 from typing import Final
 
 from .._errors import ConfigError
 
 _log = logging.getLogger("leakypool.pool")
 
-METADATA_KEY: Final[str] = "leakypool-secret"
-"""The gRPC metadata key a caller's secret travels under (lower case, as gRPC requires)."""
-
 TOKEN_BYTES: Final[int] = 32
 """Random bytes in a created secret (256 bits, written as URL-safe base64)."""
 
+FILE_MAX_BYTES: Final[int] = 4096
+"""The most of a secret file that is read (a few secrets, one per line)."""
+
+RELOAD_S: Final[float] = 1.0
+"""How often, at most, a secret file is looked at again for a change (rotation without a restart)."""
+
+
+_spawn_key: str = ""
+
+
+def spawn_key() -> str:
+    """This process's own secret for the workers its pools spawn (in their environment, never on disk).
+
+    One per process, made on first use: pools of one process may use each
+    other's workers (as they could when a private directory was the only
+    guard), and no other process holds it.
+    """
+    global _spawn_key
+    if not _spawn_key:
+        _spawn_key = secrets.token_urlsafe(TOKEN_BYTES)
+    return _spawn_key
+
+
+def split(text: str) -> tuple[str, ...]:
+    """The secrets in ``text``: its non-empty lines or words, in order, without repeats."""
+    return tuple(dict.fromkeys(text.split()))
+
 
 def load_or_create(path: str) -> str:
-    """The secret in ``path``, creating the file (0600, in a 0700 directory) if it does not exist.
+    """The secrets in ``path`` (one per line), creating the file (0600, in a private 0700 directory) if it does not exist.
 
     Creation is atomic: the token is written to a private temporary file
     which is then hard-linked to ``path``; a link fails if another process
@@ -45,16 +71,18 @@ def load_or_create(path: str) -> str:
 
     Raises:
         ConfigError: the file cannot be read or created, is empty, or is
-            readable by other users or owned by another user (it would be
-            no secret).
+            readable by other users or owned by another user, or its
+            directory is (it would be no secret).
     """
     try:
         return read_file(path, strict=True)
     except FileNotFoundError:
         pass
     directory = os.path.dirname(path) or "."
+    from .._base._private import private_directory  # (a leaf: directories that carry trust)
+
+    private_directory(directory, what="the secret's directory")
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
         token = secrets.token_urlsafe(TOKEN_BYTES)
         temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -74,13 +102,14 @@ def load_or_create(path: str) -> str:
 
 
 def read_file(path: str, *, strict: bool = False) -> str:
-    """The secret in ``path`` (its first line, stripped).
+    """The secrets in ``path`` (one per line, or whitespace-separated), one per line.
 
     Args:
         path: The file.
-        strict: Refuse a file another user owns or may read (the default
-            secret, which this module creates); otherwise only warn (a file
-            given explicitly, e.g. a mounted Kubernetes secret).
+        strict: Refuse a file (or a directory holding it) that another user
+            owns or may read (the default secret, which this module creates);
+            otherwise only warn (a file given explicitly, e.g. a mounted
+            Kubernetes secret).
 
     Raises:
         FileNotFoundError: there is no such file.
@@ -89,7 +118,7 @@ def read_file(path: str, *, strict: bool = False) -> str:
     try:
         with open(path, "rb") as f:
             info = os.fstat(f.fileno())
-            text = f.read(4096).decode("utf-8", "replace")
+            text = f.read(FILE_MAX_BYTES).decode("utf-8", "replace")
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -104,35 +133,29 @@ def read_file(path: str, *, strict: bool = False) -> str:
         if strict:
             raise ConfigError(f"{problem}: chmod 600 it (or remove it to have a new one made)")
         _log.warning("%s: other users may learn it", problem)
-    lines = text.strip().splitlines()
-    if not lines or not lines[0].strip():
+    if strict:
+        from .._base._private import private_directory
+
+        private_directory(os.path.dirname(path) or ".", what="the secret's directory", create=False)
+    found = split(text)
+    if not found:
         raise ConfigError(f"the secret file {path} is empty")
-    return lines[0].strip()
-
-
-def presented(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-    """The secret a call carries in its metadata, or None."""
-    for key, value in metadata or ():
-        if key == METADATA_KEY:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return None
-
-
-def matches(expected: str, given: str | None) -> bool:
-    """Whether ``given`` is ``expected``, compared in constant time (no timing oracle)."""
-    return given is not None and hmac.compare_digest(expected.encode(), given.encode())
+    return "\n".join(found)
 
 
 class SecretSource:
-    """What a dispatching process sends to the workers it reaches over TCP.
+    """The secrets one end holds: given, from a file, or this user's own.
 
     An explicit secret, else the file given (read now, so a bad one fails
     at construction), else the user's default file, read when first needed:
-    a pool that never dials a TCP worker never touches it, and one that
-    dials a worker of its own user finds the file that worker made.
+    a pool that never dials a worker outside its own fleet never touches it,
+    and one that dials a worker of its own user finds the file that worker
+    made. A file is looked at again (at most every `RELOAD_S`) and re-read
+    when it changed, so a rotated secret is picked up without a restart.
 
     Args:
         secret: The secret itself (``secret=``, ``LEAKYPOOL_SECRET``); "" for none.
+            Several, whitespace-separated, are all accepted.
         path: Its file (``secret_file=``, ``LEAKYPOOL_SECRET_FILE``), or "".
         default_path: The user's own secret file, used when neither is given.
 
@@ -142,31 +165,52 @@ class SecretSource:
 
     def __init__(self, secret: str = "", path: str = "", *, default_path: str = "") -> None:
         self._where = "the secret given" if secret else f"the secret file {path or default_path}"
-        self._value: str | None = secret or None
-        if self._value is None and path:
+        self._fixed = split(secret)
+        self._path = "" if secret else path or default_path
+        self._strict = not secret and not path
+        self._read: tuple[str, ...] = ()
+        self._stamp: tuple[int, int, int] | None = None  # (inode, size, mtime) of the file when read
+        self._checked = float("-inf")
+        if self._path and not self._strict:
             try:
-                self._value = read_file(path)
+                self._load(read_file(self._path))
             except FileNotFoundError:
                 raise ConfigError(f"secret_file: no such file {path}") from None
-        self._default = "" if self._value is not None else default_path
 
-    def get(self, *, create: bool = False) -> str | None:
-        """The secret to send; None when there is none to find.
+    def secrets(self, *, create: bool = False) -> tuple[str, ...]:
+        """The secrets held now, preferred first; empty when there are none to find.
 
         Args:
             create: Make the user's default file if it does not exist yet
                 (for workers this process starts itself, which must agree).
         """
-        if self._value is not None or not self._default:
-            return self._value
+        if self._fixed or not self._path:
+            return self._fixed
+        now = time.monotonic()
+        if now - self._checked < RELOAD_S and self._read:
+            return self._read
+        self._checked = now
         try:
-            self._value = load_or_create(self._default) if create else read_file(self._default, strict=True)
+            info = os.stat(self._path)
+            if self._stamp != (info.st_ino, info.st_size, info.st_mtime_ns) or not self._read:
+                self._load(load_or_create(self._path) if create else read_file(self._path, strict=self._strict))
         except FileNotFoundError:
-            return None
+            if create:
+                self._load(load_or_create(self._path))
         except ConfigError as exc:
-            _log.error("%s; workers over TCP will refuse this pool", exc)
-            return None
-        return self._value
+            _log.error("%s; workers will refuse this process (and it them)", exc)
+        return self._read
+
+    def get(self, *, create: bool = False) -> str | None:
+        """The secrets as one string (for ``LEAKYPOOL_SECRET`` of a worker this pool starts); None if none."""
+        found = self.secrets(create=create)
+        return " ".join(found) if found else None
+
+    def _load(self, text: str) -> None:
+        self._read = split(text)
+        with contextlib.suppress(OSError):
+            info = os.stat(self._path)
+            self._stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
 
     def describe(self) -> str:
         """Where the secret comes from, for messages (never the secret)."""

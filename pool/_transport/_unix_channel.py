@@ -1,18 +1,30 @@
-"""A worker this pool spawned, reached over its unix socket without HTTP/2 (see `_framing`)."""
+"""A worker reached over its unix socket without HTTP/2 (see `_framing`): a pool's own, or a standalone one.
+
+Every connection (the Dispatch stream, the side connection, each State or
+Stop) first checks that the worker runs as a trusted uid (``SO_PEERCRED``)
+and proves both ends hold the secret (`_handshake`); nothing else is sent
+before the worker proved itself, and nothing larger than a handshake is
+read from it until then.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from collections.abc import Callable
 from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from ._framing import MessageStream, ProtocolError, framed, hello
+from ._framing import MESSAGE_MAX_BYTES, MessageStream, ProtocolError, framed, hello
+from ._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
+from ._handshake import TIMEOUT_S, Dialler, Refused
+from ._peer import check_unix
 from ._proto import leakypool_pb2 as pb
 from ._session import Session
 from ._side import SideChannel, expect, register
+from ._trust import Trust
 
 SIDE_OPEN_TIMEOUT_S: Final[float] = 5.0
 """How long opening the side connection for large buffers may take; without it, values go in band."""
@@ -20,43 +32,87 @@ SIDE_OPEN_TIMEOUT_S: Final[float] = 5.0
 SIDE_OK: Final[bytes] = b"ok"
 """The worker's answer to a ``Buffers`` hello."""
 
+REPLY_MAX_BYTES: Final[int] = 64 << 10
+"""The largest answer to State or Stop read (a `pb.WorkerState` is a few hundred bytes)."""
+
 
 class UnixChannel:
     """Connections to one worker's unix socket: a Dispatch stream, and one connection per State or Stop call.
 
     Args:
         path: The worker's socket.
+        trust: What this pool proves itself with, and whom it trusts.
+        uid: The worker it means to reach (None: whichever proves itself, a probe).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, trust: Trust, uid: uuid.UUID | None = None) -> None:
         expect()  # large values to this worker go out of band (`_buffers`)
         self._path = path
+        self._trust = trust
+        self.uid = uid
         self._streams: set[MessageStream] = set()
 
-    async def _open(self, method: str) -> MessageStream:
-        _, stream = await asyncio.get_running_loop().create_unix_connection(MessageStream, self._path)
+    async def _open(self, method: str, limit: int = MESSAGE_MAX_BYTES) -> MessageStream:
+        """A connection for ``method`` whose worker has proven itself; its messages may then be up to ``limit``.
+
+        Raises:
+            Refused: the worker is not a trusted uid, or did not prove itself.
+            OSError: it cannot be reached.
+        """
+        _, stream = await asyncio.get_running_loop().create_unix_connection(
+            lambda: MessageStream(HANDSHAKE_MAX_BYTES), self._path
+        )
         self._streams.add(stream)
         try:
-            await stream.send(hello(method))
+            async with asyncio.timeout(TIMEOUT_S):
+                transport = stream.transport
+                check_unix(transport.get_extra_info("socket") if transport else None, self._trust.uids, self._what)
+                dialler = Dialler(self._trust.keyring, method, self.uid)
+                await stream.send(hello(method))
+                await stream.send(dialler.challenge())
+                answer = await stream.receive()
+                if answer is None:
+                    raise ConnectionResetError(f"{self._path}: the worker hung up during the handshake")
+                proof = dialler.proof(answer)
+                self.uid = dialler.uid
+                stream.limit = limit  # it proved itself: its messages may be read
+                await stream.send(proof)
         except BaseException:
             self._drop(stream)
             raise
         return stream
+
+    @property
+    def _what(self) -> str:
+        return f"the worker at unix:{self._path}"
 
     def _drop(self, stream: MessageStream) -> None:
         self._streams.discard(stream)
         stream.close()
 
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
-        """Open a Dispatch stream and run ``session`` on it until it ends."""
+        """Open a Dispatch stream and run ``session`` on it until it ends.
+
+        The side connection is opened beside it and not waited for: each is a
+        handshake, and the stream's first calls need not wait for the second
+        (a large value sent before it is up goes in band, as without one).
+        """
+        opening_side = asyncio.ensure_future(self._open_side())  # ended and awaited below on every path
+
+        def side() -> SideChannel | None:
+            if not opening_side.done() or opening_side.cancelled() or opening_side.exception() is not None:
+                return None
+            channel = opening_side.result()
+            return None if channel is None or channel.closed else channel
+
         try:
             stream = await self._open("Dispatch")
         except BaseException as exc:
+            await _close_side(opening_side)
             session.fail(describe(exc))  # calls already opened on it learn why
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError | ProtocolError):
                 return
             raise
-        side = await self._open_side()
         try:
             await session.run(
                 stream.read_frames,
@@ -65,12 +121,11 @@ class UnixChannel:
                 attach=stream.attach,
                 write_now=stream.write_frames_now,
                 busy_at=stream.busy_at,
-                side=lambda: None if side is None or side.closed else side,
+                side=side,
             )
         finally:
             self._drop(stream)
-            if side is not None:
-                side.close()
+            await _close_side(opening_side)
 
     async def _open_side(self) -> SideChannel | None:
         """The side connection large buffers cross by (see `_buffers`); None if the worker does not take one."""
@@ -80,17 +135,19 @@ class UnixChannel:
         try:
             async with asyncio.timeout(SIDE_OPEN_TIMEOUT_S):
                 await loop.sock_connect(sock, self._path)
-                await loop.sock_sendall(sock, framed(hello("Buffers")))
-                answer = b""
-                while len(answer) < len(framed(SIDE_OK)):
-                    more = await loop.sock_recv(sock, len(framed(SIDE_OK)) - len(answer))
-                    if not more:
-                        break
-                    answer += more
-        except (OSError, TimeoutError):
+                check_unix(sock, self._trust.uids, self._what)
+                dialler = Dialler(self._trust.keyring, "Buffers", self.uid)
+                await loop.sock_sendall(sock, framed(hello("Buffers")) + framed(dialler.challenge()))
+                proof = dialler.proof(await _receive(sock, HANDSHAKE_MAX_BYTES))
+                await loop.sock_sendall(sock, framed(proof))
+                answer = await _receive(sock, len(SIDE_OK))
+        except (OSError, TimeoutError, ProtocolError):  # (Refused is a ConnectionError)
             sock.close()
             return None
-        if answer != framed(SIDE_OK):
+        except BaseException:  # cancelled (the stream ended first): the socket goes with it
+            sock.close()
+            raise
+        if answer != SIDE_OK:
             sock.close()
             return None
         side = SideChannel(sock)
@@ -106,13 +163,15 @@ class UnixChannel:
         gone, for now.
         """
         detail = str(reason) or type(reason).__name__
+        if isinstance(reason, Refused):
+            return reason.code, detail
         if isinstance(reason, (ProtocolError, DecodeError)):
             return "INTERNAL", detail
         return "UNAVAILABLE", detail
 
     async def _unary(self, method: str, request: bytes, timeout: float) -> pb.WorkerState:
         async with asyncio.timeout(timeout):
-            stream = await self._open(method)
+            stream = await self._open(method, REPLY_MAX_BYTES)
             try:
                 await stream.send(request)
                 reply = await stream.receive()
@@ -137,3 +196,35 @@ class UnixChannel:
 
     def __repr__(self) -> str:
         return f"<UnixChannel {self._path} connections={len(self._streams)}>"
+
+
+async def _close_side(opening: asyncio.Future[SideChannel | None]) -> None:
+    """End the side connection's opening if it still runs, and close the connection if it opened."""
+    opening.cancel()
+    await asyncio.wait([opening])  # (ends at once: cancelled, or done already; raises nothing of its own)
+    if opening.done() and not opening.cancelled() and opening.exception() is None and (side := opening.result()):
+        side.close()
+
+
+async def _receive(sock: socket.socket, limit: int) -> bytes:
+    """One framed message of at most ``limit`` bytes from ``sock`` (non-blocking, on the loop).
+
+    Raises:
+        ProtocolError: it announces more.
+        ConnectionResetError: the peer hung up first.
+    """
+    size = int.from_bytes(await _exactly(sock, 4), "big")
+    if size > limit:
+        raise ProtocolError(f"a {size}-byte message where at most {limit} were expected")
+    return await _exactly(sock, size)
+
+
+async def _exactly(sock: socket.socket, n: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    data = b""
+    while len(data) < n:
+        more = await loop.sock_recv(sock, n - len(data))
+        if not more:
+            raise ConnectionResetError("the worker hung up during the handshake")
+        data += more
+    return data

@@ -4,6 +4,8 @@
     _preflight   settings checked before serving, and what they decide: the hook, its capacity, inline routines
     _service     the service: streams, State/Stop, wiring of the parts below
     _unix_server the service on a unix socket, framed messages (a pool's own workers)
+    _gate        a unix-socket connection until its dialler proved itself (the handshake, bounded reads)
+    _keys        the worker's secret and the uids it lets in
     _grpc_server the service over gRPC on TCP (the only worker module importing grpc)
     _admission   worker-side admission: the backpressure verdict and "room" notices (no I/O)
     _lifecycle   idle timeout, max lifetime, drains

@@ -1,96 +1,141 @@
 """The worker service over gRPC (TCP, optionally mutual TLS): what a worker on the LAN or a ``--port`` serves.
 
 The only worker module that imports grpc, so a worker on a unix socket
-(`_unix_server`) never loads it. Every call must carry the worker's secret
-(`required_secret`; see `pool._transport._secret`): one without it, or with
-another, is refused with ``UNAUTHENTICATED`` before anything it sent is read.
+(`_unix_server`) never loads it. Every call (Dispatch, State, Stop) is a
+stream of bytes that opens with the handshake (`pool._transport._handshake`);
+a caller on loopback must also run as a trusted uid (`_peer`). Nothing a
+caller sends is read before it proved itself, except its challenge, and no
+gRPC message larger than `GRPC_MESSAGE_MAX_BYTES` is read at all (`_pieces`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import urllib.parse
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from .._config._places import default_secret_file
 from .._config._settings import ConfigError, WorkerConfig
+from .._transport._framing import MESSAGE_MAX_BYTES, ProtocolError
+from .._transport._handshake import TIMEOUT_S, Refused, Responder
+from .._transport._peer import check_tcp_peer, loopback_host
+from .._transport._pieces import Assembler, pieces
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
-from .._transport._secret import METADATA_KEY, load_or_create, matches, presented, read_file
+from .._transport._trust import Trust
+from ._keys import worker_trust
 from ._peers import undecodable
 from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")
 
+REQUEST_MAX_BYTES = 1 << 10
+"""The largest State or Stop request read (the one is empty, the other a float)."""
 
-def required_secret(config: WorkerConfig) -> str | None:
-    """The secret callers must present; None: no check.
 
-    ``LEAKYPOOL_SECRET``, else ``--secret-file``, else (unless client
-    certificates already say who may call, or ``--no-secret``) this user's
-    own secret, made on first use.
+def peer_address(peer: str) -> tuple[str, int] | None:
+    """gRPC's name of a peer (``ipv4:127.0.0.1:5000``, ``ipv6:%5B::1%5D:5000``) as (host, port); None if not IP.
 
     Raises:
-        ConfigError: the secret file cannot be read or made, or is not private.
+        Refused: an IP peer whose address does not parse (it is not let in unchecked).
     """
-    if config.no_secret:
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
         return None
-    if config.secret:
-        return config.secret
-    if config.secret_file:
-        return read_file(config.secret_file)
-    if config.tls_client_ca:
-        return None  # mutual TLS: a caller's certificate is its credential
-    return load_or_create(default_secret_file())
+    host, _, port = urllib.parse.unquote(rest).rpartition(":")
+    if not port.isdigit() or not host:
+        raise Refused(f"cannot read the caller's address {peer!r}")
+    return host.strip("[]"), int(port)
 
 
-def handler(service: WorkerService, secret: str | None = None) -> grpc.GenericRpcHandler:
-    """The generic handler serving `SERVICE` with ``service``; with ``secret``, every call must carry it."""
+def handler(service: WorkerService, trust: Trust) -> grpc.GenericRpcHandler:
+    """The generic handler serving `SERVICE` with ``service``: every call proves itself with ``trust``'s keys."""
+    uid = uuid.UUID(service.uid)
 
-    async def admit(context: grpc.aio.ServicerContext) -> None:
-        if secret is None:
-            return
-        given = presented(context.invocation_metadata())
-        if matches(secret, given):
-            return
-        why = "no secret" if given is None else "a wrong secret"
-        _log.warning("refused a caller at %s: it presented %s (%s)", context.peer(), why, METADATA_KEY)
-        await context.abort(
-            grpc.StatusCode.UNAUTHENTICATED,
-            f"this worker runs calls only for callers that present its secret; this one presented {why} "
-            "(give the pool the worker's secret: secret= / LEAKYPOOL_SECRET / LEAKYPOOL_SECRET_FILE; see docs/lan-security.md)",
-        )
+    async def admit(method: str, context: grpc.aio.ServicerContext) -> None:
+        """The handshake; returns once the caller proved itself, else ends the call (UNAUTHENTICATED)."""
+        try:
+            address = peer_address(context.peer())
+            loopback = None if address is None else loopback_host(address[0])
+            if address is not None and loopback is not None:
+                check_tcp_peer(loopback, address[1], trust.uids, f"the caller at {context.peer()}")
+            responder = Responder(trust.keyring, method, uid)
+            async with asyncio.timeout(TIMEOUT_S):
+                challenge = await context.read()
+                if not isinstance(challenge, bytes):
+                    raise Refused("it hung up before its challenge")
+                try:
+                    await context.write(responder.answer(challenge))
+                except Refused as exc:
+                    if exc.reply:
+                        await context.write(exc.reply)
+                    raise
+                proof = await context.read()
+                if not isinstance(proof, bytes):
+                    raise Refused("it hung up before its proof")
+                responder.check(proof)
+        except (Refused, TimeoutError) as exc:
+            _log.warning("refused a caller at %s: %s", context.peer(), exc)
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"this worker runs calls only for callers that prove "
+                f"they hold its secret (docs/lan-security.md): {exc}",
+            )
+
+    async def request(context: grpc.aio.ServicerContext) -> bytes | memoryview:
+        piece = await context.read()
+        try:
+            whole = Assembler(REQUEST_MAX_BYTES).add(piece) if isinstance(piece, bytes) else None
+        except ProtocolError as exc:
+            whole, why = None, str(exc)
+        else:
+            why = "expected one request"
+        if whole is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+            raise AssertionError(why)  # (abort raised)
+        return whole
 
     async def dispatch(requests: Any, context: grpc.aio.ServicerContext) -> None:
-        await admit(context)
-        reason = await service.serve_stream(
-            context.read, context.write, f"dispatcher {context.peer()}", benign=(grpc.RpcError,)
-        )
+        await admit("Dispatch", context)
+        assembler = Assembler(MESSAGE_MAX_BYTES)
+
+        async def read() -> object:
+            while True:
+                piece = await context.read()
+                if not isinstance(piece, bytes):
+                    return piece
+                whole = assembler.add(piece)
+                if whole is not None:
+                    return pb.Frames.FromString(whole)
+
+        async def write(frames: pb.Frames) -> None:
+            for piece in pieces(frames.SerializeToString()):
+                await context.write(piece)
+
+        reason = await service.serve_stream(read, write, f"dispatcher {context.peer()}", benign=(grpc.RpcError,))
         if undecodable(reason, (grpc.RpcError,)):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable frames: {reason}")
 
-    async def stop(request: pb.StopRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
-        await admit(context)
-        return service.stop(request)
+    async def stop(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        await admit("Stop", context)
+        reply = service.stop(pb.StopRequest.FromString(await request(context)))
+        await context.write(next(pieces(reply.SerializeToString())))
 
-    async def state(request: pb.StateRequest, context: grpc.aio.ServicerContext) -> pb.WorkerState:
-        await admit(context)
-        return service.state()
+    async def state(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        await admit("State", context)
+        await request(context)
+        await context.write(next(pieces(service.state().SerializeToString())))
 
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            "Dispatch": grpc.stream_stream_rpc_method_handler(
-                dispatch, pb.Frames.FromString, pb.Frames.SerializeToString
-            ),
-            "Stop": grpc.unary_unary_rpc_method_handler(
-                stop, pb.StopRequest.FromString, pb.WorkerState.SerializeToString
-            ),
-            "State": grpc.unary_unary_rpc_method_handler(
-                state, pb.StateRequest.FromString, pb.WorkerState.SerializeToString
-            ),
+            "Dispatch": grpc.stream_stream_rpc_method_handler(dispatch),
+            "Stop": grpc.stream_stream_rpc_method_handler(stop),
+            "State": grpc.stream_stream_rpc_method_handler(state),
         },
     )
 
@@ -101,9 +146,9 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
     Raises:
         ConfigError: the address cannot be bound, or the TLS files read.
     """
-    secret = required_secret(config)
+    trust = worker_trust(config)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((handler(service, secret),))
+    server.add_generic_rpc_handlers((handler(service, trust),))
     address = bind_address(config.host, config.port)
     try:
         credentials = _credentials(config)
@@ -117,18 +162,7 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
     except RuntimeError as exc:
         raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
     await server.start()
-    if config.no_secret:
-        _log.warning(
-            "accepting callers WITHOUT a secret on %s (--no-secret): every user who reaches this port can run code here",
-            bind_address(config.host, port),
-        )
-    elif secret is None:
-        _log.debug("callers must present a client certificate signed by --tls-client-ca")
-    else:
-        _log.debug(
-            "callers must present the secret in %s",
-            "LEAKYPOOL_SECRET" if config.secret else config.secret_file or default_secret_file(),
-        )
+    _log.debug("callers must prove they hold %s", trust.keyring.describe())
     return server.stop, port
 
 

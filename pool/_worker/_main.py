@@ -28,6 +28,7 @@ from .._observe._http import ObservationServer
 from .._transport import _malloc
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
+from ._keys import forget_secret, worker_trust
 from ._preflight import check_registry, check_security, count_cap, load_backpressure, runs_inline
 from ._recycle import InitializerFailed, load_initializer, report_ready, set_up
 from ._service import WorkerService
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     become_worker()  # (libraries that would start a pool of their own, such as pool.joblib, ask)
     try:
         config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
+        forget_secret()  # read into the config: gone from the environment before any routine (or initializer) runs
         setup = load_initializer(config)
         hook = load_backpressure(config)
         check_security(config)
@@ -145,9 +147,13 @@ async def serve(
         info["metrics_port"] = observation.port
     try:
         withdraw = _publish(config, service, info)
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         await stop_server(None)
+        if observation is not None:
+            await observation.aclose()
         await service.aclose()
+        if isinstance(exc, ConfigError):
+            raise  # (a registry directory that is not private: it names the path and the fix)
         raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
     try:
         registry = await _start_registry(config, service, info)
@@ -193,7 +199,7 @@ async def _start_server(
         ConfigError: the address cannot be bound, or the TLS files read.
     """
     if config.unix_socket:
-        unix = UnixServer(service, config.unix_socket)
+        unix = UnixServer(service, config.unix_socket, worker_trust(config))
         try:
             await unix.start()
         except OSError as exc:
@@ -234,7 +240,7 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
             "latency_p99_s": round(s.latency_p99_seconds, 6),
         }
 
-    observation = ObservationServer(metrics.exposition, status, token=config.metrics_token)
+    observation = ObservationServer(metrics.exposition, status, token=config.metrics_token, names=config.metrics_names)
     try:
         await observation.start(config.metrics_host, config.metrics_port)
     except OSError as exc:

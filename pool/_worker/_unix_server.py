@@ -1,4 +1,9 @@
-"""The worker service on a unix socket, without HTTP/2: what a pool's own workers serve (see `pool._transport._framing`)."""
+"""The worker service on a unix socket, without HTTP/2: what a pool's own workers serve (see `pool._transport._framing`).
+
+Every connection passes the gate first (`_gate`: a trusted uid, then the
+handshake); the socket itself is made 0600 whatever the umask, so a
+standalone ``--unix-socket`` in a shared directory is no open door either.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,25 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 import time
+import uuid
 from typing import Final
 
 from .._base._tasks import TaskOwner
 from .._transport import _side
-from .._transport._framing import HELLO_MAX_BYTES, MessageStream, ProtocolError, framed, method_of
+from .._transport._framing import MessageStream, ProtocolError, framed
+from .._transport._handshake import Refused
+from .._transport._peer import check_unix
 from .._transport._proto import leakypool_pb2 as pb
+from .._transport._trust import Trust
+from ._gate import Doorman, Gate
 from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")
 
 REQUEST_TIMEOUT_S: Final[float] = 10.0
-"""How long a new connection may take to say what it wants (its hello, then a State/Stop request) before it is closed."""
+"""How long a connection that proved itself may take to send its State/Stop request before it is closed."""
 
 WATCH_READ_S: Final[float] = 0.05
 """How long the watch thread waits, in all, for a connection's hello and State request (both are sent
@@ -29,7 +40,10 @@ ACCEPTS_PER_PASS: Final[int] = 4
 """Connections the watch thread takes in one pass at most."""
 
 STATE_REQUEST_MAX_BYTES: Final[int] = 1 << 10
-"""Largest State request the watch thread reads (the request is empty)."""
+"""Largest State or Stop request read (the one is empty, the other a float)."""
+
+LISTEN_BACKLOG: Final[int] = 100
+"""Connections waiting to be accepted at most (asyncio's default)."""
 
 
 def _peer(stream: MessageStream) -> int:
@@ -41,33 +55,21 @@ def _peer(stream: MessageStream) -> int:
         return 0
 
 
-def _read_message(conn: socket.socket, received: bytearray, limit: int, deadline: float) -> bytes:
-    """Read one length-prefixed message from ``conn`` by ``deadline`` (monotonic); ``received`` keeps every byte read.
+def _recv(conn: socket.socket, deadline: float) -> bytes:
+    """What waits on ``conn`` now (up to 4 KiB), waiting until ``deadline`` (monotonic) at most.
 
     Raises:
-        ProtocolError: its length is over ``limit``.
-        TimeoutError: the deadline came first.
-        OSError: the connection ended or failed first.
+        TimeoutError: nothing came by the deadline.
+        ConnectionResetError: the peer hung up.
     """
-    size = int.from_bytes(_read_exactly(conn, received, 4, deadline), "big")
-    if size > limit:
-        raise ProtocolError(f"a {size}-byte message is over this connection's limit of {limit}")
-    return _read_exactly(conn, received, size, deadline)
-
-
-def _read_exactly(conn: socket.socket, received: bytearray, n: int, deadline: float) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("slow to send its request")
-        conn.settimeout(left)
-        chunk = conn.recv(n - len(out))
-        if not chunk:
-            raise ConnectionResetError("the peer closed the connection")
-        out += chunk
-        received += chunk
-    return bytes(out)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("slow to send its request")
+    conn.settimeout(left)
+    data = conn.recv(4096)
+    if not data:
+        raise ConnectionResetError("the peer closed the connection")
+    return data
 
 
 class UnixServer:
@@ -75,15 +77,19 @@ class UnixServer:
 
     Args:
         service: What the connections call.
-        path: The socket to create (its directory's mode decides who may connect).
+        path: The socket to create (mode 0600).
+        trust: The keys a dialler must prove it holds, and the uids it may run as.
     """
 
-    def __init__(self, service: WorkerService, path: str) -> None:
+    def __init__(self, service: WorkerService, path: str, trust: Trust) -> None:
         self._service = service
         self.path = path
+        self._trust = trust
+        self._uid = uuid.UUID(service.uid)
         self._server: asyncio.AbstractServer | None = None
         self._connections = TaskOwner(f"unix socket {path}", _log)
         self._streams: set[MessageStream] = set()
+        self._doormen: set[Doorman] = set()
         self._listener: socket.socket | None = None  # a copy of the listening socket, for the watch thread
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -94,7 +100,7 @@ class UnixServer:
             OSError: it cannot be created.
         """
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._accept, self.path)
+        self._server = await loop.create_unix_server(self._accept, sock=_listen(self.path))
         if self._service.inline:  # the watch thread answers State here while a routine overruns
             self._listener = socket.socket(fileno=os.dup(self._server.sockets[0].fileno()))
             self._listener.setblocking(False)
@@ -125,57 +131,89 @@ class UnixServer:
                 conn.close()
 
     def _answer_or_hand_over(self, conn: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
-        deadline = time.monotonic() + WATCH_READ_S
-        received = bytearray()
         try:
-            state = method_of(_read_message(conn, received, HELLO_MAX_BYTES, deadline)) == "State"
-            if state:
-                _read_message(conn, received, STATE_REQUEST_MAX_BYTES, deadline)
+            check_unix(conn, self._trust.uids, "the dialler")
+        except Refused as exc:
+            _log.warning("turned away a connection to the unix socket: %s", exc)
+            conn.close()
+            return
+        deadline = time.monotonic() + WATCH_READ_S
+        gate = Gate(self._trust.keyring, self._uid)
+        request: bytes | None = None
+        try:
+            while not gate.open and gate.method in (None, "State"):
+                for message in gate.feed(_recv(conn, deadline)):
+                    conn.sendall(message)
+            if gate.open and gate.method == "State":
+                request = self._state_request(conn, gate, deadline)
         except TimeoutError:
-            state = False  # slow to say what it wants: the loop waits for it as for any new connection
-        if not state:
-            loop.call_soon_threadsafe(self._adopt, conn, bytes(received))
+            pass  # slow: the loop goes on with it where this left off
+        except Refused as exc:
+            if exc.reply:
+                conn.sendall(framed(exc.reply))
+            raise ProtocolError(str(exc)) from None
+        if request is None:
+            loop.call_soon_threadsafe(self._adopt, conn, gate)
             return
         reply = self._service.state().SerializeToString()
         conn.settimeout(WATCH_READ_S)
         conn.sendall(framed(reply))  # a few hundred bytes into an empty socket
         conn.close()
 
-    def _adopt(self, conn: socket.socket, received: bytes) -> None:
-        """Serve a connection the watch thread accepted, from the bytes it read on (on the loop)."""
-        stream = MessageStream(first_limit=HELLO_MAX_BYTES, received=received)
-        self._streams.add(stream)
+    @staticmethod
+    def _state_request(conn: socket.socket, gate: Gate, deadline: float) -> bytes | None:
+        """The State request after the proof, read by ``deadline``; None if it did not all come (kept in ``gate``)."""
+        data = gate.rest()
+        try:
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                if len(data) >= 4 and int.from_bytes(data[:4], "big") > STATE_REQUEST_MAX_BYTES:
+                    raise ProtocolError("an oversized State request")
+                data += _recv(conn, deadline)
+        except TimeoutError:
+            gate.unread(data)
+            return None
+        return data[4 : 4 + int.from_bytes(data[:4], "big")]
+
+    def _adopt(self, conn: socket.socket, gate: Gate) -> None:
+        """Serve a connection the watch thread accepted, from where its gate is (on the loop)."""
+        doorman = self._doorman(gate)
 
         async def serve() -> None:
             try:
-                await asyncio.get_running_loop().connect_accepted_socket(lambda: stream, conn)
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: doorman, conn)
             except OSError:
-                self._streams.discard(stream)
+                self._doormen.discard(doorman)
                 conn.close()
-                return
-            await self._serve(stream)
 
         try:
             self._connections.spawn(serve(), name="unix connection")
         except RuntimeError:  # closed meanwhile (the worker is exiting)
-            self._streams.discard(stream)
+            self._doormen.discard(doorman)
             conn.close()
 
-    def _accept(self) -> MessageStream:
-        stream = MessageStream(first_limit=HELLO_MAX_BYTES)
-        self._streams.add(stream)
-        self._connections.spawn(self._serve(stream), name="unix connection")
-        return stream
+    def _doorman(self, gate: Gate | None = None) -> Doorman:
+        doorman = Doorman(
+            gate or Gate(self._trust.keyring, self._uid), self._trust.uids, self._admit, self._doormen.discard
+        )
+        self._doormen.add(doorman)
+        return doorman
 
-    async def _serve(self, stream: MessageStream) -> None:
+    def _accept(self) -> Doorman:
+        return self._doorman()
+
+    def _admit(self, method: str, stream: MessageStream) -> None:
+        """A dialler proved itself: serve ``method`` on ``stream``."""
+        if method != "Dispatch":
+            stream.limit = STATE_REQUEST_MAX_BYTES
+        self._streams.add(stream)
         try:
-            try:
-                async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                    method = method_of(await stream.receive())
-            except (ConnectionError, ProtocolError, TimeoutError):
-                method = None
-            if method is None:
-                return  # not one of ours (or gone): close it
+            self._connections.spawn(self._serve(stream, method), name="unix connection")
+        except RuntimeError:  # closed meanwhile (the worker is exiting)
+            self._streams.discard(stream)
+            stream.close()
+
+    async def _serve(self, stream: MessageStream, method: str) -> None:
+        try:
             if method == "Buffers":
                 self._side(stream)
                 return
@@ -231,6 +269,8 @@ class UnixServer:
             self._server.close()
         if self._listener is not None:
             self._listener.close()
+        for doorman in list(self._doormen):
+            doorman.close()
         await self._connections.aclose()
         for stream in list(self._streams):
             stream.close()
@@ -239,3 +279,28 @@ class UnixServer:
 
     def __repr__(self) -> str:
         return f"<UnixServer {self.path} connections={len(self._streams)}>"
+
+
+def _listen(path: str) -> socket.socket:
+    """A listening socket at ``path``, mode 0600 whatever the umask (no one can connect before it listens).
+
+    A stale socket left there (a worker killed before it removed it) is
+    replaced, as asyncio's own ``create_unix_server`` does; anything else
+    at the path is left alone (binding fails).
+
+    Raises:
+        OSError: it cannot be made.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock

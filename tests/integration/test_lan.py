@@ -10,8 +10,11 @@ import asyncio
 import collections
 import contextlib
 import importlib.util
+import logging
 import pathlib
 import signal
+import subprocess
+import sys
 import time
 import uuid
 
@@ -65,7 +68,7 @@ async def test_lan_worker_should_exit_cleanly_and_log_its_bound_port():
         flags = lan_flags(host.ip, kind, "--insecure", "--port", "0")
         async with worker(*flags, wrap=host.command, stderr=subprocess.PIPE) as w:
             discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
-            async with pool.WorkerPool(discovery=discovery) as p:
+            async with pool.WorkerPool(discovery=discovery, insecure=True) as p:
                 await p.wait_for_workers(1, timeout=30)  # announced (so the announcement task ran)
                 assert await routines.pid() == w.pid
             w.child.signal(signal.SIGTERM)
@@ -106,7 +109,7 @@ async def test_leaky_bucket_across_four_hosts():
                 for host, uid in zip(lan.hosts, uids, strict=True)
             ]
             discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
-            async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer()) as p:
+            async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer(), insecure=True) as p:
                 await p.wait_for_workers(4, timeout=30)
                 ran_on: collections.Counter[int] = collections.Counter()
                 failures: list[BaseException] = []
@@ -160,9 +163,77 @@ async def test_tls_worker_should_serve_a_pool_with_a_client_certificate_and_nobo
             assert w.child.process.returncode is None
 
 
+async def test_a_workers_own_certificate_should_not_stand_in_for_another_worker(tmp_path):
+    """Test issue 43's shared certificate name: each worker gets a certificate naming its own address, and a
+    pool that checks the address it dials (``server_name=None``) refuses a worker presenting another one's
+    (a host broken into, posing as another), while the genuine certificate serves."""
+    certs = load_make_certs().make_certs(tmp_path / "certs", ["10.77.0.10", "10.77.0.11"])
+    kind = service_type()
+    strict = pool.TlsCredentials(ca=certs["ca"], cert=certs["client"], key=certs["client_key"], server_name=None)
+    with Lan(1) as lan:
+        (host,) = lan.hosts
+        assert host.ip == "10.77.0.10"
+        for presented, serves in (("10.77.0.11", False), ("10.77.0.10", True)):
+            tls = ["--tls-cert", certs[f"worker {presented}"], "--tls-key", certs[f"worker {presented} key"]]
+            tls += ["--tls-client-ca", certs["ca"]]
+            async with worker(*lan_flags(host.ip, kind, *tls), wrap=host.command):
+                discovery = pool.LanDiscovery(interfaces=[BRIDGE_IP], service_type=kind)
+                async with pool.WorkerPool(discovery=discovery, credentials=strict) as p:
+                    await p.wait_for_workers(1, timeout=30)
+                    if serves:
+                        assert await routines.add(1, 2) == 3
+                    else:
+                        with pytest.raises(pool.NoWorkersAvailable):
+                            await routines.add(1, 2)
+
+
 def load_make_certs():
     path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "make_certs.py"
     spec = importlib.util.spec_from_file_location("make_certs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+FAKE_LISTENER = r"""
+import socket, sys
+listener = socket.socket()
+listener.bind((sys.argv[1], 0))
+listener.listen()
+print(listener.getsockname()[1], flush=True)
+while True:
+    connection, _ = listener.accept()
+    with open(sys.argv[2], "a") as log:
+        log.write("connected\n")
+    connection.close()
+"""
+"""A fake worker on a LAN host: it logs every connection (a planted record's address)."""
+
+
+async def test_a_record_that_says_plaintext_should_not_be_dialled_by_a_pool_with_credentials(tmp_path, caplog):
+    """Test issue 43's downgrade: a planted record off loopback saying ``"tls": false`` is skipped (logged) by a
+    pool that holds TLS credentials, and by one without them unless it says insecure=True: its address is never
+    dialled. The transport is the pool's decision, not the record's."""
+    caplog.set_level(logging.WARNING, logger="leakypool.pool")
+    certs = load_make_certs().make_certs(tmp_path / "certs", ["10.77.0.10"])
+    credentials = pool.TlsCredentials(ca=certs["ca"], cert=certs["client"], key=certs["client_key"])
+    log = tmp_path / "connections.log"
+    with Lan(1) as lan:
+        (host,) = lan.hosts
+        fake = host.child([sys.executable, "-c", FAKE_LISTENER, host.ip, str(log)], stdout=subprocess.PIPE)
+        async with fake:
+            port = int((await asyncio.wait_for(fake.stdout.readline(), 30)).decode())
+            planted = pool.WorkerMetadata(uid=uuid.UUID(int=1), address=f"{host.ip}:{port}", tls=False)
+            for options in ({"credentials": credentials}, {}):
+                discovery = pool.StaticDiscovery(workers=[planted])
+                async with pool.WorkerPool(spawn=1, discovery=discovery, **options) as p:
+                    assert await routines.add(1, 2) == 3  # the pool's own worker serves
+                    assert planted.uid not in p.workers
+            assert not log.exists()  # no connection: its address was never dialled
+            async with pool.WorkerPool(discovery=pool.StaticDiscovery(workers=[planted]), insecure=True) as p:
+                await p.wait_for_workers(1, timeout=30)  # the control: said so, the pool dials it
+                with pytest.raises((pool.NoWorkersAvailable, pool.WorkerBroken)):
+                    await routines.add(1, 2)  # (a fake: it never answers the handshake)
+    lines = [r.getMessage() for r in caplog.records if "not admitting worker" in r.getMessage()]
+    assert len(lines) == 2 and "does not choose the transport" in lines[0] and "insecure=True" in lines[1]
+    assert log.read_text().count("connected") >= 1  # the control: dialled by the pool that said insecure=True

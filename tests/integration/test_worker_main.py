@@ -8,12 +8,13 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 from pool._config._settings import WORKER_SETTINGS
 from tests.integration.child import Child
-from tests.integration.workers import secret_metadata
+from tests.integration.workers import static, worker
 
 pytestmark = pytest.mark.integration
 
@@ -97,20 +98,19 @@ async def test_worker_should_log_ready_and_exit_0_with_its_reason_on_a_signal(si
 
 
 async def test_undecodable_frames_should_end_the_stream_with_invalid_argument_and_spare_the_worker():
-    """Test that bytes that are not our protocol close that stream with an error status (not OK)."""
+    """Test that bytes that are not our protocol, from a dialler that proved itself, close that stream with an
+    error status (not OK)."""
     import grpc
 
     import pool
     from tests.integration import routines
+    from tests.integration.raw import grpc_dial
 
-    async with pool.WorkerPool(spawn=1, local_transport="tcp") as p:
-        (worker,) = p.workers.values()
-        async with grpc.aio.insecure_channel(worker.address) as channel:
-            raw = channel.stream_stream(
-                "/leakypool.v1.Worker/Dispatch", request_serializer=lambda b: b, response_deserializer=lambda b: b
-            )
-            stream = raw(metadata=secret_metadata())
-            await stream.write(b"\xff\xff\xff\xff")
+    async with worker("--port", "0") as w, pool.WorkerPool(discovery=static(w)) as p:
+        await p.wait_for_workers(1, timeout=30)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{w.port}") as channel:
+            stream = await grpc_dial(channel)
+            await stream.write(b"\0\xff\xff\xff\xff")  # a whole message (one piece) that is not Frames
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await asyncio.wait_for(stream.read(), 30)
             assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -123,19 +123,25 @@ async def test_undecodable_frames_on_a_unix_socket_should_end_that_connection_an
     import struct
 
     import pool
-    from pool._transport._framing import hello
     from tests.integration import routines
+    from tests.integration.raw import unix_dial
 
-    async with pool.WorkerPool(spawn=1) as p:
-        (worker,) = p.workers.values()
-        reader, writer = await asyncio.open_unix_connection(worker.address.removeprefix("unix:"))
+    directory = tempfile.TemporaryDirectory(prefix="lp-")
+    path = os.path.join(directory.name, "w.sock")
+    async with (
+        worker("--unix-socket", path) as w,
+        pool.WorkerPool(discovery=static(w, f"unix:{path}")) as p,
+    ):
+        await p.wait_for_workers(1, timeout=30)
+        reader, writer = await unix_dial(path)
         try:
-            for message in (hello("Dispatch"), b"\xff\xff\xff\xff"):
-                writer.write(struct.pack(">I", len(message)) + message)
+            message = b"\xff\xff\xff\xff"
+            writer.write(struct.pack(">I", len(message)) + message)
             assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, with nothing sent back
         finally:
             writer.close()
         assert await routines.add(1, 2) == 3  # the worker and the pool's own stream carry on
+    directory.cleanup()
 
 
 def test_raising_initializer_should_exit_3_with_its_traceback_logged():

@@ -1,4 +1,4 @@
-"""A worker on TCP runs calls only for callers that present its secret, on loopback too (issue 35).
+"""Every worker connection proves the secret both ways, on loopback too (issues 35 and 43).
 
 Real ``worker_main.py`` processes on 127.0.0.1, real gRPC, real pools. The
 per-user secret lives in this session's own config directory
@@ -10,21 +10,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import shutil
 import stat
 import subprocess
 import sys
-import uuid
 
 import grpc
 import pytest
 
 import pool
+from pool._transport._handshake import Keyring
 from pool._transport._proto import leakypool_pb2 as pb
-from pool._transport._secret import METADATA_KEY
+from pool._transport._rpc import SERVICE
 from tests.integration import routines
 from tests.integration.child import Child
-from tests.integration.workers import clean_env, secret_metadata, worker
+from tests.integration.raw import grpc_dial
+from tests.integration.workers import clean_env, static, worker
 
 pytestmark = pytest.mark.integration
 
@@ -34,40 +36,48 @@ NOBODY = 65534
 WORKER_COMMAND = [sys.executable, "worker_main.py", "{worker_args}", "--log-level", "WARNING"]
 
 
-async def state(address: str, metadata: tuple[tuple[str, str], ...] | None) -> pb.WorkerState:
-    """A raw State call (no leakypool client code), with ``metadata``."""
+async def state(address: str, keyring: Keyring | None = None) -> pb.WorkerState:
+    """A State call by hand (the handshake with ``keyring``: default, this user's secret), then its answer."""
     async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(
-            "/leakypool.v1.Worker/State",
-            request_serializer=pb.StateRequest.SerializeToString,
-            response_deserializer=pb.WorkerState.FromString,
-        )
-        return await call(pb.StateRequest(), metadata=metadata, timeout=30)
+        call = await grpc_dial(channel, "State", keyring)
+        await call.write(b"\0" + pb.StateRequest().SerializeToString())
+        reply = await asyncio.wait_for(call.read(), 30)
+        if reply is grpc.aio.EOF:
+            raise grpc.aio.AioRpcError(
+                await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
+            )
+        return pb.WorkerState.FromString(reply[1:])
 
 
-def static(w) -> pool.StaticDiscovery:
-    """A discovery announcing the standalone worker ``w`` as it is (no probe)."""
-    return pool.StaticDiscovery(workers=[pool.WorkerMetadata(uid=uuid.UUID(w.uid), address=f"127.0.0.1:{w.port}")])
+async def refusal(address: str, keyring: Keyring | None) -> grpc.aio.AioRpcError:
+    """The error a handshake with ``keyring`` ends in (None: a caller that sends no challenge at all)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        with pytest.raises((grpc.aio.AioRpcError, ConnectionError)) as info:
+            if keyring is None:
+                call = channel.stream_stream(f"/{SERVICE}/Dispatch")()
+                await call.write(b"not a challenge")
+                await asyncio.wait_for(call.read(), 30)
+                raise grpc.aio.AioRpcError(
+                    await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
+                )
+            await state(address, keyring)
+    error = info.value
+    assert isinstance(error, grpc.aio.AioRpcError) or "refused" in str(error), error
+    return error  # type: ignore[return-value]
 
 
-async def test_a_tcp_worker_should_refuse_a_raw_caller_without_the_secret_and_answer_one_with_it():
+async def test_a_tcp_worker_should_refuse_a_caller_without_the_secret_and_answer_one_with_it():
     async with worker("--port", "0") as w:
         address = f"127.0.0.1:{w.port}"
-        for metadata in (None, ((METADATA_KEY, "not-the-secret"),)):
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await state(address, metadata)
-            assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
-            assert "secret" in (info.value.details() or "")
-        async with grpc.aio.insecure_channel(address) as channel:  # the stream that would carry code: refused too
-            stream = channel.stream_stream("/leakypool.v1.Worker/Dispatch")(metadata=None)
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await asyncio.wait_for(stream.read(), 30)
-            assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
-        assert (await state(address, secret_metadata())).uid == w.uid
+        for keyring in (None, Keyring(("not-the-secret",))):
+            error = await refusal(address, keyring)
+            if isinstance(error, grpc.aio.AioRpcError):
+                assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert (await state(address)).uid == w.uid
 
 
 async def test_a_pool_of_the_same_user_should_find_the_secret_by_itself():
-    probing = pool.StaticDiscovery  # with addresses: its State probe needs the secret too
+    probing = pool.StaticDiscovery  # with addresses: its probe proves the secret too
     async with worker("--port", "0") as w, pool.WorkerPool(discovery=probing([f"127.0.0.1:{w.port}"])) as p:
         await p.wait_for_workers(1, timeout=30)
         assert await routines.pid() == w.pid
@@ -80,18 +90,18 @@ async def test_a_pool_with_a_wrong_secret_should_be_refused_and_say_why(caplog):
         with pytest.raises((pool.NoWorkersAvailable, pool.WorkerBroken)):
             await routines.pid()
         lines = [r.getMessage() for r in caplog.records]
-        (line,) = [m for m in lines if "refused this pool" in m] or [lines]
-        assert "requires a secret" in line and "presented a wrong secret" in line and "LEAKYPOOL_SECRET" in line
+        (line,) = [m for m in lines if "failed the handshake" in m] or [lines]
+        assert "no secret in common" in line and "lan-security" in line
 
 
-async def test_an_explicit_secret_should_reach_the_workers_a_pool_starts_over_tcp():
+async def test_the_workers_a_pool_spawns_should_require_its_own_key_not_the_users_secret():
     async with pool.WorkerPool(spawn=1, local_transport="tcp", secret="s3cret-for-this-pool") as p:
         assert await routines.add(1, 2) == 3
         (member,) = p.workers.values()
-        with pytest.raises(grpc.aio.AioRpcError) as info:  # it requires the pool's secret, not the user's own
-            await state(member.address, secret_metadata())
-        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
-        assert (await state(member.address, ((METADATA_KEY, "s3cret-for-this-pool"),))).uid == str(member.uid)
+        for keyring in (None, Keyring(("s3cret-for-this-pool",))):  # the user's secret, the pool's given one
+            error = await refusal(member.address, keyring)
+            if isinstance(error, grpc.aio.AioRpcError):
+                assert error.code() is grpc.StatusCode.UNAUTHENTICATED
 
 
 async def test_the_secret_should_reach_workers_a_command_provisioner_starts(tmp_path):
@@ -105,16 +115,24 @@ async def test_the_secret_should_reach_workers_a_command_provisioner_starts(tmp_
         dispatch_deadline=30,
         secret="provisioned-secret",
     ) as p:
-        assert await routines.add(2, 3) == 5  # the worker requires what the pool presents: it came in its env
+        assert await routines.add(2, 3) == 5  # the worker proves what the pool holds: it came in its env
         (member,) = p.workers.values()
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await state(member.address, secret_metadata())
-        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        await refusal(member.address, Keyring(("another-secret",)))
+        assert (await state(member.address, Keyring(("provisioned-secret",)))).uid == str(member.uid)
 
 
-async def test_no_secret_should_let_any_caller_in():
-    async with worker("--port", "0", "--no-secret") as w:
-        assert (await state(f"127.0.0.1:{w.port}", None)).uid == w.uid
+def test_no_secret_should_be_refused_at_start():
+    """Test that ``--no-secret`` (issue 35's opt-out) now stops the worker with one line: every connection proves it."""
+    result = subprocess.run(
+        [sys.executable, "worker_main.py", "--port", "0", "--no-secret"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--no-secret: removed" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 RACER = """
@@ -149,28 +167,17 @@ async def test_the_secret_file_should_be_private_and_made_once_by_racing_process
     assert os.listdir(path.parent) == ["secret"]  # no temporary file left behind
 
 
-def grpc_by_curl(port: int, method: str, headers: tuple[str, ...] = ()) -> list[str]:
+def grpc_by_curl(host: str, port: int, method: str) -> list[str]:
     """A gRPC call made by curl (HTTP/2 without TLS), its body from stdin: what any local user can run, no Python needed."""
     args = ["curl", "-sS", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers"]
-    for header in headers:
-        args += ["-H", header]
-    return [
-        *args,
-        "--data-binary",
-        "@-",
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        f"http://127.0.0.1:{port}/leakypool.v1.Worker/{method}",
-    ]
+    return [*args, "--data-binary", "@-", "-D", "-", "-o", "/dev/null", f"http://{host}:{port}/{SERVICE}/{method}"]
 
 
 async def run_as(user: int | None, args: list[str], stdin: bytes = b"") -> tuple[int, str]:
-    """Run ``args`` as ``user`` (None: as this process); its exit status and stdout + stderr."""
-    as_user = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+    """Run ``args`` as ``user`` (None: as this process; else through runuser); its exit status and output."""
+    command = args if user is None else ["runuser", "-u", pwd.getpwuid(user).pw_name, "--", *args]
     async with Child(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env(), **as_user
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=clean_env()
     ) as child:
         child.process.stdin.write(stdin)
         child.process.stdin.close()
@@ -178,12 +185,8 @@ async def run_as(user: int | None, args: list[str], stdin: bytes = b"") -> tuple
         return await child.wait(60), out.decode()
 
 
-EMPTY_MESSAGE = b"\0\0\0\0\0"
-"""A gRPC message frame holding an empty protobuf (an empty StateRequest)."""
-
-BODIES = {"State": EMPTY_MESSAGE, "Dispatch": b""}
-"""What curl sends: a unary call is answered once its request is in; a stream with an empty
-body ends its upload at once, so the worker's refusal cannot race it."""
+CHALLENGE_LIKE = b"\0\0\0\0\x45" + b"LPC1" + bytes(65)
+"""A gRPC message frame holding 69 bytes shaped like a challenge (with no key anyone holds)."""
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="becoming another user (nobody) needs root; this run is not root")
@@ -191,19 +194,19 @@ body ends its upload at once, so the worker's refusal cannot race it."""
     shutil.which("curl") is None,
     reason="needs curl (the other user's client: it cannot run this interpreter, under /root)",
 )
-async def test_another_user_should_neither_read_the_secret_nor_reach_the_worker(private_secret):
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
+async def test_another_user_should_neither_read_the_secret_nor_reach_the_worker(private_secret, host):
     """Test that ``nobody`` can neither read the owner's secret nor get an answer (issue 35: it ran code as root).
 
     The other user's client is curl speaking gRPC: this interpreter lives
-    where ``nobody`` may not run it. The owner's same call, with the secret,
-    is the control.
+    where ``nobody`` may not run it. The owner's own State, with the
+    handshake, is the control.
     """
-    async with worker("--port", "0") as w:
+    async with worker("--host", host.strip("[]"), "--port", "0") as w:
         status, out = await run_as(NOBODY, ["cat", private_secret])
         assert status != 0 and "Permission denied" in out
-        for method, body in BODIES.items():
-            status, out = await run_as(NOBODY, grpc_by_curl(w.port, method), body)
+        for method in ("State", "Dispatch", "Stop"):
+            status, out = await run_as(NOBODY, grpc_by_curl(host, w.port, method), CHALLENGE_LIKE)
             assert "grpc-status: 16" in out, (status, out)  # UNAUTHENTICATED
-        mine = f"{METADATA_KEY}: {secret_metadata()[0][1]}"
-        _, out = await run_as(None, grpc_by_curl(w.port, "State", (mine,)), EMPTY_MESSAGE)
-        assert "grpc-status: 0" in out, out
+            assert "uid 65534" in out, out  # turned away for who it is (IPv6 too), before its challenge was read
+        assert (await state(f"{host}:{w.port}")).uid == w.uid

@@ -7,19 +7,13 @@ import contextlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable
 
+import pool
 from tests.integration.child import Child
 
 WORKER = [sys.executable, "worker_main.py"]
-
-
-def secret_metadata() -> tuple[tuple[str, str], ...]:
-    """gRPC metadata carrying this user's worker secret (the session's own: see ``private_secret``)."""
-    from pool._config._places import default_secret_file
-    from pool._transport._secret import METADATA_KEY, load_or_create
-
-    return ((METADATA_KEY, load_or_create(default_secret_file())),)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -66,3 +60,9 @@ async def worker(
 def _read_line(fd: int) -> str:
     with open(fd, closefd=False) as f:
         return f.readline().strip()
+
+
+def static(w: Worker, address: str | None = None) -> pool.StaticDiscovery:
+    """A discovery announcing the standalone worker ``w`` as it is (no probe): at ``address``, or its TCP port."""
+    where = address or f"127.0.0.1:{w.port}"
+    return pool.StaticDiscovery(workers=[pool.WorkerMetadata(uid=uuid.UUID(w.uid), address=where)])

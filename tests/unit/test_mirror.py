@@ -41,7 +41,8 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
-    "pool/_config/_parse.py": f"sizes and import paths: {UT}_worker/test_recycle.py, {UT}_config/test_settings.py",
+    "pool/_config/_parse.py": f"sizes, import paths, URLs by reference: {UT}_worker/test_recycle.py, "
+    f"{UT}_config/test_settings.py",
     "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}test_worker_secret.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
@@ -107,12 +108,14 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
     "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
     "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}test_worker_secret.py, {UT}_config/test_settings.py",
+    "pool/_transport/_trust.py": f"a keyring and the trusted uids: {UT}_transport/test_handshake.py, {IT}test_trust.py",
     "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}test_lan.py, {IT}test_capacity_netns.py",
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "
     f"{UT}_worker/test_signals.py",
-    "pool/_worker/_grpc_server.py": f"a worker on TCP: {IT}test_worker_main.py, {IT}test_worker_secret.py, {IT}test_lan.py",
+    "pool/_worker/_keys.py": f"a worker's secret, and the variable gone from routines: {IT}test_worker_secret.py, "
+    f"{IT}test_trust.py",
     "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}test_routines.py, {IT}test_plain.py",
     "pool/_worker/_lifecycle.py": f"idle timeout, lifetime, drains: {IT}test_pool_lifecycle.py, {IT}test_recycle.py, "
     f"{IT}test_worker_main.py",

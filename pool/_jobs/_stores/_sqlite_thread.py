@@ -12,6 +12,7 @@ woken in one hop to the loop. A failed COMMIT fails the whole batch with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+from ..._base._private import private_file
 from ..._errors import ConfigError, StoreError
 
 BATCH_OPS: Final[int] = 1024
@@ -63,6 +65,9 @@ class SQLiteThread:
     def _connect(self) -> sqlite3.Connection:
         """Open the file in WAL mode; another process switching it at the same moment is waited for."""
         deadline = time.monotonic() + BUSY_TIMEOUT_S
+        if self._path != ":memory:" and not self._path.startswith("file:"):
+            with contextlib.suppress(OSError):  # (sqlite3 says why it cannot open it)
+                private_file(self._path)  # jobs hold arguments and errors: 0600, and so its -wal and -shm
         while True:
             connection = sqlite3.connect(
                 self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False

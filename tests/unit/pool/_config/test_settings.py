@@ -183,9 +183,10 @@ class TestSecretSettings:
         assert "hush" not in repr(PoolConfig.from_env({"LEAKYPOOL_SECRET": "hush"}))
         assert "--secret" not in worker_parser().format_help().replace("--secret-file", "")
 
-    def test_no_secret_should_contradict_an_explicit_secret(self):
-        with pytest.raises(pool.ConfigError, match="--no-secret"):
-            WorkerConfig.from_argv(["--no-secret"], {"LEAKYPOOL_SECRET": "hush"})
+    def test_no_secret_should_be_refused(self):
+        """Test that ``--no-secret`` is an error now (issue 43: every connection proves the secret)."""
+        with pytest.raises(pool.ConfigError, match="--no-secret: removed"):
+            WorkerConfig.from_argv(["--no-secret"], {})
 
     def test_default_secret_file_should_follow_an_owned_xdg_config_home_and_refuse_a_foreign_one(self, tmp_path):
         """Test that the default secret is in the user's config directory, never in one another user owns."""
@@ -213,6 +214,53 @@ class TestSecretFile:
         path.chmod(0o600)
         assert load_or_create(str(path)) == "token"
 
+    def test_a_secret_file_in_a_directory_others_may_enter_should_be_refused(self, tmp_path):
+        """Test that the default secret's directory must be private too (issue 43, as OpenSSH checks ~/.ssh)."""
+        from pool._transport._secret import load_or_create
+
+        directory = tmp_path / "leakypool"
+        directory.mkdir(mode=0o700)
+        (directory / "secret").write_text("token\n")
+        (directory / "secret").chmod(0o600)
+        directory.chmod(0o755)
+        with pytest.raises(pool.ConfigError, match=f"chmod 700 {directory}"):
+            load_or_create(str(directory / "secret"))
+
+    def test_a_secret_source_should_hold_several_secrets_and_pick_up_a_rotation(self, tmp_path, monkeypatch):
+        """Test that a file with two secrets yields both (old and new, during a rotation), re-read when it changes."""
+        from pool._transport import _secret
+
+        monkeypatch.setattr(_secret, "RELOAD_S", 0.0)
+        path = tmp_path / "secret"
+        path.write_text("old\n")
+        path.chmod(0o600)
+        source = _secret.SecretSource(path=str(path))
+        assert source.secrets() == ("old",)
+        path.write_text("old\nnew\n")
+        assert source.secrets() == ("old", "new")
+        path.write_text("new\n")
+        assert source.secrets() == ("new",)
+        assert _secret.SecretSource("a b").secrets() == ("a", "b")
+
     def test_a_pool_given_an_unreadable_secret_file_should_fail_at_construction(self, tmp_path):
         with pytest.raises(pool.ConfigError, match="secret_file"):
             pool.WorkerPool(spawn=0, secret_file=str(tmp_path / "missing"), use_env=False)
+
+
+class TestIndirectUrls:
+    """A URL with a password is given by reference, never on a command line (issue 43 item 6)."""
+
+    def test_a_registry_should_be_read_from_a_file_or_a_variable(self, tmp_path, monkeypatch):
+        url = "postgresql://app:hunter2@db/app"
+        path = tmp_path / "registry"
+        path.write_text(url + "\n")
+        monkeypatch.setenv("REGISTRY_URL", url)
+        assert WorkerConfig.from_argv(["--registry", f"@{path}"], {}).registry == url
+        assert WorkerConfig.from_argv(["--registry", "env:REGISTRY_URL"], {}).registry == url
+        assert PoolConfig.from_env({"LEAKYPOOL_STORE": f"@{path}"}).store == url
+
+    def test_a_missing_file_or_variable_should_fail_in_one_line_without_the_url(self, tmp_path):
+        with pytest.raises(pool.ConfigError, match="--registry: expected a registry URL"):
+            WorkerConfig.from_argv(["--registry", f"@{tmp_path / 'missing'}"], {})
+        with pytest.raises(pool.ConfigError, match="--registry"):
+            WorkerConfig.from_argv(["--registry", "env:NOT_SET_ANYWHERE"], {})

@@ -7,6 +7,7 @@ import uuid
 import pool
 from pool._dispatch import _membership
 from pool._dispatch._membership import Membership
+from pool._transport._trust import Trust
 
 
 def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> Membership:
@@ -14,6 +15,7 @@ def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> M
     return Membership(
         None,
         credentials=None,
+        trust=Trust.of("a key"),
         tags=(),
         changed=lambda: None,
         close=closed.extend,

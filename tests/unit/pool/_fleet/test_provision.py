@@ -137,10 +137,11 @@ def test_worker_request_should_carry_the_settings_as_variables_and_as_flags():
     request = worker_request(uid, 3, spawned, registry="postgresql://u:p@db/x", tags=("gpu",), idle_timeout=2.0)
     assert "LEAKYPOOL_HOST" not in request.env  # where the worker binds is the provisioner's business
     from_env = WorkerConfig.from_env(request.env)
-    from_args = WorkerConfig.from_argv(list(request.args), environ={})
+    from_args = WorkerConfig.from_argv(list(request.args), environ={"LEAKYPOOL_REGISTRY": "postgresql://u:p@db/x"})
     assert from_env == from_args
     assert from_args.uid == str(uid) and from_args.max_concurrent_tasks == 4 and from_args.idle_timeout == 2.0
     assert from_args.registry == "postgresql://u:p@db/x" and from_args.tags == ("gpu",)
+    assert not any("u:p@" in arg for arg in request.args)  # a password: in env only (a command line is world-readable)
     assert from_args.hold_slot_while_waiting
     assert request.seq == 3
 

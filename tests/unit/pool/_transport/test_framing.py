@@ -78,7 +78,7 @@ def test_messages_should_come_out_whole_and_in_order_however_the_bytes_are_split
 
 
 def test_a_first_message_over_the_limit_should_end_the_stream_before_its_body_arrives():
-    stream = MessageStream(first_limit=HELLO_MAX_BYTES)
+    stream = MessageStream(HELLO_MAX_BYTES)
     transport = Transport()
     stream.connection_made(transport)
     stream.data_received(b"GET / HTTP/1.1\r\n")  # "GET " read as a length: ~1.2 GB
@@ -87,12 +87,21 @@ def test_a_first_message_over_the_limit_should_end_the_stream_before_its_body_ar
         asyncio.run(stream.receive())
 
 
-def test_the_limit_should_rise_after_the_first_message_even_within_one_chunk():
-    stream = MessageStream(first_limit=HELLO_MAX_BYTES)
-    stream.connection_made(Transport())
+def test_the_limit_should_hold_for_every_message_until_it_is_raised():
+    """Test that a stream's limit holds past its first message (a dialler keeps a handshake's size until
+    the worker proved itself: issue 43), and that raising it lets larger messages through."""
+    stream = MessageStream(HELLO_MAX_BYTES)
+    transport = Transport()
+    stream.connection_made(transport)
+    stream.data_received(framed([hello("Dispatch")]))
+    assert asyncio.run(drain(stream, 1)) == [hello("Dispatch")]
+    stream.limit = 20_000
     big = b"x" * 10_000
-    stream.data_received(framed([hello("Dispatch"), big]))
-    assert asyncio.run(drain(stream, 2)) == [hello("Dispatch"), big]
+    stream.data_received(framed([big]))
+    assert asyncio.run(drain(stream, 1)) == [big]
+    stream.limit = HELLO_MAX_BYTES
+    stream.data_received(framed([big]))
+    assert transport.aborted
 
 
 def test_reading_should_pause_while_too_many_messages_wait_and_resume_once_read():
@@ -112,7 +121,7 @@ def test_reading_should_pause_while_too_many_messages_wait_and_resume_once_read(
         (hello("State"), "State"),
         (hello("Stop"), "Stop"),
         (hello("Drop"), None),
-        (b"leakypool-local/2 Dispatch", None),
+        (b"leakypool-local/1 Dispatch", None),  # a release before the handshake (issue 43): turned away
         (b"\xff\xfe", None),
         (None, None),
     ],

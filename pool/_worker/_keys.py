@@ -1,0 +1,44 @@
+"""What a worker proves itself with, and whom it lets in (issue 43).
+
+Every connection to a worker, on its unix socket or over TCP, opens with
+the handshake (`pool._transport._handshake`), so every worker holds a
+secret: ``LEAKYPOOL_SECRET`` (a pool gives the workers it spawns a key of
+its own this way; a provisioner passes the pool's), else ``--secret-file``,
+else this user's own (made on first use). Client certificates (mutual
+TLS) no longer stand in for it: they say which hosts may connect, the
+secret says who may run code. The variable is read at start and removed
+from the environment before any routine runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._config._places import default_secret_file
+from .._config._settings import ConfigError, WorkerConfig
+from .._transport._handshake import Keyring
+from .._transport._peer import trusted_uids
+from .._transport._secret import SecretSource
+from .._transport._trust import Trust
+
+
+def worker_trust(config: WorkerConfig) -> Trust:
+    """The worker's keys and the uids it lets connect (its own, plus ``--peer-uids``).
+
+    Raises:
+        ConfigError: the secret file cannot be read or made, or is not private.
+    """
+    if config.secret:
+        source = SecretSource(config.secret)
+    elif config.secret_file:
+        source = SecretSource(path=config.secret_file)
+    else:
+        source = SecretSource(default_path=default_secret_file())
+    if not source.secrets(create=True):
+        raise ConfigError(f"no secret to prove this worker with: {source.describe()} holds none")
+    return Trust(Keyring((), source, create=not (config.secret or config.secret_file)), trusted_uids(config.peer_uids))
+
+
+def forget_secret() -> None:
+    """Remove ``LEAKYPOOL_SECRET`` from this process's environment (routines, and their children, see it no more)."""
+    os.environ.pop("LEAKYPOOL_SECRET", None)
