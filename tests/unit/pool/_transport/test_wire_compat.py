@@ -23,6 +23,8 @@ from pool._transport import _wire
 from tests.fixtures.wire_2026_11 import routines
 
 FIXTURES = pathlib.Path(routines.__file__).parent
+FIXTURE_PYTHON = (3, 11)
+"""The Python that wrote the fixtures: a function pickled by value (cloudpickle) carries that Python's bytecode."""
 _PRIVATE = re.compile(r"^pool(\.\w+)*\._")
 
 
@@ -46,7 +48,8 @@ class TestOlderRelease:
         options = loaded.call_options
         assert (options.timeout, options.key, options.retries, options.retry_on) == (5.0, "tenant", 2, (ValueError,))
         assert (options.queue.name, options.queue.concurrency, options.queue.rate.n) == ("api", 2, 10)
-        assert asyncio.run(loaded.__wrapped__(1)) == 11
+        if sys.version_info[:2] == FIXTURE_PYTHON:  # its bytecode runs only there: 3.11's crashes 3.13 (a segfault)
+            assert asyncio.run(loaded.__wrapped__(1)) == 11
 
     @pytest.mark.parametrize("name", ["routine_variant", "routine_variant_private_queue"])
     def test_a_routine_with_options_should_load_as_a_variant_of_the_routine(self, name):
