@@ -104,7 +104,10 @@ except OSError as exc:
     sys.exit(0)
 hello = b"leakypool-local/2 Dispatch"
 challenge = b"LPC1" + bytes(32) + b"\x01" + bytes(8)
-s.sendall(struct.pack(">I", len(hello)) + hello + struct.pack(">I", len(challenge)) + challenge)
+try:
+    s.sendall(struct.pack(">I", len(hello)) + hello + struct.pack(">I", len(challenge)) + challenge)
+except OSError:  # turned away before it could send (the worker may hang up at once)
+    pass
 s.settimeout(30)
 got = b""
 while True:
