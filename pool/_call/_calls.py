@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
 from .._transport import _buffers, _wire
-from .._transport._outgoing import OutgoingCall
+from .._transport._outgoing import HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import TRANSIENT_CODES, status_name
 from .._transport._session import Session
@@ -62,10 +62,11 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     """
     call, message = session.open(task.name)
     task.fill(message, session)
-    watch = session.watch
-    if watch is None:
-        watch = session.watch = AnswerWatch(session)
-    watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+    if not task.plain:  # an unanswered plain call waits: a worker that may yet start it must not see it again elsewhere
+        watch = session.watch
+        if watch is None:
+            watch = session.watch = AnswerWatch(session)
+        watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
@@ -82,6 +83,8 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
         raise
     if frame.HasField("reject"):
         raise rejection(frame.reject, session.label, task.name)
+    if not frame.HasField("accept"):
+        call.put_back(frame)  # its outcome overtook its Accept (a worker's plain thread writes its own)
     return call
 
 
@@ -192,12 +195,16 @@ async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
     async with asyncio.timeout(task.timeout) if task.timeout is not None else _UNBOUNDED:
         call = await dispatcher.dispatch(task)
-        try:
-            frame = await call.receive()
-        except BaseException:
-            await call.abort(CANCEL_CONFIRM_S)
-            raise
-    return outcome_value(frame.outcome, task.name)
+        while True:
+            try:
+                frame = await call.receive()
+            except HandedBack:  # a queued plain call came back unstarted: placed again
+                call = await dispatcher.dispatch(task)
+                continue
+            except BaseException:
+                await call.abort(CANCEL_CONFIRM_S)
+                raise
+            return outcome_value(frame.outcome, task.name)
 
 
 _UNBOUNDED: Final = contextlib.nullcontext()

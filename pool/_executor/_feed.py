@@ -36,7 +36,8 @@ from ._calls import Shipped, _apply, _apply_chunk, name_of, task_for
 from ._map import Chunk, batched, check_map_arguments, ordered_results, single
 
 IN_FLIGHT_PER_WORKER: Final[int] = 2
-"""Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""
+"""Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved);
+more with a deeper ``plain_prefetch`` (one running and one per place in the worker's line)."""
 
 BUSY_RETRY_S: Final[float] = 0.05
 """A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
@@ -83,6 +84,7 @@ class Feed:
         self._spawn: Callable[..., Any] = lambda coro, name: None
         self._is_open: Callable[[], bool] = lambda: True
         self._workers: Callable[[], int] = lambda: 1
+        self._per_worker = IN_FLIGHT_PER_WORKER
         self._room: asyncio.Event | None = None
         self._broken: BaseException | None = None
         self._on_idle: Callable[[], object] | None = None
@@ -94,9 +96,11 @@ class Feed:
         *,
         is_open: Callable[[], bool],
         workers: Callable[[], int],
+        per_worker: int = IN_FLIGHT_PER_WORKER,
     ) -> None:
         """Start feeding a pool (call this on its loop): ``call`` runs a task, ``spawn`` owns the runners."""
         self._call, self._spawn, self._is_open, self._workers = call, spawn, is_open, workers
+        self._per_worker = max(IN_FLIGHT_PER_WORKER, per_worker)
         self._room = asyncio.Event()
         self._thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()
@@ -192,7 +196,7 @@ class Feed:
     def _limit(self) -> int:
         if self._direct:
             return sys.maxsize
-        return IN_FLIGHT_PER_WORKER * max(1, self._workers())
+        return self._per_worker * max(1, self._workers())
 
     # -- the loop's thread -------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import Callable
 from typing import Final
@@ -34,7 +35,9 @@ class UnixChannel:
         self._streams: set[MessageStream] = set()
 
     async def _open(self, method: str) -> MessageStream:
-        _, stream = await asyncio.get_running_loop().create_unix_connection(MessageStream, self._path)
+        _, stream = await asyncio.get_running_loop().create_unix_connection(
+            functools.partial(MessageStream, read_rest=method == "Dispatch"), self._path
+        )
         self._streams.add(stream)
         try:
             await stream.send(hello(method))
@@ -66,6 +69,7 @@ class UnixChannel:
                 write_now=stream.write_frames_now,
                 busy_at=stream.busy_at,
                 side=lambda: None if side is None or side.closed else side,
+                read_to_end=lambda: stream.read_to_end,
             )
         finally:
             self._drop(stream)

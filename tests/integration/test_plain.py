@@ -33,8 +33,11 @@ async def test_plain_routine_should_run_in_a_worker_not_here():
 
 
 async def test_a_worker_should_run_one_plain_call_at_a_time_and_async_calls_beside_it():
-    """Test that a second plain call waits at the dispatcher (not behind the first) while async calls run."""
-    async with Gate() as gate, pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(8)) as p:
+    """Test that, without prefetch, a second plain call waits at the dispatcher (not in the worker) while async calls run."""
+    async with (
+        Gate() as gate,
+        pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(8), plain_prefetch=0) as p,
+    ):
         first = asyncio.ensure_future(plain.gate(gate.address, "first"))
         assert await gate.arrived() == "first"
         second = asyncio.ensure_future(plain.gate(gate.address, "second"))
@@ -63,7 +66,7 @@ async def test_a_worker_running_a_plain_call_should_answer_state_and_accept_prom
     it would leave the State call unanswered (left out after HANG_S) and the Dispatch unaccepted
     (passed over after ACCEPT_TIMEOUT_S); a slow machine answers late but while the call still runs.
     """
-    async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
+    async with Gate() as gate, pool.WorkerPool(spawn=1, plain_prefetch=0) as p:
         running = asyncio.ensure_future(plain.gate(gate.address))
         await gate.arrived()
         waiting = asyncio.ensure_future(plain.burn(2.0))  # waits at the dispatcher for the thread
@@ -79,7 +82,7 @@ async def test_a_worker_running_a_plain_call_should_answer_state_and_accept_prom
 
 async def test_cancelling_a_running_plain_call_should_end_the_caller_and_drop_its_result():
     """Test that the caller ends at once; the function runs on (it cannot be stopped) and holds the thread."""
-    async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
+    async with Gate() as gate, pool.WorkerPool(spawn=1, plain_prefetch=0) as p:
         running = asyncio.ensure_future(plain.gate(gate.address, "first"))
         await gate.arrived()
         running.cancel()
