@@ -40,6 +40,7 @@ from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
 from .._transport._outgoing import OutgoingCall
 from ._membership import Membership
 from ._roster import PlainSlots, Roster
+from ._sends import pick
 
 OVERDUE_GRACE_S: Final[float] = 2.0
 """After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it."""
@@ -135,6 +136,38 @@ class Placement:
             )
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._roster)} busy or unavailable") from last
 
+    def send_plain(self, task: Task) -> tuple[uuid.UUID, int, OutgoingCall] | None:
+        """Send plain ``task`` to the first worker with a place for it, without waiting for its answer; None: none has.
+
+        The same two passes as `place`, with the balancer driven without
+        awaiting (its ``asend(uid)`` comes as the call leaves: a worker that
+        then turns it away costs it a place back in the queue, see
+        `Admission`). Returns (worker, room epoch, call).
+
+        Raises:
+            Suspended: the balancer awaits something (use `place`).
+        """
+        for room in self._plain.rooms(task):
+            uid = pick(self.balancer, task, self._plain.view(room), self._roster.get)
+            if uid is not None:
+                connection = self._roster.get(uid)
+                assert connection is not None  # noqa: S101 - `pick` returns only members
+                epoch = self._room.offer(uid)
+                call = connection.send(task)
+                self.dispatched += 1
+                self._plain.taken(uid, call)
+                call.on_finish(functools.partial(self._plain_ended, uid, task))
+                return uid, epoch, call
+        return None
+
+    def refused(self, uid: uuid.UUID, exc: WorkerRejected | WorkerBroken, epoch: int) -> None:
+        """A call `send_plain` sent was turned away (or its stream failed first): as `place` would have seen it."""
+        connection = self._roster.get(uid)
+        if connection is not None:
+            self._refused(uid, connection, exc, epoch)
+        if not (isinstance(exc, WorkerRejected) and exc.full):
+            self._plain.refuse(uid)  # passed over by plain calls until one of ours ends there, or the backstop
+
     def _plain_ended(self, uid: uuid.UUID, task: Task, call: OutgoingCall) -> None:
         """A plain call left worker ``uid``; one its caller gave up at its deadline may leave the worker stuck.
 
@@ -163,6 +196,7 @@ class Placement:
 
     def doubt(self) -> None:
         """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""
+        self._plain.refuse(None)
         for uid in list(self._room.known_full):
             self._room.announced(uid)
 

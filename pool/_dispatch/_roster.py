@@ -105,6 +105,7 @@ class PlainSlots:
         self.depth = depth
         self._roster = roster
         self.calls: dict[uuid.UUID, list[OutgoingCall]] = {}  # ours on each worker, in the order sent
+        self.refusing: set[uuid.UUID] = set()  # turned a plain call of ours away since our last call there ended
         self._views: dict[int, _SlotView] = {}
         self.version = 0  # bumped on every change (views cache their known_full by it)
 
@@ -129,8 +130,19 @@ class PlainSlots:
         self.calls.setdefault(uid, []).append(call)
         self.version += 1
 
+    def refuse(self, uid: uuid.UUID | None) -> None:
+        """Worker ``uid`` turned a plain call away: pass it over until one of ours ends there (None: forget all)."""
+        if uid is None:
+            self.refusing.clear()
+        else:
+            self.refusing.add(uid)
+        self.version += 1
+
     def freed(self, uid: uuid.UUID, call: OutgoingCall) -> None:
-        """That plain call ended (or was handed back, or given up)."""
+        """That plain call ended (or was handed back, turned away, given up)."""
+        if call.state:
+            self.refusing.discard(uid)  # one it had accepted ended: it may take another
+
         calls = self.calls.get(uid)
         if calls is not None and call in calls:
             calls.remove(call)
@@ -174,7 +186,7 @@ class _SlotView:
         cached = self._full
         if cached is not None and cached[0] is full and cached[1] == slots.version:
             return cached[2]
-        taken = {uid for uid, calls in slots.calls.items() if len(calls) >= self._room}
+        taken = {uid for uid, calls in slots.calls.items() if len(calls) >= self._room} | slots.refusing
         union = full | taken if taken else full
         self._full = (full, slots.version, union)
         return union

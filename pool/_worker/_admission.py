@@ -154,6 +154,10 @@ class WorkerAdmission:
         self.in_flight -= 1
         return self._room()
 
+    def room_now(self) -> set[Any]:
+        """The sessions turned away since the last room, to tell now (a plain call left the thread)."""
+        return self._room()
+
     def park(self) -> set[Any]:
         """A task starts waiting on a nested call; returns whom to tell "room" (unless slots are held)."""
         self.parked += 1

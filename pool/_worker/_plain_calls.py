@@ -45,6 +45,10 @@ class Books(Protocol):
         """Count ``hosted`` out (its answer was written elsewhere); ``kind`` None: it never ran."""
         ...
 
+    def line_freed(self) -> None:
+        """The plain thread let go of a call counted out before (cancelled while it ran): tell whom it turned away."""
+        ...
+
 
 class PlainCalls:
     """A worker's plain calls, as its loop handles them (the thread's side is `PlainLine`).
@@ -132,6 +136,8 @@ class PlainCalls:
                     self._books.finish(hosted, outcome)
             elif not hosted.settled:
                 self._books.book(hosted, outcome[0], ended)
+            else:
+                self._books.line_freed()
         self._lifecycle.counted()  # the thread may have started the last call of the task limit
 
     def _expire(self, hosted: Hosted, timeout: float) -> None:

@@ -354,7 +354,6 @@ class WorkerService:
         hosted.settled = True
         if hosted.timer is not None:
             hosted.timer.cancel()
-            hosted.timer = None
         peer = self._peers.get(hosted.session)
         if peer is not None:
             peer.hosted.pop(hosted.id, None)
@@ -380,19 +379,20 @@ class WorkerService:
         if hosted.nested == 0:
             self.admission.unpark()
 
+    def line_freed(self) -> None:  # see `_plain_calls.Books.line_freed`
+        self._tell_room(self.admission.room_now())
+
     def _urgent(self) -> bool:
         """Whether the loop must hear of a plain call that ended now (else at its next message or tick)."""
         return bool(self.admission.owed_room or not self.admission.accepting or self.metrics or self.lifecycle.recycler)
 
     def _sampled(self) -> None:
         self._plain.settle()
-        # A worker that turned calls away with nothing running did so for its
-        # signals (memory, latency), which may have changed with nothing ending.
+        # Turned calls away with nothing running: for its signals (memory, latency), which may have changed.
         self._tell_room(self.admission.idle_room())
 
     def _tell_room(self, sessions: set[Session]) -> None:
-        # Dispatchers we turned away may retry now: their queued calls move
-        # at once instead of waiting for a timer.
+        # Dispatchers we turned away may retry now (their queued calls move at once, not on a timer).
         for session in sessions:
             session.room(self.admission.in_flight, self.capacity, self.signals.memory_fraction, self.signals.loop_lag_s)
 
