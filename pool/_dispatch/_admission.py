@@ -189,7 +189,8 @@ class Admission:
             self._pump.cancel()
 
     def capacity_changed(self) -> None:
-        """Capacity may have freed: let the pump try the head of the queue."""
+        """Capacity may have freed: let the pump try the head of the queue (workers that refused plain calls too)."""
+        self.placement.doubt_refusals()
         self._capacity.set()
 
     async def dispatch(self, ticket: Ticket, deadline: float) -> OutgoingCall:

@@ -194,9 +194,14 @@ class Placement:
         """Whether some worker may take ``task`` now: False for a plain call while each line is full of ours (I/O-free)."""
         return not task.plain or len(self._plain.view(self._plain.rooms(task)[-1]).known_full) < len(self._roster)
 
+    def doubt_refusals(self) -> None:
+        """Offer plain calls again to the workers that turned one away (capacity may have changed)."""
+        if self._plain.refusing:
+            self._plain.refuse(None)
+
     def doubt(self) -> None:
         """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""
-        self._plain.refuse(None)
+        self.doubt_refusals()
         for uid in list(self._room.known_full):
             self._room.announced(uid)
 

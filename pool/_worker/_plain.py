@@ -88,9 +88,10 @@ class PlainLine:
 
     def room(self, task: Any) -> str | None:
         """Where a new plain call would go: `START`, `QUEUE`, or None (no room: BUSY)."""
-        if self.running is None and not self.waiting:
+        taken = len(self.waiting) + (self.running is not None)  # (a call accepted to start may not have yet)
+        if not taken:
             return START  # (only the loop adds calls: an idle line stays idle until it does)
-        if getattr(task, "prefetch", None) == 0 or len(self.waiting) >= self.depth:
+        if getattr(task, "prefetch", None) == 0 or taken > self.depth:
             return None
         return QUEUE
 
@@ -179,6 +180,9 @@ class PlainLine:
                 last = None
                 continue
             last = (hosted, timed_out(hosted, 0.0, started=False) if expired else self._call(hosted))
+            with self.lock:
+                self.running = None  # the line has room before its outcome leaves: the next call, sent
+                # as the dispatcher reads it, finds the place its outcome freed
 
     def _send(self, last: tuple[Hosted, Outcome] | None, starting: Hosted | None, start: bool = True) -> bool:
         """Write ``last``'s outcome and, before ``starting`` begins, its Started; False if the Started could not leave."""
@@ -217,7 +221,7 @@ class PlainLine:
     def _ended(self, hosted: Hosted, outcome: Outcome, *, via_loop: bool = False) -> None:
         with self.lock:
             if self.running is hosted:
-                self.running = None
+                self.running = None  # (one that never started)
             self._done.append((hosted, outcome, -2.0 if via_loop else time.monotonic()))
             if via_loop or self._urgent():
                 self._wake()

@@ -102,3 +102,14 @@ class TestWorkerAdmissionPlainLine:
         line.waiting.extend(["second", "third"])  # type: ignore[list-item]
         assert admission.active() == 1
         assert "2 plain waiting" in repr(admission)
+
+    def test_a_call_accepted_to_start_but_not_taken_yet_should_leave_the_line_its_places(self):
+        """Test that a call waiting for the thread to take it (accepted to start at once) fills one place, not two.
+
+        Two calls arriving in one read: the first starts, the second waits behind it (prefetch 1), not BUSY.
+        """
+        line = _line(depth=1)
+        line.waiting.append("starting")  # type: ignore[arg-type]
+        assert line.room(PLAIN) == "queue"
+        line.waiting.append("queued")  # type: ignore[arg-type]
+        assert line.room(PLAIN) is None
