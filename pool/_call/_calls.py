@@ -183,6 +183,10 @@ INTAKE_FREE_BYTES: Final[int] = 1 << 20
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
 
+PLAIN_ABORT_S: Final[float] = 0.25
+"""The same for a plain call (it cannot be stopped; one past its hard timeout gets its worker killed instead):
+a function holding the GIL in C code keeps its worker from confirming anything, and its caller must not wait."""
+
 
 async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     """Run a coroutine routine's task through ``dispatcher`` and return its result.
@@ -190,6 +194,21 @@ async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     The task's timeout bounds the whole call, waiting included; on expiry
     the remote task is cancelled and `TimeoutError` raised. Cancelling the
     caller cancels the remote task.
+    """
+    ok, value = await call_outcome(dispatcher, task)
+    if not ok:
+        raise value
+    return value
+
+
+async def call_outcome(dispatcher: Dispatches, task: Task) -> tuple[bool, Any]:
+    """`call_routine` with the routine's outcome as data: ``(True, value)`` or ``(False, the exception it raised)``.
+
+    Whatever the routine raised (`SystemExit`, `CancelledError` ...) is data
+    here, never this coroutine's control flow: only what happens on this side
+    (the caller cancelled, the worker lost, the timeout) raises. A plain call
+    past its timeout is given up after `PLAIN_ABORT_S` at most: its worker
+    stops it, or the pool kills that worker then (`Placement.OVERDUE_GRACE_S`).
     """
     if task.timeout is not None:
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
@@ -202,9 +221,9 @@ async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
                 call = await dispatcher.dispatch(task)
                 continue
             except BaseException:
-                await call.abort(CANCEL_CONFIRM_S)
+                await call.abort(PLAIN_ABORT_S if task.plain else CANCEL_CONFIRM_S)
                 raise
-            return outcome_value(frame.outcome, task.name)
+            return outcome_result(frame.outcome, task.name)
 
 
 _UNBOUNDED: Final = contextlib.nullcontext()

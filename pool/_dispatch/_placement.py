@@ -42,8 +42,9 @@ from ._membership import Membership
 from ._roster import PlainSlots, Roster
 from ._sends import pick
 
-OVERDUE_GRACE_S: Final[float] = 2.0
-"""After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it."""
+OVERDUE_GRACE_S: Final[float] = 0.25
+"""After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it (a worker
+that can run its own deadline answers within a switch interval; one stuck in C code holding the GIL cannot)."""
 
 
 class Placement:

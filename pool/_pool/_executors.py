@@ -6,10 +6,12 @@ lifecycle (as `_jobs` does for jobs); the view itself is in `pool._executor._fee
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from .._base._tasks import TaskOwner
+from .._call._calls import call_outcome
 from .._config._settings import PoolConfig
 from .._dispatch._path import CallPath
 from .._dispatch._roster import Roster
@@ -44,7 +46,7 @@ class PoolExecutors:
         if self._path.state != "open":
             raise PoolClosed(f"executor() needs an open pool; this one is {self._path.state}")
         feed.attach(
-            self.call,
+            functools.partial(call_outcome, self._path),
             self._tasks.spawn,
             is_open=lambda: self._path.state == "open",
             workers=self._roster.__len__,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 
 import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
+from pool._call._calls import CANCEL_CONFIRM_S
 from tests.integration import plain_routines as plain
 from tests.integration import routines
 from tests.integration.gate import Gate
@@ -145,14 +147,20 @@ async def test_a_plain_job_attempt_past_its_timeout_should_fail_with_timeout_err
 
 
 async def test_a_plain_call_holding_the_gil_past_its_timeout_should_have_its_worker_killed_by_the_pool():
-    """Test that a worker that cannot run its own deadline (C code holding the GIL) is killed and replaced."""
+    """Test that a worker that cannot run its own deadline (C code holding the GIL) is killed and replaced.
+
+    Its caller is not kept waiting for a confirmation the worker cannot send: it ends within
+    `PLAIN_ABORT_S` of the deadline, well before `CANCEL_CONFIRM_S` (it waited that long before issue 42).
+    """
     async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
         before = set(p.workers)
         async with asyncio.timeout(60):
+            started = time.monotonic()
             overdue = asyncio.ensure_future(plain.backtrack.options(timeout=1.0)(gate.address))
             assert await gate.arrived() == "backtracking"
             with pytest.raises(TimeoutError):
                 await overdue
+            assert time.monotonic() - started < 1.0 + CANCEL_CONFIRM_S  # tied to the mechanism it replaced
             while set(p.workers) & before:
                 await asyncio.sleep(0.01)  # the pool kills it OVERDUE_GRACE_S after the deadline (bounded above)
             await p.wait_for_workers(1, timeout=30)

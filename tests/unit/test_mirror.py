@@ -37,7 +37,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_pool/_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
     "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
     "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}test_executor.py",
-    "pool/_executor/_calls.py": f"the calls an executor sends, on real workers: {IT}test_executor.py, {IT}test_joblib.py",
     "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
