@@ -2,10 +2,10 @@
 
     PoolError
     ├── PoolClosed            no open pool to dispatch to (retry: open one)
-    ├── WorkerBroken          the worker was lost mid-call (retry may succeed)
+    ├── WorkerBroken          the worker was lost mid-call (retry may succeed); a BrokenProcessPool too
     ├── WorkerRejected        a worker said "not now" (the pool rotates past it)
     ├── WorkerStartError      a worker this pool spawned did not start
-    │   └── WorkerInitError   ...because its initializer raised (the cause attached)
+    │   └── WorkerInitError   ...because its initializer raised (the cause attached); a BrokenProcessPool too
     ├── NoWorkersAvailable    no worker took the call (retry later may succeed)
     │   └── CapacityTimeout   ...within the dispatch deadline, while queued
     ├── AdmissionRejected     the pool refused to queue it; see retry_after
@@ -27,6 +27,8 @@ and names its public module, ``pool``.
 """
 
 from __future__ import annotations
+
+from concurrent.futures.process import BrokenProcessPool
 
 import balancer
 
@@ -64,8 +66,12 @@ class PoolClosed(PoolError, RuntimeError):
     """
 
 
-class WorkerBroken(PoolError):
+class WorkerBroken(PoolError, BrokenProcessPool):
     """The worker running (or about to run) the call was lost.
+
+    Also a ``concurrent.futures.process.BrokenProcessPool`` (so code written
+    for ``ProcessPoolExecutor`` catches it), though only that worker's calls
+    fail: the pool, and an `Executor` on it, go on.
 
     Its process died, its connection failed, or it was stopped before the
     call finished. The routine may have run in part. A retry can succeed on
@@ -119,8 +125,11 @@ class WorkerStartError(PoolError):
     """
 
 
-class WorkerInitError(WorkerStartError):
+class WorkerInitError(WorkerStartError, BrokenProcessPool):
     """A worker's ``initializer`` raised, so the worker exited before its first call.
+
+    Also a ``concurrent.futures.process.BrokenProcessPool``, as the standard
+    library's pool is broken by a raising initializer.
 
     Raised by ``async with WorkerPool(spawn=N, initializer=...)``, and by
     calls that wait for a worker once none is left because each new one's

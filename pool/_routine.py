@@ -1,10 +1,8 @@
 """``@pool.routine``: a function whose calls run on the pool's workers, and `CallOptions`, what it sets.
 
-Calling a routine pickles its arguments (so a bad argument fails right
-there, before anything is sent), finds where to send the call — the
-innermost active `WorkerPool` or, inside a worker, the dispatcher that
-sent the running task — and returns a coroutine (or, for an async
-generator function, an async iterator) that runs it remotely.
+Calling a routine pickles its arguments (a bad argument fails right there), finds where to send the
+call — the innermost active `WorkerPool` or, inside a worker, the dispatcher of the running task —
+and returns a coroutine (or, for an async generator function, an async iterator) that runs it remotely.
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ class CallOptions:
     delay: float = 0.0
     run_at: datetime.datetime | None = None
     connection: Any = None
+    prefetch: int | None = None
 
     def __post_init__(self) -> None:
         self._check_call_options()
@@ -85,6 +84,8 @@ class CallOptions:
             raise ValueError(f"key: a concurrency key needs a queue to apply to, got key={self.key!r} and no queue")
         if not isinstance(self.halt_on_error, bool):
             raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
+        if self.prefetch is not None and (type(self.prefetch) is not int or self.prefetch < 0):
+            raise ValueError(f"prefetch: expected an int >= 0 or None (the pool's), got {self.prefetch!r}")
 
 
 def _check_seconds(name: str, value: object) -> None:
@@ -247,6 +248,7 @@ class Routine(Generic[P, R]):
                 "dispatch_deadline": options.dispatch_deadline,
                 "priority": options.priority,
                 "plain": self._plain,
+                "prefetch": options.prefetch,
             }
             if queue is not None:
                 fields.update(queue=queue.name, concurrency=queue.concurrency, total=queue.total or 0)
@@ -361,6 +363,7 @@ def routine(
     priority: int = 0,
     delay: float = 0.0,
     run_at: datetime.datetime | None = None,
+    prefetch: int | None = None,
 ) -> RoutineDecorator: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make a function a routine: its calls run on the pool's workers.
@@ -379,6 +382,7 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     - ``dispatch_deadline``: seconds the call (a job: from submission) may wait for limits and a worker
       before it fails with `CapacityTimeout` (default: the pool's).
     - ``priority`` (default 0): higher first among calls waiting for a worker and among due jobs.
+    - ``prefetch`` (plain functions): at most this many of the pool's calls ahead of it in a worker's line (0: none).
     - Jobs (`Routine.submit`) only: ``job_id`` (the idempotency key); ``retries`` after the first attempt
       when the worker is lost or it raises a type in ``retry_on`` (exponential back-off from
       ``retry_backoff`` s, jittered); ``delay`` (s) or ``run_at`` (an aware datetime): when it is due;

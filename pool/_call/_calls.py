@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .._errors import WorkerBroken, WorkerRejected
 from .._transport import _buffers, _wire
-from .._transport._outgoing import OutgoingCall
+from .._transport._outgoing import HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import TRANSIENT_CODES, status_name
 from .._transport._session import Session
@@ -62,10 +62,11 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
     """
     call, message = session.open(task.name)
     task.fill(message, session)
-    watch = session.watch
-    if watch is None:
-        watch = session.watch = AnswerWatch(session)
-    watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+    if not task.plain:  # an unanswered plain call waits: a worker that may yet start it must not see it again elsewhere
+        watch = session.watch
+        if watch is None:
+            watch = session.watch = AnswerWatch(session)
+        watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     try:
         frame = await call.receive()
     except BaseException as exc:
@@ -82,6 +83,8 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
         raise
     if frame.HasField("reject"):
         raise rejection(frame.reject, session.label, task.name)
+    if not frame.HasField("accept"):
+        call.put_back(frame)  # its outcome overtook its Accept (a worker's plain thread writes its own)
     return call
 
 
@@ -180,6 +183,10 @@ INTAKE_FREE_BYTES: Final[int] = 1 << 20
 CANCEL_CONFIRM_S: Final[float] = 2.0
 """How long a cancelled caller waits for the worker to confirm its task stopped."""
 
+PLAIN_ABORT_S: Final[float] = 0.25
+"""The same for a plain call (it cannot be stopped; one past its hard timeout gets its worker killed instead):
+a function holding the GIL in C code keeps its worker from confirming anything, and its caller must not wait."""
+
 
 async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     """Run a coroutine routine's task through ``dispatcher`` and return its result.
@@ -188,16 +195,35 @@ async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     the remote task is cancelled and `TimeoutError` raised. Cancelling the
     caller cancels the remote task.
     """
+    ok, value = await call_outcome(dispatcher, task)
+    if not ok:
+        raise value
+    return value
+
+
+async def call_outcome(dispatcher: Dispatches, task: Task) -> tuple[bool, Any]:
+    """`call_routine` with the routine's outcome as data: ``(True, value)`` or ``(False, the exception it raised)``.
+
+    Whatever the routine raised (`SystemExit`, `CancelledError` ...) is data
+    here, never this coroutine's control flow: only what happens on this side
+    (the caller cancelled, the worker lost, the timeout) raises. A plain call
+    past its timeout is given up after `PLAIN_ABORT_S` at most: its worker
+    stops it, or the pool kills that worker then (`Placement.OVERDUE_GRACE_S`).
+    """
     if task.timeout is not None:
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
     async with asyncio.timeout(task.timeout) if task.timeout is not None else _UNBOUNDED:
         call = await dispatcher.dispatch(task)
-        try:
-            frame = await call.receive()
-        except BaseException:
-            await call.abort(CANCEL_CONFIRM_S)
-            raise
-    return outcome_value(frame.outcome, task.name)
+        while True:
+            try:
+                frame = await call.receive()
+            except HandedBack:  # a queued plain call came back unstarted: placed again
+                call = await dispatcher.dispatch(task)
+                continue
+            except BaseException:
+                await call.abort(PLAIN_ABORT_S if task.plain else CANCEL_CONFIRM_S)
+                raise
+            return outcome_result(frame.outcome, task.name)
 
 
 _UNBOUNDED: Final = contextlib.nullcontext()

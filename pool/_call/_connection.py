@@ -106,6 +106,16 @@ class WorkerConnection:
         """
         return await open_call(self._live_session(), task)
 
+    def send(self, task: Task) -> OutgoingCall:
+        """Send ``task`` without waiting for the worker's answer (the pool already counts a place for it there).
+
+        Its answer reaches ``OutgoingCall.first`` (set it before yielding to the loop).
+        """
+        session = self._live_session()
+        call, message = session.open(task.name)
+        task.fill(message, session)
+        return call
+
     def retire(self, on_idle: Callable[[WorkerConnection], None]) -> None:
         """Take no more calls; once the calls in flight have ended, hand itself to ``on_idle`` to close.
 

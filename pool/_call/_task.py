@@ -45,6 +45,7 @@ class Task:
     rate: tuple[int, float] | None = None  # the queue's RateLimit (n, per) (not sent to workers)
     plain: bool = False  # a plain ``def`` function: one at a time per worker, on a thread of its own
     deadline: float | None = None  # when its timeout runs out (monotonic), once it is dispatched
+    prefetch: int | None = None  # a plain call: at most this many of ours ahead of it in a worker's line (None: any)
 
     def remaining(self) -> float | None:
         """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""
@@ -59,6 +60,8 @@ class Task:
         routine.name = self.name
         routine.generator = self.generator
         routine.plain = self.plain
+        if self.prefetch == 0:
+            call.no_prefetch = True  # a plain call that must never wait inside a worker
         if self.digest not in session.sent_digests:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
@@ -87,6 +90,8 @@ class Task:
             task.key, task.workflow, task.halt_on_error = limits.key, limits.workflow, limits.halt_on_error
         task.traceparent = call.traceparent
         task.plain = routine.plain
+        if call.no_prefetch:
+            task.prefetch = 0
         return task
 
 

@@ -43,6 +43,9 @@ from ._parse import (
     uid_or_empty,
 )
 
+PLAIN_PREFETCH: Final[int] = 1
+"""Plain calls a busy worker holds, accepted behind the one it runs (docs/performance.md: measured at 1, 2, 4, 8)."""
+
 # fmt: off
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
@@ -62,6 +65,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"),
     Setting("initializer", import_path, "module:function", "", "call this once before the first call (its module must be importable here); raising stops the worker"),
     Setting("max_tasks", integer(0), "an integer >= 0", 0, "recycle after this many calls (drawn once in [N, 1.1 N]): stop accepting, finish, exit; 0 = never"),
+    Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls accepted to wait behind the running one (0: a busy worker turns them away)"),
     Setting("max_memory", size_or_zero, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", 0, "recycle once a call leaves the worker this much above its resident memory when ready; 0 = never"),
     Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
     Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
@@ -133,6 +137,7 @@ class WorkerConfig:
     shutdown_grace: float = 30.0
     initializer: str = ""
     max_tasks: int = 0
+    plain_prefetch: int = PLAIN_PREFETCH
     max_memory: int = 0
     discovery: str = "none"
     advertise: str = ""
@@ -303,6 +308,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
     Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
     Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
+    Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls a busy worker holds accepted behind the one it runs (0: none; a routine's prefetch=0 opts out)"),
     Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
     Setting("secret", text, "a token", "", "the secret(s) this pool proves itself with to workers it did not spawn (default: read from secret_file)"),
@@ -341,6 +347,7 @@ class PoolConfig:
     store_retry: float = 10.0
     provision_timeout: float | None = None
     max_tasks_per_worker: int | None = None
+    plain_prefetch: int = PLAIN_PREFETCH
     max_memory_per_worker: int | None = None
     secret: str = dataclasses.field(default="", repr=False)
     secret_file: str = ""

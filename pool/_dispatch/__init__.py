@@ -5,6 +5,7 @@
     _limits      queues, concurrency keys, workflows: FIFO gates, slot lending, Deadlock
     _rates       RateLimit on a Queue, and the in-process book calls wait in for their rate
     _placement   the balancer loop: offer, rotate on WorkerRejected, evict on WorkerBroken
+    _sends       plain calls sent without awaiting their answer; a refused one back in its place
     _membership  who joins and leaves (keeps the Roster; returns what to close)
     _route       how a worker is dialled: the pool decides (TLS off loopback), not its record
     _roster      the read-only view balancers see

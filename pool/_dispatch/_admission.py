@@ -15,6 +15,9 @@
               FIFO queue: the pump offers the head to the balancer whenever
               capacity may have freed (a call of this pool ended, a worker
               joined, a worker said it has room), until dispatch_deadline.
+              A plain call is sent without awaiting its answer (the pool knows
+              each worker's places, `_sends`): the next one goes at once; one
+              turned away goes back to its place in the queue.
 
 Admission owns the whole path to a worker: it asks its `Placement` (the
 balancer loop) for each call, and its pump, a task the pool's `TaskOwner`
@@ -52,6 +55,7 @@ from .._errors import AdmissionRejected, NoWorkersAvailable, PoolClosed
 from .._transport._outgoing import OutgoingCall
 from ._limits import Ticket
 from ._placement import Placement
+from ._sends import Sends
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -136,6 +140,7 @@ class Admission:
         self._arrivals = itertools.count()
         self._capacity = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        self._sends = Sends(placement, self._back, lambda: self._closed)  # plain calls, without awaiting answers
 
     @property
     def waiting(self) -> int:
@@ -184,7 +189,8 @@ class Admission:
             self._pump.cancel()
 
     def capacity_changed(self) -> None:
-        """Capacity may have freed: let the pump try the head of the queue."""
+        """Capacity may have freed: let the pump try the head of the queue (workers that refused plain calls too)."""
+        self.placement.doubt_refusals()
         self._capacity.set()
 
     async def dispatch(self, ticket: Ticket, deadline: float) -> OutgoingCall:
@@ -199,7 +205,7 @@ class Admission:
             DeadlinePassed: it waited past ``deadline``.
         """
         plain = ticket.task.plain
-        if not (self._queue or self._lobby) or not (self.queue_depth or plain):
+        if not (plain and self._sends.sync) and (not (self._queue or self._lobby) or not (self.queue_depth or plain)):
             try:
                 return await self._place(ticket.task)
             except NoWorkersAvailable:
@@ -257,6 +263,8 @@ class Admission:
     def _enqueue(self, waiter: _Waiter) -> None:
         _insert(self._queue, waiter)
         waiter.placed.set_result(None)
+        if self._serve_plain():
+            return  # the plain calls at the head were sent, and nothing else waits
         if self._pump is None:
             self._pump = self._tasks.spawn(self._run_pump(), name="admission pump")
         self._capacity.set()
@@ -323,12 +331,40 @@ class Admission:
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is closed")
         return await self.placement.place(task)
 
+    def _serve_plain(self) -> bool:
+        """Send the plain calls at the head of the queue while workers have places; True if the queue is empty."""
+        while self._queue and self._queue[0].ticket.task.plain and self._sends.sync:
+            if not self._send(self._queue[0]):
+                return False
+        return not self._queue
+
+    def _send(self, waiter: _Waiter) -> bool:
+        """Send ``waiter``'s plain call where a place is (`Sends`); False if none is."""
+        if waiter.served.done():
+            self._leave(waiter)
+            return True
+        if not self._sends.send(waiter):
+            return False
+        self._leave(waiter)
+        return True
+
+    def _back(self, waiter: _Waiter) -> None:
+        """A plain call `Sends` sent was turned away: back in its place; the pump offers it again."""
+        _insert(self._queue, waiter)
+        if self._pump is None:
+            self._pump = self._tasks.spawn(self._run_pump(), name="admission pump")
+        self._capacity.set()
+
     async def _serve(self) -> bool:
         """Dispatch queued calls in order until one finds no worker; False if one did."""
         while self._queue:
             waiter = self._queue[0]
             if waiter.served.done():
                 self._leave(waiter)
+                continue
+            if waiter.ticket.task.plain and self._sends.sync:
+                if not self._send(waiter):
+                    return False
                 continue
             if not self.placement.may_take(waiter.ticket.task):
                 return False  # every worker runs a plain call of ours: no offer can succeed (no round trip)

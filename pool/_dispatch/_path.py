@@ -142,6 +142,7 @@ class CallPath:
         if self.state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self.state}")
         ticket = Ticket(task, None, time.monotonic())
+        task.prefetch = 0  # an attempt never waits inside a worker: the store is its queue (running = started)
         if (task.queue or task.workflow) and not self.limits.try_acquire(ticket):
             return None
         try:

@@ -13,8 +13,11 @@ The balancer selects; this module dispatches, reports back and evicts (the
 balancer only ever sees the roster, read-only). Workers known full are in
 the roster's ``known_full``, which balancers skip: once the first workers
 are full, a call goes to the first with room without a round trip to each.
-A plain call's balancer also skips the workers running this pool's plain
-calls (`PlainRoster`): each runs one at a time. Anything that is not a
+A plain call goes through the balancer in two passes (`PlainSlots`): to
+the workers running none of this pool's plain calls, then to those with a
+place left in their line of ``plain_prefetch``; a worker left with none of
+ours asks another for a call still waiting in its line (`OutgoingCall.hand_back`).
+Anything that is not a
 `WorkerRejected` or `WorkerBroken` (a bug, a cancellation) propagates and
 changes no membership.
 """
@@ -36,10 +39,12 @@ from .._call._task import Task
 from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
 from .._transport._outgoing import OutgoingCall
 from ._membership import Membership
-from ._roster import PlainRoster, Roster
+from ._roster import PlainSlots, Roster
+from ._sends import pick
 
-OVERDUE_GRACE_S: Final[float] = 2.0
-"""After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it."""
+OVERDUE_GRACE_S: Final[float] = 0.25
+"""After a plain call's deadline, how long its worker gets to exit by itself before the pool kills it (a worker
+that can run its own deadline answers within a switch interval; one stuck in C code holding the GIL cannot)."""
 
 
 class Placement:
@@ -50,6 +55,7 @@ class Placement:
         roster: Who is in the pool (the balancer's read-only context).
         membership: Keeps the roster; told of reachability and evictions.
         close: Closes the connections of evicted workers.
+        plain_prefetch: Plain calls of ours a busy worker may hold behind its running one.
     """
 
     def __init__(
@@ -58,13 +64,15 @@ class Placement:
         roster: Roster,
         membership: Membership,
         close: Callable[[Iterable[WorkerConnection]], None],
+        plain_prefetch: int = 0,
     ) -> None:
         self.balancer = balancer
         self._roster = roster
         self._membership = membership
         self._close = close
         self._room = roster.room
-        self._plain = PlainRoster(roster)
+        self._plain = PlainSlots(roster, plain_prefetch)
+        self.waiting: Callable[[], bool] = lambda: False  # calls wait for a worker (an idle one is fed, not stolen for)
         self.dispatched = 0
         self.overdue: Callable[[uuid.UUID], object] | None = None  # a worker past a plain call's hard timeout
         self.draining: set[uuid.UUID] = set()  # workers that turned a call away as draining (pruned by the pool)
@@ -75,8 +83,20 @@ class Placement:
         Raises:
             NoWorkersAvailable: none accepted it (the last refusal is its cause).
         """
-        plain = task.plain
-        delegation = self.balancer.delegate(task, context=self._plain if plain else self._roster)
+        if not task.plain:
+            return await self._offer(task, self._roster)
+        last: NoWorkersAvailable | None = None
+        for room in self._plain.rooms(task):  # idle workers first, then places in line, each in balancer order
+            try:
+                return await self._offer(task, self._plain.view(room), plain=True)
+            except NoWorkersAvailable as exc:
+                last = exc
+        assert last is not None  # noqa: S101 - an invariant: rooms() is never empty
+        raise last
+
+    async def _offer(self, task: Task, context: object, *, plain: bool = False) -> OutgoingCall:
+        """One pass of the balancer over ``context``: the first worker that accepts ``task``."""
+        delegation = self.balancer.delegate(task, context=context)  # type: ignore[arg-type]  # a roster view
         last: BaseException | None = None
         try:
             uid = await anext(delegation)
@@ -96,7 +116,7 @@ class Placement:
                 self._membership.reachable(uid)
                 self.dispatched += 1
                 if plain:
-                    self._plain.taken(uid)
+                    self._plain.taken(uid, call)
                     call.on_finish(functools.partial(self._plain_ended, uid, task))
                 try:
                     await delegation.asend(uid)
@@ -117,6 +137,38 @@ class Placement:
             )
         raise NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self._roster)} busy or unavailable") from last
 
+    def send_plain(self, task: Task) -> tuple[uuid.UUID, int, OutgoingCall] | None:
+        """Send plain ``task`` to the first worker with a place for it, without waiting for its answer; None: none has.
+
+        The same two passes as `place`, with the balancer driven without
+        awaiting (its ``asend(uid)`` comes as the call leaves: a worker that
+        then turns it away costs it a place back in the queue, see
+        `Admission`). Returns (worker, room epoch, call).
+
+        Raises:
+            Suspended: the balancer awaits something (use `place`).
+        """
+        for room in self._plain.rooms(task):
+            uid = pick(self.balancer, task, self._plain.view(room), self._roster.get)
+            if uid is not None:
+                connection = self._roster.get(uid)
+                assert connection is not None  # noqa: S101 - `pick` returns only members
+                epoch = self._room.offer(uid)
+                call = connection.send(task)
+                self.dispatched += 1
+                self._plain.taken(uid, call)
+                call.on_finish(functools.partial(self._plain_ended, uid, task))
+                return uid, epoch, call
+        return None
+
+    def refused(self, uid: uuid.UUID, exc: WorkerRejected | WorkerBroken, epoch: int) -> None:
+        """A call `send_plain` sent was turned away (or its stream failed first): as `place` would have seen it."""
+        connection = self._roster.get(uid)
+        if connection is not None:
+            self._refused(uid, connection, exc, epoch)
+        if not (isinstance(exc, WorkerRejected) and exc.full):
+            self._plain.refuse(uid)  # passed over by plain calls until one of ours ends there, or the backstop
+
     def _plain_ended(self, uid: uuid.UUID, task: Task, call: OutgoingCall) -> None:
         """A plain call left worker ``uid``; one its caller gave up at its deadline may leave the worker stuck.
 
@@ -125,7 +177,11 @@ class Placement:
         in it can run: after `OVERDUE_GRACE_S`, a worker still in the pool is
         handed to ``overdue`` (the pool kills and replaces its own workers).
         """
-        self._plain.freed(uid)
+        self._plain.freed(uid, call)
+        if not self._plain.count(uid) and not self.waiting():
+            stolen = self._plain.queued_elsewhere(uid)  # an idle worker: no call waits behind another meanwhile
+            if stolen is not None:
+                stolen.hand_back()
         deadline = task.deadline
         if self.overdue is None or not call.cancelled_here or deadline is None or time.monotonic() < deadline:
             return
@@ -136,11 +192,17 @@ class Placement:
             self.overdue(uid)
 
     def may_take(self, task: Task) -> bool:
-        """Whether some worker may take ``task`` now: False for a plain call while each runs one of ours (I/O-free)."""
-        return not task.plain or len(self._plain.known_full) < len(self._roster)
+        """Whether some worker may take ``task`` now: False for a plain call while each line is full of ours (I/O-free)."""
+        return not task.plain or len(self._plain.view(self._plain.rooms(task)[-1]).known_full) < len(self._roster)
+
+    def doubt_refusals(self) -> None:
+        """Offer plain calls again to the workers that turned one away (capacity may have changed)."""
+        if self._plain.refusing:
+            self._plain.refuse(None)
 
     def doubt(self) -> None:
         """Offer every worker again, known full or not (the admission queue's backstop, when nothing was heard)."""
+        self.doubt_refusals()
         for uid in list(self._room.known_full):
             self._room.announced(uid)
 

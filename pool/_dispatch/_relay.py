@@ -21,7 +21,7 @@ from .._base._tasks import TaskOwner
 from .._call._dispatcher import Dispatcher
 from .._call._task import Task
 from .._transport import _buffers, _wire
-from .._transport._outgoing import FINAL_OUTCOMES, OutgoingCall
+from .._transport._outgoing import FINAL_OUTCOMES, HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import FAILED_PRECONDITION
 from .._transport._session import Session
@@ -110,11 +110,16 @@ class NestedHost:
         session, call_id = relay.session, relay.id
         try:
             downstream = await self._dispatcher.dispatch(relay.task, relay.parent)
-            try:
-                outcome = await self._forward(relay, downstream)
-            except BaseException:
-                downstream.cancel()
-                raise
+            while True:
+                try:
+                    outcome = await self._forward(relay, downstream)
+                except HandedBack:  # a queued plain call came back unstarted: placed again
+                    downstream = await self._dispatcher.dispatch(relay.task, relay.parent)
+                    continue
+                except BaseException:
+                    downstream.cancel()
+                    raise
+                break
         except asyncio.CancelledError:
             session.outcome(call_id, pb.Outcome.CANCELLED)
         except Exception as exc:  # noqa: BLE001 - a nested call's exception crosses back to the calling worker as the routine's own

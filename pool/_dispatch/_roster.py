@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
 from .._call._connection import WorkerConnection
+from .._call._task import Task
+from .._transport._outgoing import QUEUED, OutgoingCall
 from .._transport._rpc import WorkerMetadata
 from ._room import RoomBook
 
@@ -86,20 +88,86 @@ class Roster:
         self.ascending_uids = tuple(sorted(self._workers, key=_UID_INT))
 
 
-class PlainRoster:
-    """The roster as a plain call's balancer sees it: workers running this pool's plain calls count as full.
+class PlainSlots:
+    """This pool's plain calls on each worker, and the views of the roster a plain call's balancer gets.
 
-    A worker runs one plain call at a time and turns the next away (see
-    `pool._worker._plain`). This pool knows which of its plain calls run
-    where, so it skips those workers without a round trip and offers the
-    worker again the moment its plain call ends (no Room frame needed).
-    Other pools' plain calls still cost one rejection, as any stale hint does.
+    A worker runs one plain call at a time and holds up to ``depth`` more
+    accepted behind it (`pool._worker._plain`). A plain call is offered in two
+    passes of the balancer, both without a round trip: first to the workers
+    running none of this pool's plain calls (``view(1)``), then to those with a
+    place left in line (``view(1 + depth)``), each in the balancer's order, so
+    the lowest-uid workers still fill first and no call waits inside a worker
+    while another worker is idle. Other pools' plain calls still cost one
+    rejection, as any stale hint does.
     """
 
-    def __init__(self, roster: Roster) -> None:
+    def __init__(self, roster: Roster, depth: int) -> None:
+        self.depth = depth
         self._roster = roster
-        self._busy: dict[uuid.UUID, int] = {}
-        self._full: tuple[AbstractSet[uuid.UUID], AbstractSet[uuid.UUID]] | None = None  # (roster's, union)
+        self.calls: dict[uuid.UUID, list[OutgoingCall]] = {}  # ours on each worker, in the order sent
+        self.refusing: set[uuid.UUID] = set()  # turned a plain call of ours away since our last call there ended
+        self._views: dict[int, _SlotView] = {}
+        self.version = 0  # bumped on every change (views cache their known_full by it)
+
+    def rooms(self, task: Task) -> tuple[int, ...]:
+        """The passes for ``task``: places per worker it may take (1: idle workers only)."""
+        depth = self.depth if task.prefetch is None else min(self.depth, task.prefetch)
+        return (1, 1 + depth) if depth else (1,)
+
+    def view(self, room: int) -> _SlotView:
+        """The roster with the workers holding ``room`` or more of this pool's plain calls counted full."""
+        view = self._views.get(room)
+        if view is None:
+            view = self._views[room] = _SlotView(self._roster, self, room)
+        return view
+
+    def count(self, uid: uuid.UUID) -> int:
+        """This pool's plain calls on worker ``uid`` now."""
+        return len(self.calls.get(uid, ()))
+
+    def taken(self, uid: uuid.UUID, call: OutgoingCall) -> None:
+        """A plain call of this pool went to worker ``uid``."""
+        self.calls.setdefault(uid, []).append(call)
+        self.version += 1
+
+    def refuse(self, uid: uuid.UUID | None) -> None:
+        """Worker ``uid`` turned a plain call away: pass it over until one of ours ends there (None: forget all)."""
+        if uid is None:
+            self.refusing.clear()
+        else:
+            self.refusing.add(uid)
+        self.version += 1
+
+    def freed(self, uid: uuid.UUID, call: OutgoingCall) -> None:
+        """That plain call ended (or was handed back, turned away, given up)."""
+        if call.state:
+            self.refusing.discard(uid)  # one it had accepted ended: it may take another
+
+        calls = self.calls.get(uid)
+        if calls is not None and call in calls:
+            calls.remove(call)
+            if not calls:
+                del self.calls[uid]
+            self.version += 1
+
+    def queued_elsewhere(self, uid: uuid.UUID) -> OutgoingCall | None:
+        """The longest-waiting call of this pool queued in another worker's line (not yet asked back), if any."""
+        for other, calls in self.calls.items():
+            if other != uid:
+                for call in calls:
+                    if call.state == QUEUED and not call.recalled:
+                        return call
+        return None
+
+
+class _SlotView:
+    """`Roster` as a balancer sees it for one pass of a plain call (see `PlainSlots`)."""
+
+    def __init__(self, roster: Roster, slots: PlainSlots, room: int) -> None:
+        self._roster = roster
+        self._slots = slots
+        self._room = room
+        self._full: tuple[AbstractSet[uuid.UUID], int, AbstractSet[uuid.UUID]] | None = None
 
     @property
     def workers(self) -> Mapping[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]]:
@@ -113,25 +181,12 @@ class PlainRoster:
 
     @property
     def known_full(self) -> AbstractSet[uuid.UUID]:
-        """The roster's known-full workers and those running a plain call of this pool (a snapshot)."""
-        full = self._roster.known_full
+        """The roster's known-full workers and those holding this pass's room of our plain calls (a snapshot)."""
+        full, slots = self._roster.known_full, self._slots
         cached = self._full
-        if cached is not None and cached[0] is full:
-            return cached[1]
-        union = full | self._busy.keys() if self._busy else full
-        self._full = (full, union)
+        if cached is not None and cached[0] is full and cached[1] == slots.version:
+            return cached[2]
+        taken = {uid for uid, calls in slots.calls.items() if len(calls) >= self._room} | slots.refusing
+        union = full | taken if taken else full
+        self._full = (full, slots.version, union)
         return union
-
-    def taken(self, uid: uuid.UUID) -> None:
-        """A plain call of this pool started on worker ``uid``."""
-        self._busy[uid] = self._busy.get(uid, 0) + 1
-        self._full = None
-
-    def freed(self, uid: uuid.UUID) -> None:
-        """That plain call ended (or was given up)."""
-        left = self._busy.get(uid, 0) - 1
-        if left > 0:
-            self._busy[uid] = left
-        else:
-            self._busy.pop(uid, None)
-        self._full = None

@@ -24,17 +24,23 @@ from .._routine import BoundRoutine, Routine, routine
 from .._transport import _wire
 from ._map import Chunk
 
-LOADED_CACHE_SIZE: Final[int] = 64
-"""Callables a worker keeps unpickled, by their pickle, so a map's ``fn`` is loaded once, not once per call."""
+CACHE_BYTES: Final[int] = 8 << 20
+"""What a worker keeps of the callables it was sent, in all (their pickles' bytes): so a map's ``fn`` (a
+function of ``__main__``, sent by value, costly to load each time) loads once, and a function that captured
+large data is not kept past its call (the standard library keeps nothing)."""
+
+CACHE_ENTRY_BYTES: Final[int] = 1 << 20
+"""A callable whose pickle is larger than this is loaded for its call and never kept."""
 
 
 class Shipped:
     """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached."""
 
-    __slots__ = ("blob", "mains")
+    __slots__ = ("blob", "mains", "name")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
-        self.blob = _wire.dumps(fn, what=f"the callable {name_of(fn)}")
+        self.name = name_of(fn)  # what its calls are called in errors, logs and metrics (not `_apply`)
+        self.blob = _wire.dumps(fn, what=f"the callable {self.name}")
         self.mains = self.blob.count(_MAIN)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -58,6 +64,7 @@ def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
     """
     shipped = args[0]
     task = runner.task((), {})  # the routine's fields (computed once) and no arguments yet
+    task.name = shipped.name  # errors name the user's function: "crunch() raised", not "_apply() raised"
     try:
         data = pickle.dumps((args, {}), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001  # a lambda or closure among the arguments: cloudpickle's job, below
@@ -70,16 +77,45 @@ def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
 
 
 _LOADED: dict[bytes, Callable[..., Any]] = {}
+"""Callables loaded on this worker, by their pickle, the most recently used last (see `CACHE_BYTES`)."""
+_loaded_bytes = 0
 
 
 def _load(blob: bytes) -> Callable[..., Any]:
-    """On the worker: the callable ``blob`` is the pickle of, unpickled once per worker."""
-    fn = _LOADED.get(blob)
+    """On the worker: the callable ``blob`` is the pickle of; a small one is kept (least recently used goes first)."""
+    global _loaded_bytes
+    if len(blob) > CACHE_ENTRY_BYTES:
+        loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
+        return loaded
+    fn = _LOADED.pop(blob, None)
     if fn is None:
-        if len(_LOADED) >= LOADED_CACHE_SIZE:
-            _LOADED.clear()
-        fn = _LOADED[blob] = _wire.loads(blob, what="a submitted callable")
+        fn = _wire.loads(blob, what="a submitted callable")
+        _loaded_bytes += len(blob)
+        while _LOADED and _loaded_bytes > CACHE_BYTES:
+            oldest = next(iter(_LOADED))
+            del _LOADED[oldest]
+            _loaded_bytes -= len(oldest)
+    _LOADED[blob] = fn
     return fn
+
+
+def runner_for(runner: Routine[..., Any], fn: Any) -> Routine[..., Any]:
+    """``runner`` with ``fn``'s call options when ``fn`` is a `pool.Routine`: its timeout, queue ... hold through
+    ``submit`` and ``map`` as through a call (the options of a job, such as ``retries``, do not apply)."""
+    base = fn._routine if isinstance(fn, BoundRoutine) else fn
+    if not isinstance(base, Routine):
+        return runner
+    o = base.call_options
+    return runner.options(
+        timeout=o.timeout,
+        queue=o.queue,
+        key=o.key,
+        workflow=o.workflow,
+        halt_on_error=o.halt_on_error,
+        dispatch_deadline=o.dispatch_deadline,
+        priority=o.priority,
+        prefetch=o.prefetch,
+    )
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,13 +8,13 @@ Each submitted callable runs through one routine (`_apply`, see `_calls`):
     Feed: a deque without limit ──runners, at most a window in flight──> WorkerPool.call(_apply task)
         │ pending: cancel() works                    running: the pool's own admission, queue and healing
         v
-    concurrent.futures.Future: result, or the call's exception (its remote traceback as __cause__)
+    concurrent.futures.Future: result, or whatever the function raised (BaseExceptions too; the remote
+                               traceback as __cause__)
 
-The window (`IN_FLIGHT_PER_WORKER` per worker) keeps the pool's own queue
-short: a long line waits here, as work items, not as asyncio tasks in the
-pool, and a future leaves PENDING (``cancel()`` stops working) only when its
-call is handed to the pool, as ``ProcessPoolExecutor`` marks work RUNNING when
-it moves to its call queue.
+The window (`IN_FLIGHT_PER_WORKER` per worker) keeps the pool's own queue short: a long line waits here,
+as work items, not as asyncio tasks in the pool, and a future leaves PENDING (``cancel()`` stops working)
+only when its call is handed to the pool, as ``ProcessPoolExecutor`` marks work RUNNING when it moves to
+its call queue.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from .._call._task import Task
 from .._errors import NoWorkersAvailable, PoolClosed, SerializationError
 from .._routine import Routine
 from .._transport import _wire
-from ._calls import Shipped, _apply, _apply_chunk, name_of, task_for
+from ._calls import Shipped, _apply, _apply_chunk, name_of, runner_for, task_for
 from ._map import Chunk, batched, check_map_arguments, ordered_results, single
 
 IN_FLIGHT_PER_WORKER: Final[int] = 2
-"""Calls an executor keeps handed to its pool per worker: one running, one ready behind it (a round trip saved)."""
+"""Calls an executor keeps handed to its pool per worker, at least: one running, one in its line (more: plain_prefetch)."""
 
 BUSY_RETRY_S: Final[float] = 0.05
 """A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
@@ -79,24 +79,27 @@ class Feed:
         self._waking = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
-        self._call: Callable[[Task], Coroutine[Any, Any, Any]] | None = None
+        self._call: Callable[[Task], Coroutine[Any, Any, tuple[bool, Any]]] | None = None
         self._spawn: Callable[..., Any] = lambda coro, name: None
         self._is_open: Callable[[], bool] = lambda: True
         self._workers: Callable[[], int] = lambda: 1
+        self._per_worker = IN_FLIGHT_PER_WORKER
         self._room: asyncio.Event | None = None
         self._broken: BaseException | None = None
         self._on_idle: Callable[[], object] | None = None
 
     def attach(
         self,
-        call: Callable[[Task], Coroutine[Any, Any, Any]],
+        call: Callable[[Task], Coroutine[Any, Any, tuple[bool, Any]]],
         spawn: Callable[..., Any],
         *,
         is_open: Callable[[], bool],
         workers: Callable[[], int],
+        per_worker: int = IN_FLIGHT_PER_WORKER,
     ) -> None:
-        """Start feeding a pool (call this on its loop): ``call`` runs a task, ``spawn`` owns the runners."""
+        """Start feeding a pool (call this on its loop): ``call`` runs a task (its outcome as data), ``spawn`` owns the runners."""
         self._call, self._spawn, self._is_open, self._workers = call, spawn, is_open, workers
+        self._per_worker = max(IN_FLIGHT_PER_WORKER, per_worker)
         self._room = asyncio.Event()
         self._thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()
@@ -192,7 +195,7 @@ class Feed:
     def _limit(self) -> int:
         if self._direct:
             return sys.maxsize
-        return IN_FLIGHT_PER_WORKER * max(1, self._workers())
+        return self._per_worker * max(1, self._workers())
 
     # -- the loop's thread -------------------------------------------------------------------------
 
@@ -239,7 +242,7 @@ class Feed:
         assert self._call is not None and self._room is not None  # noqa: S101 - an invariant, stated for the type checker
         while True:
             try:
-                value = await self._call(task)
+                ok, value = await self._call(task)  # the function's own outcome, whatever it raised, is data
             except NoWorkersAvailable as exc:  # a view over a pool with no queue: wait for room, never refuse
                 if self._direct:
                     future.set_exception(exc)
@@ -255,10 +258,13 @@ class Feed:
                 future.set_exception(PoolClosed("the pool closed before the call finished"))
                 self.fail(PoolClosed("the pool closed before the call was handed to it"))
                 raise
-            except Exception as exc:  # noqa: BLE001  # the call's outcome, whatever it is, belongs to its future
+            except Exception as exc:  # noqa: BLE001  # a lost worker, a refused call: that future's outcome
                 future.set_exception(exc)
             else:
-                future.set_result(value)
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)  # SystemExit, CancelledError ... as the standard library does
             self._room.set()
             return
 
@@ -281,7 +287,7 @@ class FeedExecutor(cf.Executor):
             RuntimeError: after `shutdown` ('cannot schedule new futures after shutdown').
             PoolClosed: the pool under this executor has closed (a RuntimeError too).
         """
-        return self._put(_apply, lambda: (Shipped(fn), args, kwargs))
+        return self._put(runner_for(_apply, fn), lambda: (Shipped(fn), args, kwargs))
 
     def map(
         self,
@@ -307,7 +313,11 @@ class FeedExecutor(cf.Executor):
         chunks = batched(zip(*iterables, strict=False), chunksize)
         if chunksize == 1:
             return ordered_results(
-                functools.partial(self._put_one, shipped), chunks, single, timeout=timeout, buffersize=buffersize
+                functools.partial(self._put_one, runner_for(_apply, fn), shipped),
+                chunks,
+                single,
+                timeout=timeout,
+                buffersize=buffersize,
             )
         name = name_of(fn)
 
@@ -316,14 +326,18 @@ class FeedExecutor(cf.Executor):
             return values, None if failure is None else _wire.unpack_exception(*failure, name)
 
         return ordered_results(
-            functools.partial(self._put_chunk, shipped), chunks, split, timeout=timeout, buffersize=buffersize
+            functools.partial(self._put_chunk, runner_for(_apply_chunk, fn), shipped),
+            chunks,
+            split,
+            timeout=timeout,
+            buffersize=buffersize,
         )
 
-    def _put_one(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
-        return self._put(_apply, lambda: (fn, chunk[0], {}))
+    def _put_one(self, runner: Routine[..., Any], fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(runner, lambda: (fn, chunk[0], {}))
 
-    def _put_chunk(self, fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
-        return self._put(_apply_chunk, lambda: (fn, chunk))
+    def _put_chunk(self, runner: Routine[..., Any], fn: Shipped, chunk: Chunk) -> cf.Future[Any]:
+        return self._put(runner, lambda: (fn, chunk))
 
     def _put(self, runner: Routine[..., Any], args: Callable[[], tuple[Any, ...]]) -> cf.Future[Any]:
         future: cf.Future[Any] = cf.Future()

@@ -14,7 +14,6 @@ and every later one, with that error instead of leaving them waiting.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import threading
 import weakref
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .._base._public import public
+from .._errors import PoolClosed
 from .._pool._worker_pool import WorkerPool
 from ._feed import Feed, FeedExecutor
 
@@ -137,10 +137,17 @@ class _Runtime:
         self._wake: Callable[[], object] | None = None
 
     def start(self) -> None:
-        """Start the thread (once; the caller holds the executor's shutdown lock)."""
+        """Start the thread (once; the caller holds the executor's shutdown lock).
+
+        Its loop is made here, on the caller's thread: importing uvloop imports
+        `concurrent.futures.thread`, which registers an exit hook, and a thread
+        doing that after the interpreter began to exit dies there (work
+        submitted right before a script ends would be lost).
+        """
         if self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._main, name="leakypool-executor", daemon=True)
+        loop = _new_loop()
+        self._thread = threading.Thread(target=self._main, args=(loop,), name="leakypool-executor", daemon=True)
         self._thread.start()
 
     def stop(self, wait: bool, *, now: bool = False) -> None:
@@ -157,10 +164,12 @@ class _Runtime:
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def _main(self) -> None:
-        loop = _new_loop()
+    def _main(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             loop.run_until_complete(self._serve())
+        except BaseException as exc:  # a loop that dies fails its futures, never leaves them waiting
+            self._feed.fail(PoolClosed(f"the executor's event loop ended: {exc!r}"), for_good=True)
+            raise
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
@@ -189,10 +198,14 @@ _RUNNING: weakref.WeakSet[_Runtime] = weakref.WeakSet()
 """Runtimes of executors not yet shut down: at interpreter exit each is closed and waited for."""
 
 
-@atexit.register
 def _close_all_at_exit() -> None:
     for runtime in list(_RUNNING):
         runtime.stop(True)
+
+
+# As concurrent.futures registers its own: run as the main thread ends, before the interpreter starts to
+# tear down (an atexit hook runs later, after threads that import or register hooks can no longer).
+threading._register_atexit(_close_all_at_exit)  # type: ignore[attr-defined]
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -303,6 +303,7 @@ def worker_env(backpressure: BackpressureLike | None, config: PoolConfig, spawn_
         capacity, shipped = 0, base64.b64encode(blob).decode()
     worker = WorkerConfig(
         max_tasks=config.max_tasks_per_worker or 0,
+        plain_prefetch=config.plain_prefetch,
         max_memory=config.max_memory_per_worker or 0,
         max_concurrent_tasks=capacity,
         backpressure=shipped,

@@ -6,10 +6,13 @@ lifecycle (as `_jobs` does for jobs); the view itself is in `pool._executor._fee
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from .._base._tasks import TaskOwner
+from .._call._calls import call_outcome
+from .._config._settings import PoolConfig
 from .._dispatch._path import CallPath
 from .._dispatch._roster import Roster
 from .._errors import PoolClosed
@@ -20,6 +23,7 @@ class PoolExecutors:
     """`WorkerPool`'s executor methods (a mixin: the pool sets the attributes below)."""
 
     _path: CallPath
+    _config: PoolConfig
     _tasks: TaskOwner
     _roster: Roster
     call: Callable[..., Any]
@@ -42,6 +46,10 @@ class PoolExecutors:
         if self._path.state != "open":
             raise PoolClosed(f"executor() needs an open pool; this one is {self._path.state}")
         feed.attach(
-            self.call, self._tasks.spawn, is_open=lambda: self._path.state == "open", workers=self._roster.__len__
+            functools.partial(call_outcome, self._path),
+            self._tasks.spawn,
+            is_open=lambda: self._path.state == "open",
+            workers=self._roster.__len__,
+            per_worker=1 + self._config.plain_prefetch,  # one running, a call for each place in a worker's line
         )
         return feed

@@ -138,6 +138,9 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         max_memory_per_worker: A spawned worker recycles the same way once a
             call leaves it this far above its resident memory when it became
             ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
+        plain_prefetch: Plain calls a busy worker holds accepted behind the one
+            it runs, so it starts the next without a round trip (default 1; 0:
+            a busy worker turns them away). A routine's ``prefetch=0`` opts out.
         secret: The secret this pool proves itself with to workers it did not
             spawn, and which they must prove they hold (``LEAKYPOOL_SECRET``;
             several, whitespace-separated, while one is rotated; default: read
@@ -193,6 +196,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         initargs: Iterable[Any] = (),
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | str | None = None,
+        plain_prefetch: int | None = None,
         secret: str | None = None,
         secret_file: str | None = None,
         insecure: bool | None = None,
@@ -246,6 +250,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             self._roster,
             self._membership,
             self._close_connections,
+            plain_prefetch=config.plain_prefetch,
         )
         placement.overdue = lambda uid: self._fleet.retire(uid, "timeout")
         self._admission = Admission(
@@ -258,6 +263,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             coming=lambda: self._fleet.coming(placement.draining),
             stranded=lambda: None if len(self._roster) else self._fleet.stranded(),
         )
+        placement.waiting = lambda: bool(self._admission.waiting)
         self._path = CallPath(
             self._admission,
             default_deadline=config.dispatch_deadline,

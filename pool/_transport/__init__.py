@@ -2,7 +2,7 @@
 
     _session       one multiplexed stream (both ends), routing frames by call id; _outgoing a call it opened
     _outbox        frames waiting to leave, batched per event-loop turn
-    _framing       the protocol's messages on a unix socket (no HTTP/2)
+    _framing       the protocol's messages on a unix socket (no HTTP/2); _through its writes from other threads
     _unix_channel  the channel to a spawned worker; _grpc_channel to one over TCP (gRPC)
     _wire          values <-> bytes (the only cloudpickle importer); _malloc large-message heap tuning
     _buffers       large buffers beside the stream: memfd regions; _side the connection their descriptors cross

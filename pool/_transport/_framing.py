@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Final, cast
 
 from ._proto import leakypool_pb2 as pb
+from ._through import Through, framed
 
 HELLO: Final[bytes] = b"leakypool-local/2 "
 """What every connection's first message starts with; the method name follows (/2: the handshake, issue 43)."""
@@ -56,12 +57,6 @@ READ_AHEAD_MESSAGES: Final[int] = 256
 
 SMALL_MESSAGE_BYTES: Final[int] = 64 << 10
 """Below this size a message and its length leave as one copied buffer (one write, no gather)."""
-
-PULL_READS: Final[int] = 16
-"""Reads one `MessageStream.pull` makes at most (what arrives meanwhile waits for the next)."""
-
-PULL_BYTES: Final[int] = 256 << 10
-"""Bytes one read of `MessageStream.pull` takes at most."""
 
 _LENGTH: Final[struct.Struct] = struct.Struct(">I")
 
@@ -86,9 +81,13 @@ class MessageStream(asyncio.Protocol):
             dialler keeps it at a handshake's size until the worker proved itself).
         received: Bytes already read off the connection (by the worker's
             gate), taken as if they had just arrived.
+        read_rest: Keep a copy of the socket, so that a connection lost on a
+            write (or a reset) still has everything the peer wrote read before
+            it ends (`read_to_end`): a pool learns which queued calls a dead
+            worker started.
     """
 
-    def __init__(self, limit: int = MESSAGE_MAX_BYTES, received: bytes = b"") -> None:
+    def __init__(self, limit: int = MESSAGE_MAX_BYTES, received: bytes = b"", *, read_rest: bool = False) -> None:
         self.limit = limit  # largest message accepted
         self._received = received  # what was read off the connection before this stream took it
         self.transport: asyncio.Transport | None = None
@@ -103,7 +102,11 @@ class MessageStream(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._sink: Callable[[bytes | memoryview], None] | None = None
-        self._fd = -1  # the socket's, once `pull` or `write_through` needed it
+        self._fd = -1  # the socket's, once a thread's I/O needed it (`through`)
+        self.through = Through(self)  # the socket as other threads use it (their writes and the loop's take turns)
+        self._read_rest = read_rest
+        self._dup = -1  # the dialler's own copy of the socket, to read a dead peer's last bytes (`read_to_end`)
+        self.read_to_end = False  # the connection ended with everything the peer wrote read (`_read_rest`)
         self._in_bytes = 0  # bytes received so far
         self._out_bytes = 0  # bytes handed to the transport so far
         self._moved_mark: tuple[int, int] = (-1, -1)  # (bytes out of the buffer, bytes in) at the last `busy_at`
@@ -115,6 +118,9 @@ class MessageStream(asyncio.Protocol):
         stream = cast("asyncio.Transport", transport)  # a stream's (uvloop's are no asyncio.Transport subclasses)
         self.transport = stream
         stream.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        sock = stream.get_extra_info("socket") if self._read_rest else None
+        if sock is not None:
+            self._dup = os.dup(sock.fileno())  # shares the socket (and its O_NONBLOCK)
         if self._received:
             received, self._received = self._received, b""
             self.data_received(received)  # before anything the transport reads
@@ -145,7 +151,7 @@ class MessageStream(asyncio.Protocol):
         while end - at >= 4:
             (size,) = _LENGTH.unpack_from(data, at)
             if size > self.limit:
-                self._fail(ProtocolError(f"a {size}-byte message is over this stream's limit of {self.limit}"))
+                self.fail(ProtocolError(f"a {size}-byte message is over this stream's limit of {self.limit}"))
                 return
             if end - at - 4 < size:
                 break
@@ -157,10 +163,16 @@ class MessageStream(asyncio.Protocol):
             self._wanted = 4 + _LENGTH.unpack_from(rest)[0] if len(rest) >= 4 else 4
 
     def eof_received(self) -> bool:
+        self.read_to_end = True
         self._end_here(None)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self._dup >= 0 and not self.read_to_end:
+            self._read_rest_of(self._dup)
+        if self._dup >= 0:
+            os.close(self._dup)
+            self._dup = -1
         self._end_here(exc)
         drained, self._drained = self._drained, None
         if drained is not None and not drained.done():
@@ -194,7 +206,7 @@ class MessageStream(asyncio.Protocol):
             try:
                 sink(messages.popleft())  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - a sink's fault ends the stream with that reason
-                self._fail(exc)
+                self.fail(exc)
 
     async def receive(self) -> bytes | memoryview | None:
         """The next message, or None once the peer closed cleanly.
@@ -228,7 +240,9 @@ class MessageStream(asyncio.Protocol):
         transport = self.transport
         if self._ended is not None or transport is None or transport.is_closing():
             raise ConnectionResetError("the connection is closed")
-        transport.writelines((_LENGTH.pack(len(message)), message))
+        await self.through.settled()
+        with self.through.lock:
+            transport.writelines((_LENGTH.pack(len(message)), message))
         self._out_bytes += 4 + len(message)
         if self._writing_paused:
             if self._drained is None:
@@ -242,59 +256,14 @@ class MessageStream(asyncio.Protocol):
         transport = self.transport
         if self._writing_paused or self._ended is not None or transport is None or transport.is_closing():
             return False
-        if len(message) < SMALL_MESSAGE_BYTES:
-            transport.write(framed(message))
-        else:
-            transport.writelines((_LENGTH.pack(len(message)), message))
+        with self.through.lock:
+            if self.through.handing:
+                return False  # a thread's bytes are on their way to the transport: `send` waits for them
+            if len(message) < SMALL_MESSAGE_BYTES:
+                transport.write(framed(message))
+            else:
+                transport.writelines((_LENGTH.pack(len(message)), message))
         self._out_bytes += 4 + len(message)
-        return True
-
-    def pull(self) -> None:
-        """Read what waits on the socket now and hand it on, as the loop would (`_overrun`'s watch thread).
-
-        Only for a caller that holds the worker's guard while the loop's
-        thread runs user code, so nothing else reads this socket meanwhile.
-        A transport that is closing may have closed the fd already: left
-        alone. A clean end is left for the loop to find; an error read here
-        ends the stream now.
-        """
-        transport, fd = self.transport, self._fileno()
-        if transport is None or transport.is_closing():
-            return
-        for _ in range(PULL_READS):
-            if self._ended is not None or fd < 0:
-                return
-            try:
-                data = os.read(fd, PULL_BYTES)
-            except (BlockingIOError, InterruptedError):
-                return  # nothing waiting
-            except OSError as exc:  # the connection failed (the loop would read a clean end now)
-                self._fail(exc)
-                return
-            if not data:
-                return
-            self.data_received(data)
-
-    def write_through(self, frames: pb.Frames) -> bool:
-        """Send one `pb.Frames` at once, straight to the socket when nothing is buffered (see `pull`).
-
-        A write queued on the transport would wait for the loop's turn to
-        end, which is what the watch thread is there to not wait for.
-        """
-        transport, fd = self.transport, self._fileno()
-        if self._ended is not None or transport is None or transport.is_closing() or fd < 0:
-            return False
-        data = framed(frames.SerializeToString())
-        self._out_bytes += len(data)
-        if transport.get_write_buffer_size() == 0:
-            try:
-                data = data[os.write(fd, data) :]
-            except BlockingIOError:
-                pass
-            except OSError:
-                return True  # the connection failed: the loop finds out and fails the stream
-        if data:
-            transport.write(data)  # behind nothing else: the order holds
         return True
 
     def busy_at(self) -> float:
@@ -317,10 +286,38 @@ class MessageStream(asyncio.Protocol):
                 self._mid_transfer()
         return self._busy_at
 
+    def _read_rest_of(self, fd: int) -> None:
+        """The connection failed (a write to a dead peer, a reset): read what the peer wrote before it went.
+
+        The kernel keeps what was written to a unix socket: an end read here (EOF, or the reset
+        after the last byte) missed nothing. A peer still there leaves `read_to_end` False."""
+        while self._ended is None:
+            try:
+                data = os.read(fd, 1 << 20)
+            except ConnectionResetError:
+                self.read_to_end = True
+                return
+            except OSError:  # BlockingIOError: the peer did not close (it may write more): not the end
+                return
+            if not data:
+                self.read_to_end = True
+                return
+            self.data_received(data)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the connection has ended."""
+        return self._ended is not None
+
+    def count_out(self, size: int) -> None:
+        """``size`` bytes left by another way than the transport (`through`): counted for `busy_at`."""
+        self._out_bytes += size
+
     def _mid_transfer(self) -> None:
         self._busy_at = time.monotonic()  # the clock of asyncio's (and, to the millisecond, uvloop's) loop.time()
 
-    def _fileno(self) -> int:
+    def fileno(self) -> int:
+        """The socket's descriptor (-1 if none): for `through`, whose reads and writes bypass the transport."""
         if self._fd < 0 and self.transport is not None:
             sock = self.transport.get_extra_info("socket")
             self._fd = -1 if sock is None else sock.fileno()
@@ -350,7 +347,8 @@ class MessageStream(asyncio.Protocol):
 
     # -- internals ------------------------------------------------------------------
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """End the connection with ``exc`` (an undecodable message; `through`: an error another thread met)."""
         self._end(exc)
         if self.transport is not None:
             self.transport.abort()
@@ -377,11 +375,6 @@ class MessageStream(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-
-
-def framed(message: bytes) -> bytes:
-    """``message`` with its length in front, as one buffer (a small message: one write)."""
-    return _LENGTH.pack(len(message)) + message
 
 
 def hello(method: str) -> bytes:

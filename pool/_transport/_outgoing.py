@@ -11,12 +11,27 @@ import collections
 from collections.abc import Callable
 from typing import Final, Protocol
 
+from .._errors import WorkerRejected
 from ._proto import leakypool_pb2 as pb
+
+SENT, QUEUED, STARTED = 0, 1, 2
+"""An `OutgoingCall`'s ``state``: no answer yet; accepted to wait behind the callee's plain call; started."""
 
 FINAL_OUTCOMES: Final[frozenset[int]] = frozenset(
     {pb.Outcome.RETURN, pb.Outcome.RAISE, pb.Outcome.STOP, pb.Outcome.CANCELLED}
 )
 """Outcome kinds after which a call is over (YIELD is the only other)."""
+
+
+class HandedBack(WorkerRejected):
+    """A queued plain call came back from its worker, never started: it is placed again (its caller never sees this).
+
+    Its worker handed it back (it retires, or the pool asked for it), or
+    died with it still queued and its unix socket read to the end.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "UNAVAILABLE")
 
 
 class CallStream(Protocol):
@@ -55,9 +70,12 @@ class OutgoingCall:
         "cancelled_here",
         "final",
         "finished",
+        "first",
         "id",
         "name",
+        "recalled",
         "session",
+        "state",
     )
 
     def __init__(self, session: CallStream, call_id: int, name: str) -> None:
@@ -69,6 +87,10 @@ class OutgoingCall:
         self.cancelled_here: bool = False  # this end asked the callee to cancel it
         self.answered: bool = False  # the callee's first frame (Accept, Reject or an outcome) arrived
         self.batch: int = 0  # the number of the outgoing batch its Call frame is in
+        self.state: int = SENT  # SENT, QUEUED or STARTED, as its callee said (`_session.Session.feed`)
+        self.recalled: bool = False  # asked back while queued (`hand_back`)
+        # Sees the callee's first answer (or the stream's end) before the receiver: True hands it on too.
+        self.first: Callable[[OutgoingCall, pb.Frame | BaseException], bool] | None = None
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -86,10 +108,13 @@ class OutgoingCall:
         return self.session.written >= self.batch
 
     def deliver(self, item: pb.Frame | BaseException) -> None:
-        """Hand a reply (or the stream's failure) to whoever awaits the call."""
+        """Hand a reply (or the stream's failure) to whoever awaits the call (`first` sees the first one)."""
         self.answered = True
+        first, self.first = self.first, None
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
+        if first is not None and not first(self, item):
+            pass  # taken by whoever sent the call without waiting for its answer (`_dispatch._sends`)
+        elif waiter is not None and not waiter.done():
             self._waiter = None
             waiter.set_result(item)
         else:
@@ -117,6 +142,12 @@ class OutgoingCall:
     def step(self, kind: int, value: bytes = b"") -> None:
         """Drive a generator call: NEXT, SEND(value), THROW(value), CLOSE."""
         self.session.step(self.id, kind, value)
+
+    def hand_back(self) -> None:
+        """Ask the callee for this call back, if it is still queued there (it answers with a Reject: `HandedBack`)."""
+        if not self.finished and self.state == QUEUED and not self.recalled:
+            self.recalled = True
+            self.session.step(self.id, pb.Step.HAND_BACK)
 
     def cancel(self) -> None:
         """Ask the callee to cancel the call; forget it here at once."""

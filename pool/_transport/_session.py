@@ -16,14 +16,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from .._errors import WorkerBroken
 from . import _buffers, _side, _wire
 from ._chunks import Assembly, Spill
 from ._outbox import Outbox, Write, WriteNow
-from ._outgoing import OutgoingCall, is_final
+from ._outgoing import QUEUED, STARTED, HandedBack, OutgoingCall, is_final
 from ._proto import leakypool_pb2 as pb
 from ._rpc import UNIMPLEMENTED
 
 Read = Callable[[], Awaitable["pb.Frames | object"]]
+ThreadWrite = Callable[[pb.Frames, bool, asyncio.AbstractEventLoop], bool]
+"""Sends frames from a thread that is not the loop's (`_through.Through.send`): (frames, land, loop) -> sent."""
 
 
 class CallHost(Protocol):
@@ -81,6 +84,9 @@ class Session:
         self._running = False  # `run` has started: the side connection is known
         self._chunks = False  # large buffers cross in chunks on the stream (no side connection: gRPC)
         self._assembly = Assembly()  # what the peer is sending in chunks
+        self._read_to_end: Callable[[], bool] = lambda: False  # the transport read all the peer wrote (`fail`)
+        self._thread_write: ThreadWrite | None = None  # frames from another thread, straight to the socket
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def written(self) -> int:
@@ -150,8 +156,8 @@ class Session:
             step.value = self.carry(value)
         step.SetInParent()
 
-    def accept(self, call_id: int, hold_s: float = 0.0) -> None:
-        """Accept a call the peer opened.
+    def accept(self, call_id: int, hold_s: float = 0.0, *, queued: bool = False) -> None:
+        """Accept a call the peer opened (``queued``: a plain call that waits behind another, see the proto).
 
         With ``hold_s``, the Accept waits up to that long for company (see
         `Outbox.hold`): the outcome of a call that ends at once leaves with
@@ -163,6 +169,8 @@ class Session:
         """
         if hold_s and self.failure is None:
             self._outbox.hold(call_id, hold_s).accept.SetInParent()
+        elif queued:
+            self._frame(call_id).accept.queued = True
         else:
             self._frame(call_id).accept.SetInParent()
 
@@ -253,6 +261,17 @@ class Session:
                 outgoing = self._outgoing.get(frame.id)
                 if outgoing is None:
                     continue  # a reply to a call cancelled here
+                body = frame.WhichOneof("body")
+                if body == "started":
+                    outgoing.state = STARTED  # not handed on: the caller waits for Accept and Outcome only
+                    continue
+                if body == "accept":
+                    outgoing.state = max(outgoing.state, QUEUED if frame.accept.queued else STARTED)
+                elif body == "reject" and outgoing.state:  # after an Accept: handed back (queued), else lost
+                    del self._outgoing[frame.id]
+                    why = f"{self.label} handed {outgoing.name}() back: {frame.reject.message}"
+                    outgoing.deliver(HandedBack(why) if outgoing.state == QUEUED else WorkerBroken(why))
+                    continue
                 if is_final(frame):
                     del self._outgoing[frame.id]
                 outgoing.deliver(frame)
@@ -263,6 +282,28 @@ class Session:
                 self._host.on_call(self, frame)
             else:
                 self._host.on_step(self, frame)
+
+    def write_from_thread(self, frames: pb.Frames, *, land: bool = False) -> bool:
+        """Send ``frames`` from a thread that is not the loop's (a worker's plain thread); False if the stream is gone.
+
+        On a unix socket they go straight to the socket, and with ``land`` this returns once the
+        kernel has them (a worker's Started, before the call begins). Over gRPC they join the loop's
+        next batch: when they reach the peer is unknown, so a queued call on a lost TCP stream is lost.
+        """
+        loop = self._loop
+        if self.failure is not None or loop is None:
+            return False
+        if self._thread_write is not None:
+            return self._thread_write(frames, land, loop)
+        try:
+            loop.call_soon_threadsafe(self._merge, frames)
+        except RuntimeError:  # the loop closed: the worker is exiting
+            return False
+        return True
+
+    def _merge(self, frames: pb.Frames) -> None:  # on the loop: a thread's frames join the next batch
+        for frame in frames.frames if self.failure is None else ():
+            self._outbox.frame(frame.id).MergeFrom(frame)
 
     def finish(self) -> None:
         """End the stream cleanly once what is queued has been sent."""
@@ -275,8 +316,9 @@ class Session:
         self.failure = exc
         self._assembly.close()
         outgoing, self._outgoing = self._outgoing, {}
+        lossless = self._read_to_end()  # every Started it wrote was read: a queued call never started
         for call in outgoing.values():
-            call.deliver(exc)
+            call.deliver(HandedBack(f"{exc} (still queued)") if lossless and call.state == QUEUED else exc)
         watch, self.watch = self.watch, None
         if watch is not None:
             watch.close()  # its timer would keep this dead session alive until it fires
@@ -293,6 +335,8 @@ class Session:
         write_now: WriteNow | None = None,
         busy_at: Callable[[], float] | None = None,
         side: Callable[[], _side.SideChannel | None] | None = None,
+        read_to_end: Callable[[], bool] | None = None,
+        thread_write: ThreadWrite | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
@@ -307,6 +351,9 @@ class Session:
                 (`MessageStream.write_frames_now`): batches leave without waking a task.
             busy_at: When the transport last saw a message mid-transfer (`MessageStream.busy_at`; see `busy_at`).
             side: The side connection large buffers cross to the peer, if it has one now (see `carry`).
+            read_to_end: Whether the transport read everything the peer wrote when the stream
+                ended (a unix socket: `MessageStream.read_to_end`): then calls still queued are `HandedBack`.
+            thread_write: How `write_from_thread` reaches the socket (`_through.Through.send`).
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else
@@ -315,6 +362,9 @@ class Session:
         reader = asyncio.current_task()
         assert reader is not None  # noqa: S101 - an invariant, stated for the type checker
         self.holds_accepts = write_now is not None
+        self._loop = asyncio.get_running_loop()
+        self._read_to_end = read_to_end or self._read_to_end
+        self._thread_write = thread_write
         self._transport_busy_at = busy_at
         self._side = side
         self._chunks = write_now is None and side is None

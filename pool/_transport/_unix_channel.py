@@ -55,12 +55,15 @@ class UnixChannel:
     async def _open(self, method: str, limit: int = MESSAGE_MAX_BYTES) -> MessageStream:
         """A connection for ``method`` whose worker has proven itself; its messages may then be up to ``limit``.
 
+        A Dispatch stream keeps a copy of its socket (``read_rest``): a connection lost on a write still
+        has what the worker wrote read to its end, so the pool learns which queued calls it started.
+
         Raises:
             Refused: the worker is not a trusted uid, or did not prove itself.
             OSError: it cannot be reached.
         """
         _, stream = await asyncio.get_running_loop().create_unix_connection(
-            lambda: MessageStream(HANDSHAKE_MAX_BYTES), self._path
+            lambda: MessageStream(HANDSHAKE_MAX_BYTES, read_rest=method == "Dispatch"), self._path
         )
         self._streams.add(stream)
         try:
@@ -122,6 +125,7 @@ class UnixChannel:
                 write_now=stream.write_frames_now,
                 busy_at=stream.busy_at,
                 side=side,
+                read_to_end=lambda: stream.read_to_end,
             )
         finally:
             self._drop(stream)

@@ -14,7 +14,8 @@
     _upstream    nested dispatch: a routine here calls a routine, back up its stream
     _threads     the routine loop thread and the hops to it (a worker serving gRPC)
     _hosted      a call this worker hosts, as both of its loops see it
-    _plain       plain ``def`` routines: the thread they run on, one at a time
+    _plain       plain ``def`` routines: the line of them and the thread it runs on, one at a time
+    _plain_calls the service's side of plain calls: queued ones, handbacks, deadlines, their books
     _peers       the dispatchers a worker serves: one Peer per stream
     _state       what a worker says about itself (the State RPC); _signals the resource signals hooks read
     _recycle     the initializer, task and memory limits, retiring on purpose

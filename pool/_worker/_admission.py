@@ -1,8 +1,8 @@
 """A worker's admission: who may start now, and whom to tell when room frees. No I/O.
 
     Call ──> decide(task) ──> ACCEPT          count it in flight (`admit`)
-                          ├─> BUSY            the hook said no, or a plain call while one is on the
-                          │                   plain thread: Reject(RESOURCE_EXHAUSTED),
+                          ├─> BUSY            the hook said no, or a plain call with no room in the
+                          │                   plain line (`_plain`): Reject(RESOURCE_EXHAUSTED),
                           │                   remember the session to tell "room" later
                           ├─> DRAINING        Reject(UNAVAILABLE)
                           ├─> HOOK_FAILED     the hook raised: Reject(UNAVAILABLE), logged
@@ -79,11 +79,21 @@ class WorkerAdmission:
         self.vetting = 0  # calls an async hook is still deciding on
         self.hook_error: BaseException | None = None  # what the hook raised last, for the log
         self._turned_away: set[Any] = set()
-        self.plain: Any = None  # the plain call on the plain thread, if one is there (it may outlive its call)
+        self.line: Any = None  # the plain line (`_plain.PlainLine`): its waiting calls do not count, its room decides
+
+    @property
+    def owed_room(self) -> bool:
+        """Whether a session turned away waits for a Room frame."""
+        return bool(self._turned_away)
 
     def active(self) -> int:
-        """Tasks that count against backpressure: in flight, less those parked on nested calls."""
-        return self.in_flight if self.hold_slots else max(0, self.in_flight - self.parked)
+        """Tasks that count against backpressure: in flight, less plain calls waiting in line and those parked.
+
+        A plain call accepted behind the running one (`_plain`) uses nothing
+        yet: it counts once it starts.
+        """
+        waiting = self.line.queued if self.line is not None else 0
+        return max(0, self.in_flight - waiting - (0 if self.hold_slots else self.parked))
 
     def decide(self, task: Any) -> Verdict | Awaitable[Any]:
         """The verdict on a new call, or the awaitable an async hook returned (then `settle` it).
@@ -93,12 +103,16 @@ class WorkerAdmission:
         """
         if not self.accepting:
             return Verdict.DRAINING
-        if self.plain is not None and getattr(task, "plain", False):
-            return Verdict.BUSY  # one plain call at a time: the next waits at the dispatcher, not behind it here
+        behind = 0
+        if self.line is not None and getattr(task, "plain", False):
+            where = self.line.room(task)
+            if where is None:
+                return Verdict.BUSY  # the plain thread busy and its line full: the call waits at the dispatcher
+            behind = 1 if where == "queue" else 0  # it starts once the running plain call ends: judged as if it had
         if self.hook is None:
             return Verdict.ACCEPT
         try:
-            verdict = self.hook(self._context(task))
+            verdict = self.hook(self._context(task, behind))
         except HOOK_ERRORS as exc:
             self.hook_error = exc
             return Verdict.HOOK_FAILED
@@ -107,8 +121,8 @@ class WorkerAdmission:
             return verdict
         return Verdict.BUSY if verdict else Verdict.ACCEPT
 
-    def _context(self, task: Any) -> BackpressureContext:
-        active = self.active() + self.vetting
+    def _context(self, task: Any, behind: int = 0) -> BackpressureContext:
+        active = max(0, self.active() + self.vetting - behind)
         signals = self.signals
         if signals is None:
             return BackpressureContext(active, task)
@@ -140,15 +154,8 @@ class WorkerAdmission:
         self.in_flight -= 1
         return self._room()
 
-    def plain_started(self, call: Any) -> None:
-        """``call``, a plain call, was accepted: further plain calls are turned away until `plain_done`."""
-        self.plain = call
-
-    def plain_done(self, call: Any) -> set[Any]:
-        """``call`` left the plain thread; returns whom to tell "room" (none if it was not the one there)."""
-        if self.plain is not call:
-            return set()
-        self.plain = None
+    def room_now(self) -> set[Any]:
+        """The sessions turned away since the last room, to tell now (a plain call left the thread)."""
         return self._room()
 
     def park(self) -> set[Any]:
@@ -174,5 +181,5 @@ class WorkerAdmission:
         return (
             f"<WorkerAdmission {'accepting' if self.accepting else 'draining'} "
             f"[{self.in_flight} in flight, {self.parked} parked, {self.vetting} vetting"
-            f"{', plain busy' if self.plain is not None else ''}]>"
+            f"{f', {self.line.queued} plain waiting' if self.line is not None and self.line.queued else ''}]>"
         )

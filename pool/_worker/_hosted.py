@@ -21,7 +21,22 @@ STOP: Outcome = (pb.Outcome.STOP, b"", "")
 class Hosted:
     """A call a dispatcher opened on this worker, from admission to its last frame."""
 
-    __slots__ = ("cancelled", "code", "id", "nested", "runner", "session", "started", "steps", "task")
+    __slots__ = (
+        "cancelled",
+        "code",
+        "counted",
+        "deadline",
+        "id",
+        "nested",
+        "queued",
+        "runner",
+        "session",
+        "settled",
+        "started",
+        "steps",
+        "task",
+        "timer",
+    )
 
     def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
         self.session = session
@@ -34,6 +49,12 @@ class Hosted:
         self.cancelled = False
         self.nested = 0  # nested calls it is awaiting now
         self.started = 0.0  # when it was accepted (monotonic)
+        # A plain call's, in the worker's line (`_plain.PlainLine`):
+        self.deadline: float | None = None  # when its caller's time runs out (monotonic), if it has a timeout
+        self.queued = False  # its Accept said queued: a Started must reach the wire before it begins
+        self.counted = False  # counted against the worker's task limit (at its start)
+        self.settled = False  # in the service's books as ended (answered, counted out)
+        self.timer: asyncio.TimerHandle | None = None  # its hard limit, armed on the loop at its arrival
 
 
 class Code:
@@ -74,8 +95,4 @@ class Host(Protocol):
 
     def unpark(self, hosted: Hosted) -> None:
         """``hosted``'s nested call returned (runs where the streams live)."""
-        ...
-
-    def plain_done(self, hosted: Hosted) -> None:
-        """``hosted``, a plain call, left the plain thread (or never reached it): another may start."""
         ...

@@ -101,9 +101,13 @@ class Lifecycle:
         self._idle.set()
         self._arm_idle_timer()
 
-    def accepted(self) -> None:
-        """A call was accepted: retire if that was the last one its task limit allows."""
-        if self.recycler is not None and (reason := self.recycler.on_accept()):
+    def take(self) -> bool:
+        """Count a call that starts now against the task limit; False: the limit was reached (it must not start)."""
+        return self.recycler is None or self.recycler.take()
+
+    def counted(self) -> None:
+        """Calls were counted (here or on the plain thread): retire if the last one the task limit allows started."""
+        if self.recycler is not None and (reason := self.recycler.due()):
             self._retire(reason)
 
     def ended(self) -> None:

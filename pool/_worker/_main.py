@@ -112,6 +112,7 @@ async def serve(
         idle_timeout=config.idle_timeout,
         max_lifetime=config.max_lifetime,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
+        plain_prefetch=config.plain_prefetch,
         # (asyncio's debug mode refuses calls into a loop from another thread: no watch there)
         inline=runs_inline(config) and not asyncio.get_running_loop().get_debug(),
     )

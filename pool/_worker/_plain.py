@@ -1,106 +1,248 @@
-"""Plain ``def`` routines: where a worker runs them, one at a time, and what one leaves behind.
+"""Plain ``def`` routines: the worker's line of them, run one at a time on a thread of their own.
 
-    Call (plain) ──> admission: another plain call running? ──> BUSY (Reject, transient)
-         │ accepted
+    Call (plain) ──> `room`: the thread idle? ──────────── START: Accept, the thread starts it at once
+         │             busy, fewer than ``depth`` waiting ── QUEUE: Accept(queued), it waits in the line
+         │             else (or the call's prefetch=0) ───── BUSY: Reject (transient; the pool places it elsewhere)
          v
-    runner task ──> PlainThread.submit(call_plain) ──> the plain thread: unpickle, run, pickle
-         │ awaits it, shielded                              │
-         │ cancelled? ──> CANCELLED now, the result is      │ returns
-         │               dropped when it comes              v
-         └──> finish(outcome)                    plain_done: the next plain call may start
+    the plain thread: take the next call ──> Started on the wire (a queued one), with the last outcome
+                      run it (unpickle, call, pickle) ──> its outcome, straight to the socket
+                      ...the next call in line at once: no round trip to the pool, nor to the loop
 
 A plain function cannot be interrupted, so it runs on a daemon thread of
 its own: the worker's loop stays free to accept, reject and answer State
-(Python hands the GIL over every switch interval) and a cancelled caller
-only drops the result. A call with a timeout gets a hard limit instead:
-past its deadline the worker reports `TimeoutError` for it and exits, so a
-stuck function never holds a slot (`WorkerService._overdue`; a worker too
-stuck to run its own deadline is killed by its pool). The thread is a
-daemon so that such an exit is not held up by the function still running.
+(Python hands the GIL over every switch interval). The thread writes its
+frames itself (`_session.Session.write_from_thread`: over a unix socket,
+straight to it), so the call after a finished one starts with no hop to the
+loop, the way a `ProcessPoolExecutor` worker reads the next item from its
+pipe. The thread alone starts a queued call, under the line's lock: once it
+has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
+writes the call's Started before it begins, and over a unix socket that is
+on the wire when the call begins (``os.write`` returned), so a pool that
+reads a dead worker's socket to its end knows which queued calls never
+started. The loop learns of finished calls lazily (`settle`: on the next
+message, State, or the signals' tick), or at once when someone waits for it
+(``urgent``).
+
+A call with a timeout gets a hard limit: its deadline runs from its arrival
+(the caller's time left); past it a queued call never starts, and a running
+one makes the worker answer `TimeoutError` and exit (`WorkerService._overdue`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import queue
+import collections
+import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-from .._transport import _wire
+from .._transport import _buffers, _wire
 from .._transport._proto import leakypool_pb2 as pb
-from ._admission import WorkerAdmission
+from . import _trace
 from ._hosted import Hosted, Outcome
 
+_log = logging.getLogger("leakypool.worker")
 
-class PlainSlot:
-    """The worker's one plain call at a time, and its hard limit.
+START: Final[str] = "start"
+QUEUE: Final[str] = "queue"
+
+NOT_STARTED: Outcome = (pb.Outcome.CANCELLED, b"", "")
+"""What a call the thread gave up before starting it reports (its Started could not be written)."""
+
+
+class PlainLine:
+    """The worker's plain calls: the one on the plain thread, and up to ``depth`` accepted behind it.
+
+    The loop adds and takes calls back; the thread takes the next one and
+    runs it. Both hold ``lock`` to touch the line.
 
     Args:
-        admission: Turns further plain calls away while the slot is taken.
-        overdue: Called with the call and its timeout if it is still on the
-            thread at its deadline (the worker then answers for it and exits).
+        depth: Calls that may wait behind the running one (the worker's plain prefetch).
+        urgent: Called on the plain thread after a call ends; True if the loop must hear of it now.
+        wake: Runs a callback on the loop (to `settle` at once).
+        budget: Takes one call off the worker's task limit (`Recycler.take`); False: none left.
     """
 
-    def __init__(self, admission: WorkerAdmission, overdue: Callable[[Hosted, float], None]) -> None:
-        self._admission = admission
-        self._overdue = overdue
-        self._deadline: asyncio.TimerHandle | None = None
-
-    def take(self, hosted: Hosted) -> None:
-        """``hosted``, a plain call, was accepted; its timeout (the time its caller has left) is armed."""
-        self._admission.plain_started(hosted)
-        timeout = hosted.task.timeout
-        if timeout:
-            self._deadline = asyncio.get_running_loop().call_later(timeout, self._expire, hosted, timeout)
-
-    def release(self, hosted: Hosted) -> set[Any]:
-        """``hosted`` left the plain thread; returns whom to tell "room"."""
-        if self._admission.plain is hosted and self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-        return self._admission.plain_done(hosted)
-
-    def _expire(self, hosted: Hosted, timeout: float) -> None:
-        self._deadline = None
-        if self._admission.plain is hosted:
-            self._overdue(hosted, timeout)
-
-
-class PlainThread:
-    """One daemon thread that runs submitted functions in order (the worker's plain calls)."""
-
-    def __init__(self, name: str = "leakypool-plain") -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+    def __init__(
+        self,
+        depth: int,
+        urgent: Callable[[], bool],
+        wake: Callable[[], None],
+        budget: Callable[[], bool] | None = None,
+    ) -> None:
+        self.depth = depth
+        self.lock = threading.Condition()
+        self.running: Hosted | None = None
+        self.waiting: collections.deque[Hosted] = collections.deque()
+        self.budget = budget
+        self._urgent = urgent
+        self._wake = wake
+        self._done: list[tuple[Hosted, Outcome, float]] = []  # ended on the thread, not yet in the loop's books
+        self._held = False  # the next call may not start: the worker's task limit is reached
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="leakypool-plain", daemon=True)
         self._started = False
 
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        """Run ``fn()`` on the thread (after what was submitted before); its future."""
+    # -- the loop's side -------------------------------------------------------------------------------
+
+    def room(self, task: Any) -> str | None:
+        """Where a new plain call would go: `START`, `QUEUE`, or None (no room: BUSY)."""
+        taken = len(self.waiting) + (self.running is not None)  # (a call accepted to start may not have yet)
+        if not taken:
+            return START  # (only the loop adds calls: an idle line stays idle until it does)
+        if getattr(task, "prefetch", None) == 0 or taken > self.depth:
+            return None
+        return QUEUE
+
+    def add(self, hosted: Hosted) -> None:
+        """Put an accepted call in line (``hosted.queued`` says whether its Accept said queued)."""
         if not self._started:
             self._started = True
             self._thread.start()
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((fn, future))
-        return future
+        with self.lock:
+            self.waiting.append(hosted)
+            self.lock.notify()
+
+    def take_back(self, hosted: Hosted) -> bool:
+        """Take ``hosted`` out of the line if it has not started; True if it was still waiting."""
+        with self.lock:
+            try:
+                self.waiting.remove(hosted)
+            except ValueError:
+                return False
+            return True
+
+    def take_all_back(self) -> list[Hosted]:
+        """Take every queued call (its Accept said queued) that has not started out of the line (the worker retires).
+
+        A call accepted to start at once stays: it was counted, and its
+        dispatcher was told it runs.
+        """
+        with self.lock:
+            taken = [hosted for hosted in self.waiting if hosted.queued]
+            for hosted in taken:
+                self.waiting.remove(hosted)
+            return taken
+
+    def settle(self) -> list[tuple[Hosted, Outcome, float]]:
+        """The calls that ended on the thread since the last look: (call, outcome, when it ended)."""
+        with self.lock:
+            done, self._done = self._done, []
+        return done
+
+    @property
+    def queued(self) -> int:
+        """Calls accepted and waiting (not counted against backpressure)."""
+        return len(self.waiting)
 
     def stop(self) -> None:
-        """Let the thread end once its current function returns (it is a daemon: nothing waits for it)."""
-        if self._started:
-            self._jobs.put(None)
+        """Let the thread end once its current call returns (a daemon: nothing waits for it)."""
+        with self.lock:
+            self._stopping = True
+            self.lock.notify_all()
+
+    # -- the plain thread --------------------------------------------------------------------------------
+
+    def _take(self, block: bool) -> tuple[Hosted, bool] | None:
+        """The next call to start, and whether its deadline passed (it is answered, not started); None: none now."""
+        with self.lock:
+            while not self._stopping:
+                if self.waiting and not self._held:
+                    hosted = self.waiting[0]
+                    expired = hosted.deadline is not None and time.monotonic() >= hosted.deadline
+                    if not (expired or hosted.counted or self.budget is None or self.budget()):
+                        self._held = True  # the task limit is reached: the loop retires and hands these back
+                        self._wake()
+                        continue
+                    self.waiting.popleft()
+                    hosted.counted = True
+                    self.running = hosted
+                    return hosted, expired
+                if not block:
+                    return None
+                self.lock.wait()
+            return None
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future = job
-            if not future.set_running_or_notify_cancel():
+        last: tuple[Hosted, Outcome] | None = None  # the last call's outcome, not yet written
+        while True:
+            taken = self._take(block=last is None)
+            if taken is None:
+                if last is None:
+                    return  # stopping
+                self._send(last, None)
+                last = None
                 continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the future's awaiter, who re-raises it
-                future.set_exception(exc)
+            hosted, expired = taken
+            if not self._send(last, hosted, start=not expired):
+                self._ended(hosted, NOT_STARTED)  # its Started could not leave: it never starts
+                last = None
+                continue
+            last = (hosted, timed_out(hosted, 0.0, started=False) if expired else self._call(hosted))
+            with self.lock:
+                self.running = None  # the line has room before its outcome leaves: the next call, sent
+                # as the dispatcher reads it, finds the place its outcome freed
+
+    def _send(self, last: tuple[Hosted, Outcome] | None, starting: Hosted | None, start: bool = True) -> bool:
+        """Write ``last``'s outcome and, before ``starting`` begins, its Started; False if the Started could not leave."""
+        frames = pb.Frames()
+        if last is not None:
+            hosted, outcome = last
+            if hosted.cancelled:
+                pass  # its caller left: the loop answered for it
+            elif outcome[1][:1] == bytes([_buffers.MARK]):
+                self._ended(hosted, outcome, via_loop=True)  # large buffers cross on the loop (`Session.carry`)
+                last = None
+            elif starting is None or hosted.session is not starting.session:
+                hosted.session.write_from_thread(_outcome_frames(hosted, outcome))
+            else:
+                _add_outcome(frames, hosted, outcome)
+        land = starting is not None and starting.queued and start
+        if land:
+            frame = frames.frames.add()
+            frame.id = starting.id  # type: ignore[union-attr]  # set when land is
+            frame.started.SetInParent()
+        landed = True
+        if frames.frames:
+            session = (starting or last[0]).session  # type: ignore[index]  # one of them is set
+            landed = session.write_from_thread(frames, land=land)
+        if last is not None:
+            self._ended(*last)
+        return landed
+
+    def _call(self, hosted: Hosted) -> Outcome:
+        traced = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
+        outcome = call_plain(hosted)
+        if traced is not None:
+            _trace.end(traced, outcome[0], outcome[2])
+        return outcome
+
+    def _ended(self, hosted: Hosted, outcome: Outcome, *, via_loop: bool = False) -> None:
+        with self.lock:
+            if self.running is hosted:
+                self.running = None  # (one that never started)
+            self._done.append((hosted, outcome, -2.0 if via_loop else time.monotonic()))
+            if via_loop or self._urgent():
+                self._wake()
+
+
+def _add_outcome(frames: pb.Frames, hosted: Hosted, outcome: Outcome) -> None:
+    frame = frames.frames.add()
+    frame.id = hosted.id
+    body = frame.outcome
+    body.SetInParent()
+    body.kind = outcome[0]
+    if outcome[1]:
+        body.value = outcome[1]
+    if outcome[2]:
+        body.traceback = outcome[2]
+
+
+def _outcome_frames(hosted: Hosted, outcome: Outcome) -> pb.Frames:
+    frames = pb.Frames()
+    _add_outcome(frames, hosted, outcome)
+    return frames
 
 
 def call_plain(hosted: Hosted) -> Outcome:
@@ -115,8 +257,11 @@ def call_plain(hosted: Hosted) -> Outcome:
         return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
 
 
-def timed_out(hosted: Hosted, timeout: float) -> Outcome:
-    """The outcome of a plain call still running at its deadline: the caller's `TimeoutError`."""
+def timed_out(hosted: Hosted, timeout: float, *, started: bool = True) -> Outcome:
+    """The outcome of a plain call past its deadline: the caller's `TimeoutError` (it ran, or never started)."""
     name = hosted.task.name
-    error = TimeoutError(f"{name}() ran past its timeout of {timeout:g}s; the worker running it exits")
+    if started:
+        error = TimeoutError(f"{name}() ran past its timeout of {timeout:g}s; the worker running it exits")
+    else:
+        error = TimeoutError(f"{name}() reached its deadline while it waited in a worker; it never started")
     return (pb.Outcome.RAISE, *_wire.pack_exception(error, name))

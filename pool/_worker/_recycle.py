@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, NoReturn, Protocol
@@ -79,20 +80,33 @@ class Recycler:
         self.max_memory = max_memory
         self._rss = rss or _own_memory
         self.baseline = 0
-        self.accepted = 0
+        self.accepted = 0  # calls started (a plain call counts when it starts, not while it waits in line)
         self.reason = ""  # "tasks" or "memory" once it asked to retire
+        self._lock = threading.Lock()  # the plain thread counts the calls it starts (`take`)
 
     def ready(self) -> None:
         """The worker is ready: its memory from here on is what calls added."""
         self.baseline = self._rss()
 
-    def on_accept(self) -> str:
-        """A call was accepted; a reason to retire ("" to go on): this was the last call it takes."""
-        self.accepted += 1
-        if self.task_limit and self.accepted >= self.task_limit and not self.reason:
-            self.reason = "tasks"
-            return f"recycled after {self.accepted} calls (--max-tasks, drawn {self.task_limit})"
-        return ""
+    def take(self) -> bool:
+        """Count a call that starts now (from any thread); False if the task limit was reached: it must not start.
+
+        So a worker runs exactly its limit: calls still waiting in its plain
+        line when the limit is reached are handed back, never run here.
+        """
+        with self._lock:
+            if self.task_limit and self.accepted >= self.task_limit:
+                return False
+            self.accepted += 1
+            if self.task_limit and self.accepted >= self.task_limit and not self.reason:
+                self.reason = "tasks"
+            return True
+
+    def due(self) -> str:
+        """Why to retire for the task limit, once it is reached ("" before): the last call it takes started."""
+        if self.reason != "tasks":
+            return ""
+        return f"recycled after {self.accepted} calls (--max-tasks, drawn {self.task_limit})"
 
     def on_end(self) -> str:
         """A call ended; a reason to retire ("" to go on): the worker grew past ``max_memory``."""

@@ -1,6 +1,6 @@
 """Where shipped routines run: on the main loop (`_overrun`), or on a loop thread of their own.
 
-Plain ``def`` routines run on a thread of their own instead (`_plain`), one at a time.
+Plain ``def`` routines never come here: they run in the worker's line, on a thread of its own (`_plain`).
 
 The service admits a call and hands it here: at once on the main loop
 (a pool's own worker), or through a `Hop` to the routine loop (a worker
@@ -26,7 +26,6 @@ from .._transport import _wire
 from .._transport._proto import leakypool_pb2 as pb
 from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
-from ._plain import PlainThread, call_plain
 from ._upstream import Carry, Upstream
 
 _log = logging.getLogger("leakypool.worker")
@@ -63,7 +62,6 @@ class RoutineRunner:
         self._to_routines = to_routines
         self._carry = carry
         self._user = user or _as_is
-        self._plain = PlainThread()
 
     def start(self, hosted: Hosted) -> None:
         """Run ``hosted`` (call where the streams live, or from the watch thread)."""
@@ -81,13 +79,11 @@ class RoutineRunner:
 
     def _start_routine(self, hosted: Hosted) -> None:
         loop = asyncio.get_running_loop()
-        plain = hosted.task.plain
-        hosted.runner = loop.create_task(self._run_plain(hosted) if plain else self._run(hosted))
+        hosted.runner = loop.create_task(self._run(hosted))
         hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
         if hosted.cancelled:
             hosted.runner.cancel()
-        elif not (hosted.task.generator or plain):
-            # (a plain call's Accept waits for its outcome up to QUICK_ACCEPT_S: it never "awaits")
+        elif not hosted.task.generator:
             loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
 
     def _first_step_done(self, hosted: Hosted) -> None:
@@ -99,8 +95,6 @@ class RoutineRunner:
         # block; report it here, or the call would stay in flight forever.
         if runner.cancelled():
             self._to_io.post(self._host.finish, hosted, CANCELLED)
-            if hosted.task.plain:
-                self._to_io.post(self._host.plain_done, hosted)  # it never reached the plain thread
 
     async def _run(self, hosted: Hosted) -> None:
         token = set_dispatcher(Upstream(self._host, hosted, self._carry))
@@ -117,23 +111,6 @@ class RoutineRunner:
         if span is not None:
             _trace.end(span, outcome[0], outcome[2])
         self._to_io.post(self._host.finish, hosted, outcome)
-
-    async def _run_plain(self, hosted: Hosted) -> None:
-        """A plain call: on the plain thread; cancelling it here drops its result (see `_plain`)."""
-        span = _trace.start(hosted.task)
-        running = asyncio.wrap_future(self._plain.submit(functools.partial(call_plain, hosted)))
-        running.add_done_callback(lambda _: self._to_io.post(self._host.plain_done, hosted))
-        try:
-            outcome = await asyncio.shield(running)
-        except asyncio.CancelledError:
-            outcome = CANCELLED
-        if span is not None:
-            _trace.end(span, outcome[0], outcome[2])
-        self._to_io.post(self._host.finish, hosted, outcome)
-
-    def close(self) -> None:
-        """Let the plain thread end (it is a daemon: a call still running there does not hold up the exit)."""
-        self._plain.stop()
 
     async def _drive(self, hosted: Hosted) -> Outcome:
         """Advance an async generator one step per Step frame, until it ends."""

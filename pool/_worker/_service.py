@@ -11,17 +11,14 @@
                                          └─ Accept + Outcome <──────────┘  release() -> Room frames
 
 A call that ends at once costs one write: its Accept waits for its outcome (`QUICK_ACCEPT_S` at
-most, and only until the routine first awaits), so both leave together and the dispatcher wakes
-once. The dispatcher counts a call whose stream fails after the Call left as lost after accepting
-(`WorkerBroken`), so a worker that dies in user code still never gets a call run twice.
+most, and only until the routine first awaits). The dispatcher counts a call whose stream fails
+after the Call left as lost after accepting (`WorkerBroken`): a call is never run twice.
 
-Admission (the hook, the count, Accept/Reject) touches no user code but the hook, so a worker whose
-routines hog the CPU still answers within milliseconds: on a pool's own worker the watch thread
-answers the streams while a routine overruns the main loop (`_overrun`); over gRPC everything user-
-defined (unpickling the routine and its arguments, running it, pickling its result) runs on a
-routine loop of its own thread; plain calls run on a thread of their own (`_plain`). When the worker
-stops is `Lifecycle`'s business; the transports (`_unix_server`, `_grpc_server`) only hand it
-streams and State/Stop requests.
+Admission touches no user code but the hook, so a worker whose routines hog the CPU still answers
+within milliseconds: on a pool's own worker the watch thread answers while a routine overruns the
+main loop (`_overrun`); over gRPC user code runs on a routine loop of its own thread; plain calls
+run in a line on a thread of their own (`_plain`, `_plain_calls`). When the worker stops is
+`Lifecycle`'s business; the transports only hand it streams and State/Stop requests.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
 from ._peers import STREAM_END_WAIT_S, Peer, lost_dispatcher, undecodable
-from ._plain import PlainSlot, timed_out
-from ._recycle import report_retiring
+from ._plain_calls import PlainCalls
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._state import worker_state
@@ -77,6 +73,7 @@ class WorkerService:
             answers the streams while one overruns (`_overrun`): for a
             worker whose streams can all be read from a thread (its pool's
             unix socket). Otherwise routines get a loop thread of their own.
+        plain_prefetch: Plain calls that may wait behind the running one (`_plain`).
     """
 
     def __init__(
@@ -89,6 +86,7 @@ class WorkerService:
         max_lifetime: float = 0.0,
         hold_slot_while_waiting: bool = False,
         inline: bool = False,
+        plain_prefetch: int = 0,
     ) -> None:
         self.uid = uid
         self.capacity = capacity
@@ -111,7 +109,7 @@ class WorkerService:
         self._watch: Watch | None = None
         self._guard: Guard | None = None
         self._runner: RoutineRunner | None = None
-        self._plain = PlainSlot(self.admission, self._overdue)
+        self._plain = PlainCalls(plain_prefetch, self, self.admission, self.lifecycle, self._urgent)
 
     @property
     def runner(self) -> RoutineRunner:
@@ -145,14 +143,14 @@ class WorkerService:
             self._runner = RoutineRunner(self, Hop(loop), self._routines.hop, bridge(loop))
             self._routines.start()
         self.lifecycle.start()
+        self._plain.start()
         self.tasks.spawn(self.signals.run(self._sampled), name="resource signals")
 
     async def aclose(self) -> None:
         """Stop the timers, the background tasks and the routine loop (after the drain)."""
         self.lifecycle.stop()
         await self.tasks.aclose()
-        if self._runner is not None:
-            self._runner.close()
+        self._plain.stop()
         if self._watch is not None:
             self._watch.stop()
         if self._routines is not None:
@@ -167,11 +165,7 @@ class WorkerService:
         self._also_on_overrun.append(answer)
 
     def _overrun(self) -> None:
-        """A routine holds the main loop: read and answer each stream from the watch thread (see `_overrun`).
-
-        The loop's lag is the time it has been held so far, so a hook that
-        reads it (`LoopLagBackpressure`) sees a routine hogging the loop now.
-        """
+        """A routine holds the main loop: answer each stream from the watch thread (the lag so far is the loop's)."""
         since = self._guard.since if self._guard is not None else 0.0
         if since:
             self.signals.lagged(time.monotonic() - since)
@@ -186,7 +180,13 @@ class WorkerService:
     def _cancel_all(self) -> None:
         for peer in self._peers.values():
             for hosted in list(peer.hosted.values()):
-                self.runner.cancel(hosted)
+                self._cancel(hosted)
+
+    def _cancel(self, hosted: Hosted) -> None:
+        if hosted.task.plain:
+            self._plain.cancel(hosted)
+        else:
+            self.runner.cancel(hosted)
 
     async def _end_streams(self) -> None:
         for session in self._peers:
@@ -230,11 +230,13 @@ class WorkerService:
 
     def state(self) -> pb.WorkerState:
         """This worker's load and lifecycle, as the State RPC reports it."""
+        self._plain.settle()
         return worker_state(self.uid, self.capacity, self.admission, self.lifecycle, self.signals)
 
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
+        self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
         peer = self._peers[session]
         routine = frame.call.routine
         if routine.blob:
@@ -265,24 +267,27 @@ class WorkerService:
     def _answer(self, peer: Peer, hosted: Hosted, verdict: Verdict) -> None:
         session = hosted.session
         plain = hosted.task.plain
-        if verdict is Verdict.ACCEPT and plain and self.admission.plain is not None:
-            verdict = Verdict.BUSY  # another plain call was accepted while an async hook vetted this one
+        if verdict is Verdict.ACCEPT and not (self._plain.room(hosted) if plain else self.lifecycle.take()):
+            # no room in the plain line (filled while an async hook vetted this one), or the task limit was
+            # reached by a call the plain thread started meanwhile
+            verdict = Verdict.BUSY if plain and self.admission.accepting else Verdict.DRAINING
         if verdict is Verdict.ACCEPT:
             hosted.started = time.monotonic()
             peer.hosted[hosted.id] = hosted
-            if plain:
-                self._plain.take(hosted)
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
-            self.lifecycle.accepted()  # the last call of its task limit: stop accepting now
+            self.lifecycle.counted()  # the last call of its task limit: stop accepting now
+            if plain:  # its Accept says whether it waits behind the plain call running here
+                session.accept(hosted.id, queued=hosted.queued)
+                self._plain.accept(hosted)
+                return
             # The Accept of a call that runs alone (its routine starts at once) waits for its
             # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves
             # as soon as the routine first awaits (`started`), or after QUICK_ACCEPT_S of a
             # first step that computes. Behind other calls (a routine hogging the CPU, say)
-            # it leaves at once: holding it would make the dispatcher wait. A plain call's leaves at
-            # once too: calls queued for a worker are placed one by one, each awaiting its Accept.
-            hold = alone and session.holds_accepts and not (hosted.task.generator or plain)
+            # it leaves at once: holding it would make the dispatcher wait.
+            hold = alone and session.holds_accepts and not hosted.task.generator
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self.runner.start(hosted)
             return
@@ -309,31 +314,17 @@ class WorkerService:
         else:
             session.reject(hosted.id, verdict.code, message)
 
-    def _overdue(self, hosted: Hosted, timeout: float) -> None:
-        """A plain call ran past its hard timeout (see `PlainSlot`): answer for it, then exit on purpose."""
-        _log.warning(
-            "%s() ran past its timeout of %gs; this worker exits (a plain call cannot be interrupted)",
-            hosted.task.name,
-            timeout,
-        )
-        report_retiring("timeout")  # the pool replaces this worker at once (no crash back-off)
-        self.lifecycle.retired("timeout")
-        if hosted.session.failure is None and not hosted.cancelled:
-            self.finish(hosted, timed_out(hosted, timeout))
-        hosted.cancelled = True
-        self.drain(f"a plain call to {hosted.task.name}() ran past its timeout of {timeout:g}s", 0.0)
-
-    def plain_done(self, hosted: Hosted) -> None:
-        """``hosted`` left the plain thread: the next plain call may come (turned-away dispatchers are told)."""
-        self._tell_room(self._plain.release(hosted))
-
     def on_step(self, session: Session, frame: pb.Frame) -> None:
         peer = self._peers.get(session)
         hosted = None if peer is None else peer.hosted.get(frame.id)
         if hosted is None:
             return  # finished, or rejected, already
-        if frame.step.kind == pb.Step.CANCEL:
-            self.runner.cancel(hosted)
+        kind = frame.step.kind
+        if kind == pb.Step.CANCEL:
+            self._cancel(hosted)
+        elif kind == pb.Step.HAND_BACK:
+            if hosted.task.plain:
+                self._plain.hand_back(hosted, "the dispatcher asked for it")
         else:
             self.runner.step(hosted, frame.step)
 
@@ -341,7 +332,7 @@ class WorkerService:
         peer = self._peers.get(session)
         if peer is not None:
             for hosted in list(peer.hosted.values()):
-                self.runner.cancel(hosted)
+                self._cancel(hosted)
 
     # -- Host: what the runner reports (where the streams live) -----------------------
 
@@ -355,14 +346,22 @@ class WorkerService:
 
     def finish(self, hosted: Hosted, outcome: Outcome) -> None:
         """``hosted`` ended: report it, count it out, tell turned-away dispatchers there is room."""
+        hosted.session.outcome(hosted.id, *outcome)
+        self.book(hosted, outcome[0])
+
+    def book(self, hosted: Hosted, kind: int | None, ended: float | None = None) -> None:
+        """Count ``hosted`` out (its answer was written elsewhere, or it never ran: ``kind`` None)."""
+        hosted.settled = True
+        if hosted.timer is not None:
+            hosted.timer.cancel()
         peer = self._peers.get(hosted.session)
         if peer is not None:
             peer.hosted.pop(hosted.id, None)
-        hosted.session.outcome(hosted.id, *outcome)
-        took = time.monotonic() - hosted.started
-        self.signals.finished(took)
-        if self.metrics is not None:
-            self.metrics.ended(outcome[0], took)
+        if kind is not None:
+            took = (ended or time.monotonic()) - hosted.started
+            self.signals.finished(took)
+            if self.metrics is not None:
+                self.metrics.ended(kind, took)
         self._tell_room(self.admission.release())
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
@@ -380,14 +379,20 @@ class WorkerService:
         if hosted.nested == 0:
             self.admission.unpark()
 
+    def line_freed(self) -> None:  # see `_plain_calls.Books.line_freed`
+        self._tell_room(self.admission.room_now())
+
+    def _urgent(self) -> bool:
+        """Whether the loop must hear of a plain call that ended now (else at its next message or tick)."""
+        return bool(self.admission.owed_room or not self.admission.accepting or self.metrics or self.lifecycle.recycler)
+
     def _sampled(self) -> None:
-        # A worker that turned calls away with nothing running did so for its
-        # signals (memory, latency), which may have changed with nothing ending.
+        self._plain.settle()
+        # Turned calls away with nothing running: for its signals (memory, latency), which may have changed.
         self._tell_room(self.admission.idle_room())
 
     def _tell_room(self, sessions: set[Session]) -> None:
-        # Dispatchers we turned away may retry now: their queued calls move
-        # at once instead of waiting for a timer.
+        # Dispatchers we turned away may retry now (their queued calls move at once, not on a timer).
         for session in sessions:
             session.room(self.admission.in_flight, self.capacity, self.signals.memory_fraction, self.signals.loop_lag_s)
 

@@ -227,7 +227,8 @@ class UnixServer:
                     write_now=stream.write_frames_now,
                     busy_at=stream.busy_at,
                     side=lambda: _side.channel(pid),
-                    through=(stream.pull, stream.write_through),
+                    through=(stream.through.pull, stream.through.write_through),
+                    thread_write=stream.through.send,
                 )
                 return
             async with asyncio.timeout(REQUEST_TIMEOUT_S):

@@ -122,3 +122,38 @@ def load(name: str) -> None:
 
 def model(_: object = None) -> object:
     return LOADED.get("model")
+
+
+class Stop(BaseException):
+    """A BaseException of the user's own (not an Exception)."""
+
+
+def raise_base(kind: str) -> None:
+    """Raise a BaseException that is no Exception: SystemExit, KeyboardInterrupt, CancelledError or `Stop`."""
+    errors = {
+        "exit": SystemExit(3),
+        "interrupt": KeyboardInterrupt(),
+        "cancelled": asyncio.CancelledError("the function's own"),
+        "stop": Stop(),
+    }
+    raise errors[kind]
+
+
+@pool.routine
+def nap(seconds: float) -> float:
+    """A plain routine that sleeps (its options, such as a timeout, hold through an executor)."""
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def fail_here(message: str) -> None:
+    raise LookupError(message)
+
+
+def unpicklable_result() -> object:
+    """Return what cannot cross back (a lock)."""
+    import threading
+
+    return threading.Lock()

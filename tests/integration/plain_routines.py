@@ -64,3 +64,26 @@ def backtrack(address: tuple[str, int], n: int = 40) -> bool:
     with socket.create_connection(address, timeout=60) as conn:
         conn.sendall(b"backtracking\n")
     return re.match(r"(a+)+$", "a" * n + "b") is not None
+
+
+@pool.routine
+def record(path: str, label: str, address: tuple[str, int] | None = None) -> int:
+    """Append ``label`` to the file at ``path`` (the call's side effect), then block at the gate if given; the pid."""
+    with open(path, "a") as f:
+        f.write(f"{label}\n")
+    if address is not None:
+        with socket.create_connection(address, timeout=60) as conn:
+            conn.sendall(f"{label}\n".encode())
+            conn.recv(1)
+    return os.getpid()
+
+
+@pool.routine
+def record_hang(path: str, label: str, address: tuple[str, int]) -> None:
+    """Append ``label`` to ``path``, say so on the gate, then block forever (only a hard timeout ends it)."""
+    with open(path, "a") as f:
+        f.write(f"{label}\n")
+    with socket.create_connection(address, timeout=60) as conn:
+        conn.sendall(f"{label}\n".encode())
+        while True:
+            time.sleep(3600)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 
 import pytest
 
 import pool
 from backpressure import TaskCountBackpressure
+from pool._call._calls import CANCEL_CONFIRM_S
 from tests.integration import plain_routines as plain
 from tests.integration import routines
 from tests.integration.gate import Gate
@@ -33,8 +35,11 @@ async def test_plain_routine_should_run_in_a_worker_not_here():
 
 
 async def test_a_worker_should_run_one_plain_call_at_a_time_and_async_calls_beside_it():
-    """Test that a second plain call waits at the dispatcher (not behind the first) while async calls run."""
-    async with Gate() as gate, pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(8)) as p:
+    """Test that, without prefetch, a second plain call waits at the dispatcher (not in the worker) while async calls run."""
+    async with (
+        Gate() as gate,
+        pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(8), plain_prefetch=0) as p,
+    ):
         first = asyncio.ensure_future(plain.gate(gate.address, "first"))
         assert await gate.arrived() == "first"
         second = asyncio.ensure_future(plain.gate(gate.address, "second"))
@@ -63,7 +68,7 @@ async def test_a_worker_running_a_plain_call_should_answer_state_and_accept_prom
     it would leave the State call unanswered (left out after HANG_S) and the Dispatch unaccepted
     (passed over after ACCEPT_TIMEOUT_S); a slow machine answers late but while the call still runs.
     """
-    async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
+    async with Gate() as gate, pool.WorkerPool(spawn=1, plain_prefetch=0) as p:
         running = asyncio.ensure_future(plain.gate(gate.address))
         await gate.arrived()
         waiting = asyncio.ensure_future(plain.burn(2.0))  # waits at the dispatcher for the thread
@@ -79,7 +84,7 @@ async def test_a_worker_running_a_plain_call_should_answer_state_and_accept_prom
 
 async def test_cancelling_a_running_plain_call_should_end_the_caller_and_drop_its_result():
     """Test that the caller ends at once; the function runs on (it cannot be stopped) and holds the thread."""
-    async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
+    async with Gate() as gate, pool.WorkerPool(spawn=1, plain_prefetch=0) as p:
         running = asyncio.ensure_future(plain.gate(gate.address, "first"))
         await gate.arrived()
         running.cancel()
@@ -142,14 +147,20 @@ async def test_a_plain_job_attempt_past_its_timeout_should_fail_with_timeout_err
 
 
 async def test_a_plain_call_holding_the_gil_past_its_timeout_should_have_its_worker_killed_by_the_pool():
-    """Test that a worker that cannot run its own deadline (C code holding the GIL) is killed and replaced."""
+    """Test that a worker that cannot run its own deadline (C code holding the GIL) is killed and replaced.
+
+    Its caller is not kept waiting for a confirmation the worker cannot send: it ends within
+    `PLAIN_ABORT_S` of the deadline, well before `CANCEL_CONFIRM_S` (it waited that long before issue 42).
+    """
     async with Gate() as gate, pool.WorkerPool(spawn=1) as p:
         before = set(p.workers)
         async with asyncio.timeout(60):
+            started = time.monotonic()
             overdue = asyncio.ensure_future(plain.backtrack.options(timeout=1.0)(gate.address))
             assert await gate.arrived() == "backtracking"
             with pytest.raises(TimeoutError):
                 await overdue
+            assert time.monotonic() - started < 1.0 + CANCEL_CONFIRM_S  # tied to the mechanism it replaced
             while set(p.workers) & before:
                 await asyncio.sleep(0.01)  # the pool kills it OVERDUE_GRACE_S after the deadline (bounded above)
             await p.wait_for_workers(1, timeout=30)

@@ -37,7 +37,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_pool/_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
     "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
     "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}test_executor.py",
-    "pool/_executor/_calls.py": f"the calls an executor sends, on real workers: {IT}test_executor.py, {IT}test_joblib.py",
     "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
@@ -122,7 +121,9 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}test_worker_main.py",
     "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}test_worker_metrics.py",
     "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}test_replicas.py, {IT}test_discovery.py",
-    "pool/_worker/_plain.py": f"plain def routines: {IT}test_plain.py",
+    "pool/_worker/_plain.py": f"plain def routines: {IT}test_plain.py, {IT}test_plain_line.py; its room: "
+    f"{UT}_dispatch/test_roster.py",
+    "pool/_worker/_plain_calls.py": f"queued plain calls, handbacks, deadlines, exactly once: {IT}test_plain_line.py",
     "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}test_capacity.py",
     "pool/_worker/_runner.py": f"where routines run: {IT}test_responsiveness.py, {IT}test_routines.py, {UT}_observe/test_trace.py",
     "pool/_worker/_service.py": f"the service a worker runs: {IT}test_responsiveness.py, {IT}test_routines.py, "

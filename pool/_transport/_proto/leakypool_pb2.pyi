@@ -14,7 +14,7 @@ class Frames(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[Frame, _Mapping[str, object]]]] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room", "chunk")
+    __slots__ = ("id", "call", "step", "accept", "reject", "outcome", "room", "chunk", "started")
     ID_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class Frame(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ROOM_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
     id: int
     call: Call
     step: Step
@@ -31,7 +32,8 @@ class Frame(_message.Message):
     outcome: Outcome
     room: Room
     chunk: Chunk
-    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping[str, object]]] = ..., step: _Optional[_Union[Step, _Mapping[str, object]]] = ..., accept: _Optional[_Union[Accept, _Mapping[str, object]]] = ..., reject: _Optional[_Union[Reject, _Mapping[str, object]]] = ..., outcome: _Optional[_Union[Outcome, _Mapping[str, object]]] = ..., room: _Optional[_Union[Room, _Mapping[str, object]]] = ..., chunk: _Optional[_Union[Chunk, _Mapping[str, object]]] = ...) -> None: ...
+    started: Started
+    def __init__(self, id: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping[str, object]]] = ..., step: _Optional[_Union[Step, _Mapping[str, object]]] = ..., accept: _Optional[_Union[Accept, _Mapping[str, object]]] = ..., reject: _Optional[_Union[Reject, _Mapping[str, object]]] = ..., outcome: _Optional[_Union[Outcome, _Mapping[str, object]]] = ..., room: _Optional[_Union[Room, _Mapping[str, object]]] = ..., chunk: _Optional[_Union[Chunk, _Mapping[str, object]]] = ..., started: _Optional[_Union[Started, _Mapping[str, object]]] = ...) -> None: ...
 
 class Routine(_message.Message):
     __slots__ = ("digest", "blob", "name", "generator", "plain")
@@ -48,20 +50,22 @@ class Routine(_message.Message):
     def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ..., plain: bool = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent")
+    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent", "no_prefetch")
     ROUTINE_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    NO_PREFETCH_FIELD_NUMBER: _ClassVar[int]
     routine: Routine
     args: bytes
     parent: int
     timeout: float
     limits: Limits
     traceparent: str
-    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    no_prefetch: bool
+    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ..., no_prefetch: bool = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")
@@ -88,11 +92,13 @@ class Step(_message.Message):
         THROW: _ClassVar[Step.Kind]
         CLOSE: _ClassVar[Step.Kind]
         CANCEL: _ClassVar[Step.Kind]
+        HAND_BACK: _ClassVar[Step.Kind]
     NEXT: Step.Kind
     SEND: Step.Kind
     THROW: Step.Kind
     CLOSE: Step.Kind
     CANCEL: Step.Kind
+    HAND_BACK: Step.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     kind: Step.Kind
@@ -100,6 +106,12 @@ class Step(_message.Message):
     def __init__(self, kind: _Optional[_Union[Step.Kind, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Accept(_message.Message):
+    __slots__ = ("queued",)
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    queued: bool
+    def __init__(self, queued: bool = ...) -> None: ...
+
+class Started(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

@@ -1,4 +1,4 @@
-"""Tests for pool._dispatch._roster.PlainRoster and the worker's plain slot (pool._worker._admission)."""
+"""Tests for pool._dispatch._roster.PlainSlots and the worker's plain line as admission sees it (pool._worker)."""
 
 from __future__ import annotations
 
@@ -9,62 +9,107 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backpressure import TaskCountBackpressure
-from pool._dispatch._roster import PlainRoster, Roster
+from pool._dispatch._roster import PlainSlots, Roster
+from pool._transport._outgoing import QUEUED, STARTED
 from pool._worker._admission import Verdict, WorkerAdmission
+from pool._worker._plain import PlainLine
 
 UIDS = [uuid.UUID(int=i) for i in range(1, 5)]
 
-PLAIN = SimpleNamespace(plain=True)
+PLAIN = SimpleNamespace(plain=True, prefetch=None)
+NO_PREFETCH = SimpleNamespace(plain=True, prefetch=0)
 ASYNC = SimpleNamespace(plain=False)
 
 
-class TestPlainRoster:
-    @given(st.lists(st.tuples(st.booleans(), st.sampled_from(UIDS)), max_size=40), st.sets(st.sampled_from(UIDS)))
-    def test_known_full_should_be_the_rosters_and_the_workers_with_a_plain_call_running(self, steps, full):
-        """Test that a worker is skipped for plain calls exactly while this pool has a plain call on it."""
+def _call(state: int = STARTED) -> SimpleNamespace:
+    return SimpleNamespace(state=state, recalled=False)
+
+
+class TestPlainSlots:
+    @given(
+        st.lists(st.tuples(st.booleans(), st.sampled_from(UIDS)), max_size=40),
+        st.sets(st.sampled_from(UIDS)),
+        st.integers(1, 3),
+    )
+    def test_known_full_should_be_the_rosters_and_the_workers_holding_the_passs_room(self, steps, full, room):
+        """Test that a pass skips a worker exactly while this pool has ``room`` or more plain calls on it."""
         roster = Roster()
         for uid in full:
             roster.room.rejected(uid, roster.room.offer(uid))
-        view = PlainRoster(roster)
-        running: dict[uuid.UUID, int] = {}
+        slots = PlainSlots(roster, depth=2)
+        view = slots.view(room)
+        held: dict[uuid.UUID, list[object]] = {}
         for take, uid in steps:
             if take:
-                view.taken(uid)
-                running[uid] = running.get(uid, 0) + 1
-            elif running.get(uid):
-                view.freed(uid)
-                running[uid] -= 1
-            assert set(view.known_full) == set(full) | {u for u, n in running.items() if n}
+                call = _call()
+                slots.taken(uid, call)  # type: ignore[arg-type]
+                held.setdefault(uid, []).append(call)
+            elif held.get(uid):
+                slots.freed(uid, held[uid].pop())  # type: ignore[arg-type]
+            assert set(view.known_full) == set(full) | {u for u, calls in held.items() if len(calls) >= room}
 
-    def test_known_full_should_follow_the_roster_when_it_changes(self):
-        roster = Roster()
-        view = PlainRoster(roster)
-        view.taken(UIDS[0])
-        assert set(view.known_full) == {UIDS[0]}
-        roster.room.rejected(UIDS[1], roster.room.offer(UIDS[1]))
-        assert set(view.known_full) == {UIDS[0], UIDS[1]}
-        view.freed(UIDS[0])
-        assert set(view.known_full) == {UIDS[1]}
+    def test_rooms_should_be_idle_workers_then_places_in_line_unless_the_call_opts_out(self):
+        """Test the two passes: 1 (idle workers), then 1 + depth; a routine's prefetch bounds the second."""
+        slots = PlainSlots(Roster(), depth=2)
+        assert slots.rooms(PLAIN) == (1, 3)  # type: ignore[arg-type]
+        assert slots.rooms(NO_PREFETCH) == (1,)  # type: ignore[arg-type]
+        assert slots.rooms(SimpleNamespace(prefetch=1)) == (1, 2)  # type: ignore[arg-type]
+        assert PlainSlots(Roster(), depth=0).rooms(PLAIN) == (1,)  # type: ignore[arg-type]
+
+    def test_queued_elsewhere_should_name_a_call_still_waiting_on_another_worker(self):
+        """Test the call an idle worker asks back: queued (not started), elsewhere, not asked already."""
+        slots = PlainSlots(Roster(), depth=2)
+        running, waiting = _call(), _call(QUEUED)
+        slots.taken(UIDS[0], running)  # type: ignore[arg-type]
+        slots.taken(UIDS[0], waiting)  # type: ignore[arg-type]
+        assert slots.queued_elsewhere(UIDS[0]) is None  # not from the worker itself
+        assert slots.queued_elsewhere(UIDS[1]) is waiting
+        waiting.recalled = True
+        assert slots.queued_elsewhere(UIDS[1]) is None
 
 
-class TestWorkerAdmissionPlainSlot:
-    def test_decide_should_turn_a_plain_call_away_while_another_runs_whatever_the_cap(self):
+def _line(depth: int = 1) -> PlainLine:
+    return PlainLine(depth, urgent=lambda: False, wake=lambda: None)
+
+
+class TestWorkerAdmissionPlainLine:
+    def test_decide_should_queue_behind_a_running_plain_call_then_turn_away_whatever_the_cap(self):
+        """Test that a busy worker accepts plain calls into its line up to its depth, then says BUSY."""
         admission = WorkerAdmission(TaskCountBackpressure(8))
-        admission.plain_started("first")
+        admission.line = line = _line(depth=1)
+        line.running = "first"  # type: ignore[assignment]
+        assert admission.decide(PLAIN) is Verdict.ACCEPT  # a place in line
+        assert admission.decide(NO_PREFETCH) is Verdict.BUSY  # prefetch=0: never waits inside a worker
+        line.waiting.append("second")  # type: ignore[arg-type]
         assert admission.decide(PLAIN) is Verdict.BUSY
         assert admission.decide(ASYNC) is Verdict.ACCEPT  # async work still goes in
 
-    def test_plain_done_should_free_the_slot_and_name_whom_to_tell(self):
-        admission = WorkerAdmission(None)
-        admission.plain_started("first")
-        assert admission.decide(PLAIN) is Verdict.BUSY
-        admission.turned_away("session")
-        assert admission.plain_done("other") == set()  # not the call on the thread: nothing changes
-        assert admission.decide(PLAIN) is Verdict.BUSY
-        assert admission.plain_done("first") == {"session"}
+    def test_a_call_queued_behind_the_running_plain_call_should_be_judged_as_if_that_one_had_ended(self):
+        """Test that TaskCountBackpressure(1) lets a plain call wait behind the running one (not run beside it)."""
+        admission = WorkerAdmission(TaskCountBackpressure(1))
+        admission.line = line = _line(depth=1)
+        admission.admit()
+        line.running = "first"  # type: ignore[assignment]
         assert admission.decide(PLAIN) is Verdict.ACCEPT
+        assert admission.decide(ASYNC) is Verdict.BUSY  # it would run beside the plain call
 
-    def test_repr_should_show_a_busy_plain_slot(self):
-        admission = WorkerAdmission(None)
-        admission.plain_started("first")
-        assert "plain busy" in repr(admission)
+    def test_waiting_plain_calls_should_not_count_against_backpressure(self):
+        admission = WorkerAdmission(TaskCountBackpressure(2))
+        admission.line = line = _line(depth=2)
+        for _ in range(3):
+            admission.admit()
+        line.running = "first"  # type: ignore[assignment]
+        line.waiting.extend(["second", "third"])  # type: ignore[list-item]
+        assert admission.active() == 1
+        assert "2 plain waiting" in repr(admission)
+
+    def test_a_call_accepted_to_start_but_not_taken_yet_should_leave_the_line_its_places(self):
+        """Test that a call waiting for the thread to take it (accepted to start at once) fills one place, not two.
+
+        Two calls arriving in one read: the first starts, the second waits behind it (prefetch 1), not BUSY.
+        """
+        line = _line(depth=1)
+        line.waiting.append("starting")  # type: ignore[arg-type]
+        assert line.room(PLAIN) == "queue"
+        line.waiting.append("queued")  # type: ignore[arg-type]
+        assert line.room(PLAIN) is None

@@ -126,12 +126,15 @@ class TestTaskLimit:
 
 
 class TestRecycler:
-    def test_task_limit_should_retire_at_the_last_accepted_call_once(self):
+    def test_task_limit_should_let_exactly_its_calls_start_and_retire_at_the_last(self):
+        """Test that the limit counts starts: the last one makes it due, any later one may not start."""
         recycler = Recycler(2, 0)
-        assert recycler.on_accept() == ""
-        assert "recycled after 2 calls" in recycler.on_accept()
+        assert recycler.take() and recycler.due() == ""
+        assert recycler.take()
+        assert "recycled after 2 calls" in recycler.due()
         assert recycler.reason == "tasks"
-        assert recycler.on_accept() == ""  # asked once
+        assert not recycler.take()  # a call still waiting in the plain line never starts here
+        assert recycler.accepted == 2
 
     def test_memory_should_count_only_what_was_added_since_ready(self):
         """Test that memory the worker had when ready (shared with its template) is not charged to it."""
