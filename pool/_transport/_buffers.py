@@ -157,6 +157,16 @@ def _settle(region: Region) -> None:
                 break
 
 
+def release_idle() -> int:
+    """Close every idle region (their memory goes back to the system); the bytes they held (a worker gone idle)."""
+    _side.drain_all()  # the releases peers sent since: regions they let go of are idle too
+    with _arena_lock:
+        regions, _free[:] = list(_free), []
+    for region in regions:
+        region.close()
+    return sum(region.size for region in regions)
+
+
 def idle_bytes() -> int:
     """Bytes of the idle regions kept for reuse (resident, but not what the process's own work holds)."""
     with _arena_lock:

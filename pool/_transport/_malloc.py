@@ -42,11 +42,13 @@ LARGE_BYTES: Final[int] = 256 << 10
 """A value this big (pickled) triggers the tuning in a dispatching process."""
 
 _done = False
+_trimmed = True  # no large value since the heap was last trimmed (`trim`)
 
 
 def tune() -> None:
-    """Apply the top pad once (Linux/glibc only; elsewhere nothing)."""
-    global _done
+    """A large value was made or read: apply the top pad once (Linux/glibc only; elsewhere nothing)."""
+    global _done, _trimmed
+    _trimmed = False
     if _done or not sys.platform.startswith("linux"):
         return
     _done = True
@@ -114,6 +116,8 @@ def to_bytes(buffer: memoryview) -> bytes:
     uninitialised, its pages are asked to be huge, and ctypes' memmove (a
     foreign call: the GIL is released) fills it. Elsewhere: ``bytes(buffer)``.
     """
+    global _trimmed
+    _trimmed = False
     if _NATIVE is None or not buffer.c_contiguous:
         return bytes(buffer)
     new, madvise = _NATIVE
@@ -132,3 +136,20 @@ def to_bytes(buffer: memoryview) -> bytes:
     finally:
         ctypes.pythonapi.PyBuffer_Release(ctypes.byref(view))
     return out
+
+
+def large_since_trim() -> bool:
+    """Whether a large value was made or read since the heap was last trimmed (see `trim`)."""
+    return not _trimmed
+
+
+def trim() -> None:
+    """Give the heap's free top and arenas back to the system (glibc's ``malloc_trim(0)``; elsewhere nothing)."""
+    global _trimmed
+    _trimmed = True
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc

@@ -46,6 +46,7 @@ from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
 from ._peers import STREAM_END_WAIT_S, Peer, lost_dispatcher, undecodable
 from ._plain_calls import PlainCalls
+from ._release import IdleRelease
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
 from ._state import worker_state
@@ -67,12 +68,10 @@ class WorkerService:
         capacity: Tasks it takes at once, as advertised (0 = unknown/unlimited).
         idle_timeout: Drain and exit after this many seconds idle; 0 = never.
         max_lifetime: Drain and exit at this age; 0 = never.
-        hold_slot_while_waiting: Count a task that awaits a nested call
-            against backpressure (see `WorkerAdmission`).
-        inline: Run routines on the main loop, with a watch thread that
-            answers the streams while one overruns (`_overrun`): for a
-            worker whose streams can all be read from a thread (its pool's
-            unix socket). Otherwise routines get a loop thread of their own.
+        hold_slot_while_waiting: Count a task that awaits a nested call against backpressure (`WorkerAdmission`).
+        inline: Run routines on the main loop, with a watch thread that answers the streams while one overruns
+            (`_overrun`): for a worker whose streams can all be read from a thread (its pool's unix socket).
+            Otherwise routines get a loop thread of their own.
         plain_prefetch: Plain calls that may wait behind the running one (`_plain`).
     """
 
@@ -109,6 +108,7 @@ class WorkerService:
         self._watch: Watch | None = None
         self._guard: Guard | None = None
         self._runner: RoutineRunner | None = None
+        self._release = IdleRelease()
         self._plain = PlainCalls(plain_prefetch, self, self.admission, self.lifecycle, self._urgent)
 
     @property
@@ -382,12 +382,12 @@ class WorkerService:
     def line_freed(self) -> None:  # see `_plain_calls.Books.line_freed`
         self._tell_room(self.admission.room_now())
 
-    def _urgent(self) -> bool:
-        """Whether the loop must hear of a plain call that ended now (else at its next message or tick)."""
+    def _urgent(self) -> bool:  # must the loop hear of a plain call that ended now (else: next message or tick)
         return bool(self.admission.owed_room or not self.admission.accepting or self.metrics or self.lifecycle.recycler)
 
     def _sampled(self) -> None:
         self._plain.settle()
+        self._release.tick(self.admission.in_flight, self.lifecycle.idle_since)  # memory back, once idle
         # Turned calls away with nothing running: for its signals (memory, latency), which may have changed.
         self._tell_room(self.admission.idle_room())
 
