@@ -43,8 +43,10 @@ from ._parse import (
     uid_or_empty,
 )
 
-PLAIN_PREFETCH: Final[int] = 1
-"""Plain calls a busy worker holds, accepted behind the one it runs (docs/performance.md: measured at 1, 2, 4, 8)."""
+PLAIN_PREFETCH: Final[int] = 2
+"""Plain calls a busy worker holds, accepted behind the one it runs. Measured at 1, 2, 4 and 8 (docs/performance.md):
+2 takes most of what a line gives trivial calls ((q) 0.73x -> 0.93x ProcessPoolExecutor; 8: 1.1x) while at most
+two calls wait behind a long one, where a worker that joins later cannot take them."""
 
 # fmt: off
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (

@@ -1,7 +1,6 @@
 """The ``concurrent.futures`` face of a pool: its waiting line, ``submit``/``map``/``shutdown``, ``WorkerPool.executor()``.
 
 Each submitted callable runs through one routine (`_apply`, see `_calls`):
-
     submit(fn, *args)  (any thread)
         │ pickle now (a bad argument fails its future, as in the standard library)
         v
@@ -29,14 +28,15 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
 from .._call._task import Task
+from .._config._settings import PLAIN_PREFETCH
 from .._errors import NoWorkersAvailable, PoolClosed, SerializationError
 from .._routine import Routine
 from .._transport import _wire
 from ._calls import Shipped, _apply, _apply_chunk, name_of, runner_for, task_for
 from ._map import Chunk, batched, check_map_arguments, ordered_results, single
 
-IN_FLIGHT_PER_WORKER: Final[int] = 2
-"""Calls an executor keeps handed to its pool per worker, at least: one running, one in its line (more: plain_prefetch)."""
+IN_FLIGHT_PER_WORKER: Final[int] = 1 + PLAIN_PREFETCH
+"""Calls an executor keeps handed to its pool per worker, by default: one running, the rest in the worker's line."""
 
 BUSY_RETRY_S: Final[float] = 0.05
 """A view over a pool without a queue (``queue_depth=0``) retries a call no worker took after at most this long."""
@@ -97,9 +97,9 @@ class Feed:
         workers: Callable[[], int],
         per_worker: int = IN_FLIGHT_PER_WORKER,
     ) -> None:
-        """Start feeding a pool (call this on its loop): ``call`` runs a task (its outcome as data), ``spawn`` owns the runners."""
+        """Start feeding a pool (on its loop): ``call`` runs a task (outcome as data), ``per_worker`` calls per worker."""
         self._call, self._spawn, self._is_open, self._workers = call, spawn, is_open, workers
-        self._per_worker = max(IN_FLIGHT_PER_WORKER, per_worker)
+        self._per_worker = max(2, per_worker)  # at least one running and one ready behind it
         self._room = asyncio.Event()
         self._thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()

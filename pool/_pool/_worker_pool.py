@@ -139,7 +139,7 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             call leaves it this far above its resident memory when it became
             ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
         plain_prefetch: Plain calls a busy worker holds accepted behind the one
-            it runs, so it starts the next without a round trip (default 1; 0:
+            it runs, so it starts the next without a round trip (default 2; 0:
             a busy worker turns them away). A routine's ``prefetch=0`` opts out.
         secret: The secret this pool proves itself with to workers it did not
             spawn, and which they must prove they hold (``LEAKYPOOL_SECRET``;

@@ -1,0 +1,133 @@
+"""(q), (q8), (p) and (q2) at each ``plain_prefetch`` depth, beside ProcessPoolExecutor and loky, in one sitting.
+
+Interleaved rounds: each round runs every depth and the peers once, one after another (never two at
+once), and a workload's ratio is the median of its per-round ratios, so a machine whose speed drifts
+(others run tests on it) shifts both sides of a ratio alike. Workloads (DESIGN "Performance"):
+
+    (q)  Executor.map(trivial, items) at chunksize 1 and 64, 2 workers      items/s, vs ProcessPoolExecutor(2)
+    (q8) Executor.map(sleep 1 ms, 5,000 items), 8 workers                   items/s, vs ProcessPoolExecutor(8)
+    (p)  400 calls of ~20 ms of pure-Python CPU, 2 workers                  wall s, vs ProcessPoolExecutor and ideal
+    (q2) joblib Parallel(n_jobs=2) of a trivial function                    items/s, vs loky
+
+Prints one JSON object::
+
+    python -m bench.bench_prefetch [--rounds 3] [--depths 1,2,4,8] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pool
+import pool.joblib
+from bench.plain_routines import burn, calibrate
+
+
+def trivial(x: int) -> int:
+    return x + 1
+
+
+def nap(x: int) -> int:
+    time.sleep(0.001)
+    return x
+
+
+def _rate(ex: cf.Executor, fn: Callable[[int], int], items: int, chunksize: int = 1) -> float:
+    list(ex.map(fn, range(64)))  # warm: workers up, fn loaded
+    start = time.perf_counter()
+    for _ in ex.map(fn, range(items), chunksize=chunksize):
+        pass
+    return items / (time.perf_counter() - start)
+
+
+def _burn_wall(ex: cf.Executor, iterations: int, calls: int) -> float:
+    list(ex.map(burn, [iterations] * 4))
+    start = time.perf_counter()
+    list(ex.map(burn, [iterations] * calls))
+    return time.perf_counter() - start
+
+
+def _q2(backend: str, items: int) -> float:
+    from joblib import Parallel, delayed, parallel_config
+
+    with parallel_config(backend=backend, n_jobs=2):
+        Parallel()(delayed(trivial)(i) for i in range(1000))
+        start = time.perf_counter()
+        Parallel()(delayed(trivial)(i) for i in range(items))
+        return items / (time.perf_counter() - start)
+
+
+def run(
+    make: Callable[[int], cf.Executor], sizes: dict[str, int], iterations: int, joblib_backend: str
+) -> dict[str, float]:
+    """One runtime's figures for every workload."""
+    with make(2) as ex:
+        q1 = _rate(ex, trivial, sizes["q1"])
+        q64 = _rate(ex, trivial, sizes["q64"], chunksize=64)
+        p = _burn_wall(ex, iterations, sizes["p"])
+    with make(8) as ex:
+        q8 = _rate(ex, nap, sizes["q8"])
+    return {"q_c1": q1, "q_c64": q64, "q8": q8, "p_s": p, "q2": _q2(joblib_backend, sizes["q2"])}
+
+
+def _leakypool(depth: int) -> Callable[[int], cf.Executor]:
+    def make(workers: int) -> cf.Executor:
+        return pool.Executor(workers, plain_prefetch=depth)
+
+    return make
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--depths", default="1,2,4,8")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the items and calls")
+    args = parser.parse_args()
+    scale = 4 if args.quick else 1
+    sizes = {
+        "q1": 20_000 // scale,
+        "q64": 100_000 // scale,
+        "q8": 5_000 // scale,
+        "p": 400 // scale,
+        "q2": 100_000 // scale,
+    }
+    depths = [int(d) for d in args.depths.split(",")]
+    pool.joblib.register()
+    iterations = calibrate()
+    start = time.perf_counter()
+    burn(iterations)
+    one_burn_s = time.perf_counter() - start
+    rounds: list[dict[str, dict[str, float]]] = []
+    for _ in range(args.rounds):
+        row: dict[str, dict[str, float]] = {}
+        for depth in depths:
+            os.environ["LEAKYPOOL_PLAIN_PREFETCH"] = str(depth)  # the joblib backend's pool reads it too
+            row[f"leakypool_{depth}"] = run(_leakypool(depth), sizes, iterations, "leakypool")
+            pool.joblib.shutdown()
+        row["peers"] = run(cf.ProcessPoolExecutor, sizes, iterations, "loky")
+        rounds.append(row)
+    ideal = sizes["p"] * one_burn_s / 2
+    out: dict[str, Any] = {"machine": platform.machine(), "python": platform.python_version(), "rounds": args.rounds}
+    out["sizes"], out["p_ideal_s"] = sizes, round(ideal, 3)
+    for name in rounds[0]:
+        figures = {key: round(statistics.median(r[name][key] for r in rounds), 3) for key in rounds[0][name]}
+        if name != "peers":
+            for key in ("q_c1", "q_c64", "q8", "q2"):
+                figures[f"{key}_vs_peer"] = round(statistics.median(r[name][key] / r["peers"][key] for r in rounds), 2)
+            figures["p_vs_peer"] = round(statistics.median(r[name]["p_s"] / r["peers"]["p_s"] for r in rounds), 3)
+            figures["p_vs_ideal"] = round(figures["p_s"] / ideal, 3)
+        out[name] = figures
+    out["peers"]["p_vs_ideal"] = round(out["peers"]["p_s"] / ideal, 3)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
