@@ -63,6 +63,13 @@ class PriorityLoadBalancer:
             if accepted is not None:
                 return
 
+    def first(self, task: Any, *, context: LoadBalancerContextView) -> uuid.UUID | None:
+        """The worker `delegate` would offer first (None: none), without a generator: for a pool that places
+        without a round trip (it reports nothing back; the next dispatch starts afresh, as `delegate` would)."""
+        workers = context.workers
+        full = known_full(context)
+        return next((uid for uid in iter_ascending(context) if uid in workers and uid not in full), None)
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)
 

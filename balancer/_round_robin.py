@@ -61,5 +61,21 @@ class RoundRobinLoadBalancer:
             if accepted is not None:
                 return
 
+    def first(self, task: Any, *, context: LoadBalancerContextView) -> uuid.UUID | None:
+        """The worker `delegate` would offer first (None: none), without a generator; moves the cursor on as it does
+        (for a pool that places without a round trip: it reports nothing back)."""
+        workers = context.workers
+        full = known_full(context)
+        order = snapshot_ascending(context)
+        if not order:
+            return None
+        start = self._cursors.get(context, 0) % len(order)
+        self._cursors[context] = start + 1
+        for offset in range(len(order)):
+            uid = order[(start + offset) % len(order)]
+            if uid in workers and uid not in full:
+                return uid
+        return None
+
     def __repr__(self) -> str:
         return "RoundRobinLoadBalancer()"

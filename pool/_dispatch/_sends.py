@@ -50,6 +50,16 @@ def pick(
     Raises:
         Suspended: the balancer awaits (the caller falls back to awaiting it).
     """
+    first = getattr(balancer, "first", None)  # the built-ins say it without a generator (~1 µs, not ~20)
+    if first is not None:
+        uid: uuid.UUID | None = first(task, context=context)
+        return uid if uid is None or member(uid) is not None else _by_generator(balancer, task, context, member)
+    return _by_generator(balancer, task, context, member)
+
+
+def _by_generator(
+    balancer: LoadBalancerLike, task: Task, context: Any, member: Callable[[uuid.UUID], object | None]
+) -> uuid.UUID | None:
     delegation = balancer.delegate(task, context=context)
     try:
         uid = _step(delegation.asend(None))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
-from pool._dispatch._sends import Sends, Suspended, pick
+from pool._dispatch._sends import Sends, Suspended, _by_generator, pick
 from pool._errors import WorkerRejected
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import RESOURCE_EXHAUSTED
@@ -99,3 +99,16 @@ class TestAnswers:
         call = SimpleNamespace(sent=True, finished=False)
         assert sends._answered(waiter, UIDS[0], 0, call, _frame("outcome"))  # type: ignore[arg-type]
         assert waiter.served.result() is call
+
+
+class TestFirst:
+    @pytest.mark.parametrize("make", [PriorityLoadBalancer, RoundRobinLoadBalancer])
+    def test_first_should_name_the_worker_delegate_offers_first(self, make):
+        """Test that the built-ins' shortcut agrees with their generator, full workers skipped, the cursor moved on."""
+        task = SimpleNamespace(name="f")
+        for full in ([], [UIDS[0]], [UIDS[1], UIDS[2]], UIDS):
+            by_generator, by_first = make(), make()
+            context_a, context_b = _context(set(full)), _context(set(full))
+            for _ in range(4):
+                expected = _by_generator(by_generator, task, context_a, lambda uid: uid)  # type: ignore[arg-type]
+                assert by_first.first(task, context=context_b) == expected
