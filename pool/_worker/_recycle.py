@@ -257,7 +257,9 @@ def report_ready(fd: int, info: dict[str, Any], recycler: Recycler | None = None
     if _write(fd, "READY " + json.dumps(info) + "\n"):
         _status_fd = fd
     else:
-        _log.warning("the pool stopped waiting for this worker to start; it will be stopped")
+        # The pool timed out waiting (it says so itself), or is closing while a replacement started (a recycle
+        # at the end of an Executor's work): nothing for the worker's log to warn about (issue 42, item 8).
+        _log.info("the pool stopped waiting for this worker to start; it will be stopped")
 
 
 def report_retiring(reason: str) -> None:

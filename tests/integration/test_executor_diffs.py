@@ -86,3 +86,10 @@ def test_errors_should_name_the_users_function_not_the_executors():
         result = ex.submit(calls.unpicklable_result).exception(timeout=60)
     assert "argument 1 of square()" in str(argument)
     assert "the result of unpicklable_result()" in str(result)
+
+
+def test_recycling_should_log_no_startup_warning_at_shutdown(capfd):
+    """Test 8: max_tasks_per_child's last replacements, stopped as the executor shuts down, warn of nothing."""
+    with pool.Executor(2, max_tasks_per_child=2) as ex:
+        assert len([f.result(timeout=60) for f in [ex.submit(calls.pid) for _ in range(20)]]) == 20
+    assert "stopped waiting for this worker to start" not in capfd.readouterr().err
