@@ -60,7 +60,7 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
         WorkerBroken: the callee refused it for good (a protocol error).
         BaseException: what ended the stream, if it ended first.
     """
-    call, message = session.open(task.name)
+    call, message = session.open(task.name, plain=task.plain)
     task.fill(message, session)
     if not task.plain:  # an unanswered plain call waits: a worker that may yet start it must not see it again elsewhere
         watch = session.watch

@@ -112,7 +112,7 @@ class WorkerConnection:
         Its answer reaches ``OutgoingCall.first`` (set it before yielding to the loop).
         """
         session = self._live_session()
-        call, message = session.open(task.name)
+        call, message = session.open(task.name, plain=task.plain)
         task.fill(message, session)
         return call
 

@@ -168,8 +168,8 @@ class MessageStream(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and self._dup >= 0 and not self.read_to_end:
-            self._read_rest_of(self._dup)
+        if exc is not None:
+            self.read_rest()
         if self._dup >= 0:
             os.close(self._dup)
             self._dup = -1
@@ -286,23 +286,25 @@ class MessageStream(asyncio.Protocol):
                 self._mid_transfer()
         return self._busy_at
 
-    def _read_rest_of(self, fd: int) -> None:
-        """The connection failed (a write to a dead peer, a reset): read what the peer wrote before it went.
+    def read_rest(self) -> bool:
+        """The connection failed (a write to a dead peer, a reset): read what the peer wrote before it went, now.
 
-        The kernel keeps what was written to a unix socket: an end read here (EOF, or the reset
-        after the last byte) missed nothing. A peer still there leaves `read_to_end` False."""
-        while self._ended is None:
+        Whether that was everything: the kernel keeps what was written to a unix socket, so an end read
+        here (EOF, or the reset after the last byte) missed nothing; a peer still there: False. Also for
+        a stream's end, before its calls are failed: a failed write ends it before `connection_lost`.
+        """
+        while not self.read_to_end and self._dup >= 0 and self._ended is None:
             try:
-                data = os.read(fd, 1 << 20)
+                data = os.read(self._dup, 1 << 20)
             except ConnectionResetError:
                 self.read_to_end = True
-                return
             except OSError:  # BlockingIOError: the peer did not close (it may write more): not the end
-                return
-            if not data:
-                self.read_to_end = True
-                return
-            self.data_received(data)
+                break
+            else:
+                self.read_to_end = not data
+                if data:
+                    self.data_received(data)
+        return self.read_to_end
 
     @property
     def ended(self) -> bool:

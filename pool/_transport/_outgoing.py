@@ -11,7 +11,7 @@ import collections
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from .._errors import WorkerRejected
+from .._errors import WorkerBroken, WorkerRejected
 from ._proto import leakypool_pb2 as pb
 
 SENT, QUEUED, STARTED = 0, 1, 2
@@ -27,7 +27,7 @@ class HandedBack(WorkerRejected):
     """A queued plain call came back from its worker, never started: it is placed again (its caller never sees this).
 
     Its worker handed it back (it retires, or the pool asked for it), or
-    died with it still queued and its unix socket read to the end.
+    died before it began, its unix socket read to the end (`OutgoingCall.lost`).
     """
 
     def __init__(self, message: str) -> None:
@@ -73,15 +73,17 @@ class OutgoingCall:
         "first",
         "id",
         "name",
+        "plain",
         "recalled",
         "session",
         "state",
     )
 
-    def __init__(self, session: CallStream, call_id: int, name: str) -> None:
+    def __init__(self, session: CallStream, call_id: int, name: str, *, plain: bool = False) -> None:
         self.id: int = call_id
         self.session: CallStream = session
         self.name: str = name
+        self.plain: bool = plain  # a plain function's: it begins only once its callee said so (Accept or Started)
         self.finished: bool = False
         self.final: pb.Frame | BaseException | None = None  # None: cancelled here, or not over
         self.cancelled_here: bool = False  # this end asked the callee to cancel it
@@ -123,6 +125,32 @@ class OutgoingCall:
             if not self.finished:
                 self.final = item
             self._finish()
+
+    def reply(self, frame: pb.Frame) -> bool:
+        """Take the callee's ``frame`` for this call (its session routes it here); True if the call is over."""
+        body = frame.WhichOneof("body")
+        if body == "started":
+            self.state = STARTED  # not handed on: the caller waits for Accept and Outcome only
+            return False
+        if body == "accept":
+            self.state = max(self.state, QUEUED if frame.accept.queued else STARTED)
+        elif body == "reject" and self.state:  # after an Accept: handed back (queued), else lost
+            why = f"{self.session.label} handed {self.name}() back: {frame.reject.message}"
+            self.deliver(HandedBack(why) if self.state == QUEUED else WorkerBroken(why))
+            return True
+        self.deliver(frame)
+        return is_final(frame)
+
+    def lost(self, exc: BaseException, *, lossless: bool) -> None:
+        """The stream ended with ``exc``: the call fails with it, or is `HandedBack` if it surely never began.
+
+        ``lossless``: everything the callee wrote was read (a dead local worker's
+        socket, read to its end). A plain call begins only after its callee put
+        its Accept, or a Started, on the wire (`_worker._plain`): without either,
+        it never began, and is placed again. Anything else may have run.
+        """
+        unstarted = lossless and self.plain and self.state != STARTED
+        self.deliver(HandedBack(f"{exc} (never started)") if unstarted else exc)
 
     async def receive(self) -> pb.Frame:
         """The next reply frame. Raises what ended the stream, if it ended."""

@@ -16,11 +16,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from .._errors import WorkerBroken
 from . import _buffers, _side, _wire
 from ._chunks import Assembly, Spill
 from ._outbox import Outbox, Write, WriteNow
-from ._outgoing import QUEUED, STARTED, HandedBack, OutgoingCall, is_final
+from ._outgoing import OutgoingCall
 from ._proto import leakypool_pb2 as pb
 from ._rpc import UNIMPLEMENTED
 
@@ -84,7 +83,8 @@ class Session:
         self._running = False  # `run` has started: the side connection is known
         self._chunks = False  # large buffers cross in chunks on the stream (no side connection: gRPC)
         self._assembly = Assembly()  # what the peer is sending in chunks
-        self._read_to_end: Callable[[], bool] = lambda: False  # the transport read all the peer wrote (`fail`)
+        self._lossless = False  # the stream ended with all the peer wrote read (`run`'s ``read_to_end``)
+        self._on_wire: Callable[[], bool] | None = None  # what was handed to the transport is in the kernel
         self._thread_write: ThreadWrite | None = None  # frames from another thread, straight to the socket
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -103,8 +103,8 @@ class Session:
             return pb.Frame()  # the stream is gone: build it, send nothing
         return self._outbox.frame(call_id)
 
-    def open(self, name: str) -> tuple[OutgoingCall, pb.Call]:
-        """Open a call to ``name``: returns it and its Call message, to fill in now.
+    def open(self, name: str, *, plain: bool = False) -> tuple[OutgoingCall, pb.Call]:
+        """Open a call to ``name`` (``plain``: a plain function's): returns it and its Call message, to fill in now.
 
         Raises:
             BaseException: the error that already ended this stream.
@@ -113,7 +113,7 @@ class Session:
             raise self.failure
         call_id = self._next_id
         self._next_id += 2
-        outgoing = OutgoingCall(self, call_id, name)
+        outgoing = OutgoingCall(self, call_id, name, plain=plain)
         outgoing.batch = self._outbox.batch_number
         self._outgoing[call_id] = outgoing
         return outgoing, self._outbox.frame(call_id).call
@@ -163,9 +163,9 @@ class Session:
         `Outbox.hold`): the outcome of a call that ends at once leaves with
         it, in one write; `release` sends it sooner. The dispatcher counts a
         call whose Call frame left and whose stream then failed (the worker
-        gone), answered or not, as lost *after* accepting (`WorkerBroken`),
-        never as declined: a worker that dies while running user code, on
-        any transport, never gets it run twice.
+        gone), answered or not, as lost *after* accepting (`WorkerBroken`; but
+        for a plain call a dead worker's socket shows never began: `OutgoingCall.lost`):
+        a worker that dies while running user code never gets it run twice.
         """
         if hold_s and self.failure is None:
             self._outbox.hold(call_id, hold_s).accept.SetInParent()
@@ -173,6 +173,18 @@ class Session:
             self._frame(call_id).accept.queued = True
         else:
             self._frame(call_id).accept.SetInParent()
+
+    def accept_now(self, call_id: int) -> bool:
+        """Accept a plain call that starts at once, the Accept written now; whether it reached the kernel.
+
+        If not, the plain thread writes a Started before the call begins (`OutgoingCall.lost`).
+        A stream never read to its end (gRPC) needs neither: True.
+        """
+        self.accept(call_id)
+        if self._on_wire is None:
+            return self._thread_write is None
+        self._outbox.flush()
+        return self._outbox.empty and self._on_wire()
 
     def release(self) -> None:
         """Send held Accepts now (a routine started that will not end at once)."""
@@ -261,20 +273,8 @@ class Session:
                 outgoing = self._outgoing.get(frame.id)
                 if outgoing is None:
                     continue  # a reply to a call cancelled here
-                body = frame.WhichOneof("body")
-                if body == "started":
-                    outgoing.state = STARTED  # not handed on: the caller waits for Accept and Outcome only
-                    continue
-                if body == "accept":
-                    outgoing.state = max(outgoing.state, QUEUED if frame.accept.queued else STARTED)
-                elif body == "reject" and outgoing.state:  # after an Accept: handed back (queued), else lost
-                    del self._outgoing[frame.id]
-                    why = f"{self.label} handed {outgoing.name}() back: {frame.reject.message}"
-                    outgoing.deliver(HandedBack(why) if outgoing.state == QUEUED else WorkerBroken(why))
-                    continue
-                if is_final(frame):
-                    del self._outgoing[frame.id]
-                outgoing.deliver(frame)
+                if outgoing.reply(frame):
+                    self._outgoing.pop(frame.id, None)
             elif self._host is None:
                 if frame.HasField("call"):
                     self.reject(frame.id, UNIMPLEMENTED, "this end runs no calls")
@@ -316,9 +316,8 @@ class Session:
         self.failure = exc
         self._assembly.close()
         outgoing, self._outgoing = self._outgoing, {}
-        lossless = self._read_to_end()  # every Started it wrote was read: a queued call never started
         for call in outgoing.values():
-            call.deliver(HandedBack(f"{exc} (still queued)") if lossless and call.state == QUEUED else exc)
+            call.lost(exc, lossless=self._lossless)
         watch, self.watch = self.watch, None
         if watch is not None:
             watch.close()  # its timer would keep this dead session alive until it fires
@@ -337,6 +336,7 @@ class Session:
         side: Callable[[], _side.SideChannel | None] | None = None,
         read_to_end: Callable[[], bool] | None = None,
         thread_write: ThreadWrite | None = None,
+        on_wire: Callable[[], bool] | None = None,
     ) -> BaseException:
         """Pump both directions until the stream ends, then `fail` the session; returns what ended it.
 
@@ -344,16 +344,14 @@ class Session:
             read: Returns the next message; anything else (``grpc.aio.EOF``, None) ends the stream.
             write: Sends one message.
             describe: Turns what ended the stream into the error open calls get.
-            attach: Where the transport can hand messages over as they arrive
-                (`MessageStream.attach`): it gets `feed_bytes`, and ``read``
-                then only reports the end.
-            write_now: Sends one message without waiting, or says it cannot
-                (`MessageStream.write_frames_now`): batches leave without waking a task.
+            attach: Where the transport can hand messages over as they arrive (`MessageStream.attach`):
+                it gets `feed_bytes`, and ``read`` then only reports the end.
+            write_now: Sends one message without waiting, or says it cannot (`MessageStream.write_frames_now`).
             busy_at: When the transport last saw a message mid-transfer (`MessageStream.busy_at`; see `busy_at`).
             side: The side connection large buffers cross to the peer, if it has one now (see `carry`).
-            read_to_end: Whether the transport read everything the peer wrote when the stream
-                ended (a unix socket: `MessageStream.read_to_end`): then calls still queued are `HandedBack`.
+            read_to_end: Reads what the peer wrote last; whether that was all (`MessageStream.read_rest`).
             thread_write: How `write_from_thread` reaches the socket (`_through.Through.send`).
+            on_wire: Whether every byte handed to the transport is in the kernel (`accept_now`).
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else
@@ -363,8 +361,8 @@ class Session:
         assert reader is not None  # noqa: S101 - an invariant, stated for the type checker
         self.holds_accepts = write_now is not None
         self._loop = asyncio.get_running_loop()
-        self._read_to_end = read_to_end or self._read_to_end
         self._thread_write = thread_write
+        self._on_wire = on_wire
         self._transport_busy_at = busy_at
         self._side = side
         self._chunks = write_now is None and side is None
@@ -396,5 +394,7 @@ class Session:
         finally:
             writer.remove_done_callback(writer_done)
             writer.cancel()
+            # a dead peer's last bytes count, even if a failed write ended the stream before they were read
+            self._lossless = read_to_end is not None and read_to_end()
             self.fail(describe(reason))
         return reason

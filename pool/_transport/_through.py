@@ -190,6 +190,12 @@ class Through:
             time.sleep(SETTLE_POLL_S)  # the loop's transport drains it
         return False
 
+    def on_wire(self) -> bool:
+        """On the loop: whether every byte written so far is in the kernel (none waits in the transport)."""
+        transport = self._stream.transport
+        with self.lock:
+            return not self.handing and transport is not None and transport.get_write_buffer_size() == 0
+
     def _hand(self, rest: bytes) -> None:
         """On the loop: give a thread's message (what the socket did not take) to the transport, first in line."""
         transport = self._stream.transport

@@ -125,7 +125,7 @@ class UnixChannel:
                 write_now=stream.write_frames_now,
                 busy_at=stream.busy_at,
                 side=side,
-                read_to_end=lambda: stream.read_to_end,
+                read_to_end=stream.read_rest,
             )
         finally:
             self._drop(stream)

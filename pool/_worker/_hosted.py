@@ -27,6 +27,7 @@ class Hosted:
         "counted",
         "deadline",
         "id",
+        "landing",
         "nested",
         "queued",
         "runner",
@@ -52,6 +53,7 @@ class Hosted:
         # A plain call's, in the worker's line (`_plain.PlainLine`):
         self.deadline: float | None = None  # when its caller's time runs out (monotonic), if it has a timeout
         self.queued = False  # its Accept said queued: a Started must reach the wire before it begins
+        self.landing = False  # a Started must reach the wire before it begins all the same (its Accept had not)
         self.counted = False  # counted against the worker's task limit (at its start)
         self.settled = False  # in the service's books as ended (answered, counted out)
         self.timer: asyncio.TimerHandle | None = None  # its hard limit, armed on the loop at its arrival

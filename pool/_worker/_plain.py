@@ -4,7 +4,8 @@
          │             busy, fewer than ``depth`` waiting ── QUEUE: Accept(queued), it waits in the line
          │             else (or the call's prefetch=0) ───── BUSY: Reject (transient; the pool places it elsewhere)
          v
-    the plain thread: take the next call ──> Started on the wire (a queued one), with the last outcome
+    the plain thread: take the next call ──> Started on the wire (a queued one, or one whose Accept had
+                                             not reached the kernel), with the last outcome
                       run it (unpickle, call, pickle) ──> its outcome, straight to the socket
                       ...the next call in line at once: no round trip to the pool, nor to the loop
 
@@ -18,8 +19,9 @@ pipe. The thread alone starts a queued call, under the line's lock: once it
 has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
 writes the call's Started before it begins, and over a unix socket that is
 on the wire when the call begins (``os.write`` returned), so a pool that
-reads a dead worker's socket to its end knows which queued calls never
-started. The loop learns of finished calls lazily (`settle`: on the next
+reads a dead worker's socket to its end knows which calls never started. A
+call that starts at once has its Accept written on the spot instead
+(`Session.accept_now`), or, if that did not reach the kernel, a Started too. The loop learns of finished calls lazily (`settle`: on the next
 message, State, or the signals' tick), or at once when someone waits for it
 (``urgent``).
 
@@ -198,7 +200,7 @@ class PlainLine:
                 hosted.session.write_from_thread(_outcome_frames(hosted, outcome))
             else:
                 _add_outcome(frames, hosted, outcome)
-        land = starting is not None and starting.queued and start
+        land = starting is not None and (starting.queued or starting.landing) and start
         if land:
             frame = frames.frames.add()
             frame.id = starting.id  # type: ignore[union-attr]  # set when land is

@@ -97,7 +97,15 @@ class PlainCalls:
         return where == QUEUE or self._lifecycle.take()
 
     def accept(self, hosted: Hosted) -> None:
-        """``hosted`` was accepted (see `room`): arm its deadline, put it in line."""
+        """``hosted`` was accepted (see `room`): answer Accept, arm its deadline, put it in line.
+
+        A call that may begin at once has its Accept written now; if that did not reach the
+        kernel, the thread writes a Started before the call begins (see `_plain`).
+        """
+        if hosted.queued:
+            hosted.session.accept(hosted.id, queued=True)
+        else:
+            hosted.landing = not hosted.session.accept_now(hosted.id)
         timeout = hosted.task.timeout
         if timeout:
             loop = asyncio.get_running_loop()

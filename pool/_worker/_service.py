@@ -278,9 +278,8 @@ class WorkerService:
             if alone:
                 self.lifecycle.busy()
             self.lifecycle.counted()  # the last call of its task limit: stop accepting now
-            if plain:  # its Accept says whether it waits behind the plain call running here
-                session.accept(hosted.id, queued=hosted.queued)
-                self._plain.accept(hosted)
+            if plain:
+                self._plain.accept(hosted)  # its Accept (queued, or to start at once), its deadline, in line
                 return
             # The Accept of a call that runs alone (its routine starts at once) waits for its
             # outcome if it ends at once (one write, one wake-up of the dispatcher); it leaves

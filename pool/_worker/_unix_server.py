@@ -229,6 +229,7 @@ class UnixServer:
                     side=lambda: _side.channel(pid),
                     through=(stream.through.pull, stream.through.write_through),
                     thread_write=stream.through.send,
+                    on_wire=stream.through.on_wire,
                 )
                 return
             async with asyncio.timeout(REQUEST_TIMEOUT_S):

@@ -125,3 +125,28 @@ async def test_calls_in_line_on_a_killed_worker_should_run_exactly_once_elsewher
                 await running  # it may have run: never again
             await asyncio.gather(*queued)  # they never started: run by the replacement
     assert sorted(_ran(path)) == ["0", "1", "running"]
+
+
+async def test_calls_sent_with_one_that_kills_its_worker_at_once_should_run_exactly_once(tmp_path):
+    """Test calls that reach a worker with one that ends it at once: each of them runs exactly once.
+
+    The worker may die before its loop answered them: the pool, reading its socket to its end,
+    finds neither an Accept to start nor a Started for them, and places them again (the race
+    behind a CI failure: they used to fail with WorkerBroken). Rounds, as the race is not every time.
+    """
+    path = tmp_path / "ran"
+    expected = []
+    async with pool.WorkerPool(spawn=1, plain_prefetch=2) as p:
+        for round_ in range(3):
+            doomed = asyncio.ensure_future(plain.record_die(str(path), f"die.{round_}"))
+            others = []
+            for i in range(2):
+                await asyncio.sleep(0)  # (each in a message of its own, as it dies)
+                others.append(asyncio.ensure_future(plain.record(str(path), f"{round_}.{i}")))
+            expected += [f"die.{round_}", f"{round_}.0", f"{round_}.1"]
+            async with asyncio.timeout(60):
+                with pytest.raises(pool.WorkerBroken):
+                    await doomed
+                await asyncio.gather(*others)
+        assert len(p.pids) == 1
+    assert sorted(_ran(path)) == sorted(expected)

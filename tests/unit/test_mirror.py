@@ -121,8 +121,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}test_worker_main.py",
     "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}test_worker_metrics.py",
     "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}test_replicas.py, {IT}test_discovery.py",
-    "pool/_worker/_plain.py": f"plain def routines: {IT}test_plain.py, {IT}test_plain_line.py; its room: "
-    f"{UT}_dispatch/test_roster.py",
     "pool/_worker/_release.py": f"a worker's RSS back after a large call, once idle: {IT}test_worker_memory.py",
     "pool/_worker/_plain_calls.py": f"queued plain calls, handbacks, deadlines, exactly once: {IT}test_plain_line.py",
     "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}test_capacity.py",

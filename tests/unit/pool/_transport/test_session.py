@@ -9,6 +9,7 @@ import pytest
 
 import pool
 from pool._call._calls import TRANSIENT_CODES, rejection
+from pool._transport._outgoing import HandedBack
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 
@@ -192,6 +193,102 @@ class TestSession:
             assert call.sent
             later = open_call(link.caller, "g")
             assert not later.sent
+
+
+class TestLosslessEnd:
+    """A stream whose transport read all the peer wrote (a dead local worker): which calls are placed again."""
+
+    @staticmethod
+    async def _end(session, replies, last_words=()):
+        """Run ``session`` on a stream that delivers ``replies``, then ends; ``last_words`` arrive as it ends."""
+        incoming: asyncio.Queue = asyncio.Queue()
+        for frames in replies:
+            incoming.put_nowait(frames)
+        incoming.put_nowait(None)  # the end
+
+        def read_rest():
+            for frames in last_words:  # what the transport reads off a dead peer's socket as the stream ends
+                session.feed(frames)
+            return True
+
+        async def write(message):
+            pass
+
+        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}", "UNAVAILABLE")
+        await asyncio.wait_for(session.run(incoming.get, write, lost, read_to_end=read_rest), 5)
+
+    @staticmethod
+    def _frames(call_id, body, **fields):
+        frames = pb.Frames()
+        frame = frames.frames.add()
+        frame.id = call_id
+        getattr(frame, body).SetInParent()
+        for name, value in fields.items():
+            setattr(getattr(frame, body), name, value)
+        return frames
+
+    async def test_plain_calls_the_peer_never_said_it_started_should_be_handed_back(self):
+        """Test the rule: a plain call is placed again unless an Accept to start or a Started for it was read."""
+        session = Session(odd=True, host=None, label="w")
+        unanswered, queued, started, accepted = (session.open("f", plain=True)[0] for _ in range(4))
+        routine = session.open("g")[0]  # a routine may run before its Accept leaves: its fate is unknown
+        replies = [
+            self._frames(queued.id, "accept", queued=True),
+            self._frames(started.id, "accept", queued=True),
+            self._frames(started.id, "started"),
+            self._frames(accepted.id, "accept"),
+        ]
+        await self._end(session, replies)
+        for call in (unanswered, queued):
+            with pytest.raises(HandedBack):
+                await self._last(call)
+        for call in (started, accepted, routine):
+            with pytest.raises(pool.WorkerBroken):
+                await self._last(call)
+
+    @staticmethod
+    async def _last(call):
+        while True:  # past its Accept
+            await call.receive()
+
+    async def test_what_a_dead_peer_wrote_last_should_count_before_its_calls_are_failed(self):
+        """Test that a Started read off the socket as the stream ends is seen: that call is lost, never run again.
+
+        A failed write ends a stream before the transport's last read; the
+        call must not be taken for unstarted because its Started came after.
+        """
+        session = Session(odd=True, host=None, label="w")
+        call = session.open("f", plain=True)[0]
+        await self._end(session, [self._frames(call.id, "accept", queued=True)], [self._frames(call.id, "started")])
+        with pytest.raises(pool.WorkerBroken):
+            await self._last(call)
+
+    async def test_accept_now_should_say_whether_the_accept_reached_the_kernel(self):
+        """Test `accept_now`: a plain call's Accept is written at once; the thread lands a Started unless it left."""
+        for on_wire, thread_write, expected in ((True, True, True), (False, True, False), (None, None, True)):
+            session = Session(odd=False, host=None, label="d")
+            written: list[pb.Frames] = []
+
+            def write_now(frames, written=written):
+                written.append(frames)
+                return True
+
+            async def write(message):
+                pass
+
+            incoming: asyncio.Queue = asyncio.Queue()
+            direct = {"write_now": write_now}
+            if thread_write:
+                direct["thread_write"] = lambda frames, land, loop: True
+            if on_wire is not None:
+                direct["on_wire"] = lambda on_wire=on_wire: on_wire
+            running = asyncio.ensure_future(session.run(incoming.get, write, pool.WorkerBroken, **direct))
+            for _ in range(2):
+                await asyncio.sleep(0)  # run starts, then its writer (a stream's first message comes later still)
+            assert session.accept_now(1) is expected
+            assert [f.id for m in written for f in m.frames] == [1] or on_wire is None
+            incoming.put_nowait(None)
+            await asyncio.wait_for(running, 5)
 
 
 class TestRejection:

@@ -1,0 +1,79 @@
+"""Tests for pool._worker._plain: what the plain thread writes before a call begins (in process, a recording session).
+
+The line's behaviour with real workers (queued calls, handbacks, exactly once) is in
+tests/integration/test_plain.py and test_plain_line.py; its room, in tests/unit/pool/_dispatch/test_roster.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+
+from pool._transport import _wire
+from pool._transport._proto import leakypool_pb2 as pb
+from pool._worker._plain import PlainLine
+
+WAIT_S = 10.0
+
+
+class Session:
+    """Records what the thread writes, and when, beside what the calls do."""
+
+    def __init__(self, events: list[object]) -> None:
+        self.events = events
+
+    def write_from_thread(self, frames: pb.Frames, *, land: bool = False) -> bool:
+        for frame in frames.frames:
+            self.events.append((frame.WhichOneof("body"), frame.id, land))
+        return True
+
+
+def _hosted(session: Session, call_id: int, events: list[object], *, queued: bool = False, landing: bool = False):
+    def fn() -> None:
+        events.append(("ran", call_id))
+
+    return types.SimpleNamespace(
+        session=session,
+        id=call_id,
+        queued=queued,
+        landing=landing,
+        counted=True,
+        deadline=None,
+        cancelled=False,
+        task=types.SimpleNamespace(name="fn", args=_wire.pack_args("fn", (), {}), traceparent="", queue=""),
+        code=types.SimpleNamespace(resolve=lambda: fn),
+    )
+
+
+def _run(*calls: dict[str, bool]) -> list[object]:
+    """Run plain calls through a line; the session's and the calls' events, in order."""
+    events: list[object] = []
+    session = Session(events)
+    ended = threading.Event()
+    line = PlainLine(2, urgent=lambda: True, wake=ended.set)
+    try:
+        for call_id, flags in enumerate(calls, start=1):
+            ended.clear()
+            line.add(_hosted(session, call_id, events, **flags))
+            assert ended.wait(WAIT_S)  # the call ended (the thread wrote its outcome first)
+    finally:
+        line.stop()
+    return events
+
+
+def test_a_call_whose_accept_reached_the_wire_should_begin_without_a_started():
+    """Test the common case: the loop wrote the Accept of a call that starts at once; no extra write."""
+    assert _run({}) == [("ran", 1), ("outcome", 1, False)]
+
+
+def test_a_call_whose_accept_had_not_left_should_land_a_started_before_it_begins():
+    """Test that a worker dying in the call still told its pool, on the wire, that it began (never run twice).
+
+    Without it, the pool reading the dead worker's socket to its end finds no sign the call began and
+    places it again.
+    """
+    assert _run({"landing": True}) == [("started", 1, True), ("ran", 1), ("outcome", 1, False)]
+
+
+def test_a_queued_call_should_land_a_started_before_it_begins():
+    assert _run({"queued": True}) == [("started", 1, True), ("ran", 1), ("outcome", 1, False)]
