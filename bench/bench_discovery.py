@@ -42,7 +42,7 @@ async def one(discovery: pool.DiscoveryLike, flags: list[str]) -> dict[str, floa
             t_first = time.perf_counter()
             proc.send_signal(signal.SIGTERM)
             t_exit = time.perf_counter()
-            await p._membership.until(lambda: not p.workers, 60)
+            await p._layers.membership.until(lambda: not p.workers, 60)
             t_gone = time.perf_counter()
         finally:
             if proc.returncode is None:

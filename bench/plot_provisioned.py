@@ -85,7 +85,7 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
             await asyncio.gather(*clients)
             quiet_at = time.monotonic() - t0
             with contextlib.suppress(TimeoutError):
-                await p._membership.until(lambda: not p.workers, DRAIN_LIMIT_S)
+                await p._layers.membership.until(lambda: not p.workers, DRAIN_LIMIT_S)
             await asyncio.sleep(1.0)  # a last second of the empty pool on the plot
         finally:
             done.set()

@@ -115,7 +115,7 @@ class Admission:
         self,
         placement: Placement,
         tasks: TaskOwner,
-        starved: Callable[[], None],
+        starved: Callable[[], object],
         *,
         queue_depth: int,
         admission_timeout: float,

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 
 from .._base._tasks import TaskOwner
-from .._call._dispatcher import Dispatcher
+from .._call._dispatcher import Dispatches
 from .._call._task import Task
 from .._transport import _buffers, _wire
 from .._transport._outgoing import FINAL_OUTCOMES, HandedBack, OutgoingCall
@@ -60,7 +60,7 @@ class NestedHost:
         tasks: Owns the relay tasks (the pool's).
     """
 
-    def __init__(self, dispatcher: Dispatcher, tasks: TaskOwner) -> None:
+    def __init__(self, dispatcher: Dispatches, tasks: TaskOwner) -> None:
         self._dispatcher = dispatcher
         self._tasks = tasks
         self._peers: dict[Session, _Peer] = {}

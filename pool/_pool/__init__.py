@@ -1,6 +1,7 @@
 """WorkerPool: wiring the layers together, its lifecycle, and what it offers beyond calls.
 
-    _worker_pool  WorkerPool: the layers wired, entry and exit, calls
+    _worker_pool  WorkerPool: entry and exit, calls, and the public methods of what it owns
+    _layers       the layers it wires together (membership, fleet, call path, scheduler), started and stopped
     _jobs         submit, schedule and the job book (a pool with a store)
     _executors    ``executor()``: a concurrent.futures view of the open pool
     _views        stats, workers, pids: what the pool shows of itself

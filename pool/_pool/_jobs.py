@@ -1,72 +1,33 @@
-"""The job side of `WorkerPool`: its store and scheduler, and ``jobs``, ``submit`` and ``schedule``.
+"""The job side of `WorkerPool`: ``jobs``, ``submit`` and ``schedule``, on its scheduler.
 
-A pool with a store runs a `Scheduler` (pool._jobs) that places the
-store's due jobs through the same `CallPath` as calls. This module builds
-it from the pool's settings and gives `WorkerPool` its job methods, so the
-pool's own module keeps to wiring the layers and its lifecycle.
+A pool with a store runs a `Scheduler` (pool._jobs, built by `_layers.job_scheduler`) that places
+the store's due jobs through the same `CallPath` as calls; `PoolJobs`, an object the pool owns,
+serves its job methods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._call._task import Task
-from .._config._settings import PoolConfig
-from .._dispatch._path import CallPath
 from .._errors import ConfigError, PoolClosed
 from .._routine import CallOptions, Routine
 
 if TYPE_CHECKING:
-    from .._jobs import Job, Jobs, JobStore, Scheduler
-
-
-def job_scheduler(
-    store: str | JobStore | None,
-    config: PoolConfig,
-    path: CallPath,
-    grow: Callable[[], Any],
-    can_run: Callable[[], bool],
-) -> Scheduler | None:
-    """The scheduler of a pool with a store (``store=`` object, or the ``store`` setting), else None.
-
-    Args:
-        store: ``WorkerPool(store=...)``: a `pool.JobStore` object, a URL, or None.
-        config: The pool's settings (``config.store`` is the URL, argument or ``LEAKYPOOL_STORE``).
-        path: Where job attempts are placed.
-        grow: Asks for one more worker when a job finds none with room.
-        can_run: Whether the pool has, or may start, any worker at all.
-    """
-    given = store if store is not None and not isinstance(store, str) else config.store
-    if not given:
-        return None
-    from .._jobs import Scheduler, open_store  # sqlite3 and the rest load only for a pool with a store
-
-    job_store = open_store(given)
-    assert job_store is not None  # noqa: S101 - an invariant, stated for the type checker
-    return Scheduler(
-        job_store,
-        path.place_job,
-        grow,
-        can_run,
-        lease_ttl=config.lease_ttl,
-        default_deadline=config.dispatch_deadline,
-        max_pending=config.max_pending,
-        keep_finished=config.keep_finished,
-        store_retry=config.store_retry,
-    )
+    from .._jobs import Job, Jobs
+    from ._layers import Layers
 
 
 class PoolJobs:
-    """`WorkerPool`'s durable-job methods (its ``_scheduler`` is None without a store)."""
+    """`WorkerPool`'s durable jobs: the pool's methods of the same names, on its scheduler (None without a store)."""
 
-    _scheduler: Scheduler | None
-    _path: CallPath
+    def __init__(self, layers: Layers) -> None:
+        self._layers = layers
 
     @property
     def has_store(self) -> bool:
         """Whether the pool has a job store (``store=`` / ``LEAKYPOOL_STORE``)."""
-        return self._scheduler is not None
+        return self._layers.scheduler is not None
 
     @property
     def jobs(self) -> Jobs:
@@ -75,16 +36,16 @@ class PoolJobs:
         Raises:
             ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
         """
-        if self._scheduler is None:
+        if self._layers.scheduler is None:
             raise ConfigError(
                 "jobs need a store: WorkerPool(store='sqlite:///PATH') or LEAKYPOOL_STORE (no store is set)"
             )
-        return self._scheduler.jobs
+        return self._layers.scheduler.jobs
 
     async def submit(self, task: Task, options: CallOptions) -> Job:
         """Commit a job for ``task`` (see `pool.Routine.submit`)."""
-        if self._path.state != "open":
-            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._path.state}")
+        if self._layers.path.state != "open":
+            raise PoolClosed(f"{task.name}() was submitted to a pool that is {self._layers.path.state}")
         return await self.jobs.submit(task, options)
 
     def schedule(
@@ -122,9 +83,9 @@ class PoolJobs:
         """
         if not isinstance(routine, Routine) or routine.generator:
             raise ConfigError(f"schedule: expected a coroutine @pool.routine, got {routine!r}")
-        if self._scheduler is None or self._path.state != "open":
+        if self._layers.scheduler is None or self._layers.path.state != "open":
             raise ConfigError("schedule: needs an open pool with a store (inside async with WorkerPool(store=...))")
         if not isinstance(tz, str):
             raise ConfigError(f"tz: expected an IANA time zone name like 'Europe/Paris', got {tz!r}")
         task = routine.task(tuple(args), dict(kwargs or {}))
-        return self._scheduler.schedules.add(task, routine.call_options, cron, tz)
+        return self._layers.scheduler.schedules.add(task, routine.call_options, cron, tz)

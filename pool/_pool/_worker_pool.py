@@ -1,55 +1,45 @@
 """WorkerPool: the workers a process dispatches routines to, for the duration of an ``async with``.
 
-The pool is the public surface that wires the layers below together:
-
-    LocalFleet (_fleet) ──on READY──> Membership (_dispatch) ──> Roster: what balancers see
-    discovery (_discovery) ──events──┘
-    routine call ──> CallPath (_dispatch): admission, limits, queue, placement ──> a worker's stream (_transport)
-    Scheduler (_jobs): the store's jobs, placed through the same CallPath
-    PoolObserver (_observe): /metrics, /status, read from all of the above
-
-Every background task (the admission pump, relays of nested calls,
-discovery, closing connections) belongs to the pool's `TaskOwner`, which
-cancels and awaits them on exit.
+The pool is the public surface over the layers it wires together (`_layers.Layers`: membership, the
+fleet, the call path, the scheduler) and owns the objects that serve the rest of its methods: its
+jobs (`_jobs`), executors (`_executors`) and views (`_views`). Every background task (the admission
+pump, relays of nested calls, discovery, closing connections) belongs to the layers' `TaskOwner`,
+which cancels and awaits them on exit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from backpressure import BackpressureLike
-from balancer import LoadBalancerLike, RoundRobinLoadBalancer
+from balancer import LoadBalancerLike
 
 from .._base._public import public
-from .._base._tasks import TaskOwner
 from .._call._calls import RemoteGenerator, call_routine
-from .._call._connection import WorkerConnection
 from .._call._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
 from .._call._task import Task
-from .._config._places import default_secret_file
 from .._config._settings import POOL_SETTINGS, PoolConfig
 from .._discovery import DiscoveryLike
-from .._dispatch._admission import Admission
-from .._dispatch._membership import Membership
-from .._dispatch._path import CallPath
-from .._dispatch._placement import Placement
-from .._dispatch._relay import NestedHost
 from .._errors import PoolClosed
-from .._fleet._provisioning import Provisioner, pool_capacity
+from .._executor._feed import Feed, PoolExecutor
+from .._fleet._provisioning import Provisioner
+from .._observe._stats import PoolStats
+from .._routine import CallOptions, Routine
 from .._transport._outgoing import OutgoingCall
-from .._transport._secret import SecretSource, spawn_key
+from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import WorkerMetadata
 from .._transport._tls import TlsCredentials
-from .._transport._trust import Trust
 from ._executors import PoolExecutors
-from ._jobs import PoolJobs, job_scheduler
+from ._jobs import PoolJobs
+from ._layers import Layers
 from ._views import PoolViews
 
 if TYPE_CHECKING:
-    from .._jobs import JobStore, Scheduler
+    from .._jobs import Job, Jobs, JobStore
     from .._observe._observer import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
@@ -58,7 +48,7 @@ POOL_SETTING_NAMES = frozenset(s.name for s in POOL_SETTINGS)
 """`WorkerPool` arguments that are settings (each also read from its ``LEAKYPOOL_*`` variable)."""
 
 
-class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
+class WorkerPool:
     """Worker processes to run routines on, for the duration of an ``async with``.
 
     Inside the block, calling a ``@pool.routine`` dispatches it to one of
@@ -209,70 +199,22 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         settings = {name: value for name, value in locals().items() if name in POOL_SETTING_NAMES}
         settings["store"] = store if isinstance(store, str) else None  # a JobStore object is not a setting
         config = PoolConfig.from_env(os.environ if use_env else None, **settings)
-        self._config = config
-        automatic = 0 if discovery is not None or provisioner is not None else os.cpu_count() or 1
-        minimum = config.spawn if config.spawn is not None else automatic
         self._discovery = discovery
-        self._tasks = TaskOwner("pool", _log)
-        secret_source = SecretSource(config.secret, config.secret_file, default_path=default_secret_file())
-        own_key = spawn_key()  # the workers this pool spawns prove themselves with it, and it to them
-        self._membership = Membership(
-            NestedHost(self, self._tasks),
-            credentials=credentials,
-            trust=Trust.of(own_key, source=secret_source, peer_uids=config.peer_uids),
-            insecure=config.insecure,
-            spawn=lambda coro, name: self._tasks.spawn(coro, name=name),
-            tags=tags,
-            changed=self._capacity_changed,
-            close=self._close_connections,
-            is_local=lambda uid: uid in self._fleet,
-            broken_local=lambda uid: self._fleet.replace(uid),
-        )
-        self._roster = self._membership.roster
-        self._fleet, self._growth = pool_capacity(
+        self._layers = layers = Layers(
             config,
-            backpressure,
-            provisioner,
-            minimum=minimum,
-            provision_timeout=config.provision_timeout,
+            discovery_url=getattr(discovery, "worker_url", ""),
             tags=tags,
-            members=lambda: self._roster.workers.keys(),
-            registry=getattr(discovery, "worker_url", ""),
-            on_ready=self._membership.admit,
-            on_exit=lambda uid, why: self._close_connections(self._membership.evict(uid, why)),
+            credentials=credentials,
+            backpressure=backpressure,
+            loadbalancer=loadbalancer,
+            provisioner=provisioner,
             initializer=None if initializer is None else (initializer, tuple(initargs)),
-            secret=secret_source,
-            spawn_key=own_key,
+            store=store,
+            automatic=0 if discovery is not None or provisioner is not None else os.cpu_count() or 1,
         )
-        self._fleet.changed = self._capacity_changed
-        placement = Placement(
-            loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
-            self._roster,
-            self._membership,
-            self._close_connections,
-            plain_prefetch=config.plain_prefetch,
-        )
-        placement.overdue = lambda uid: self._fleet.retire(uid, "timeout")
-        self._admission = Admission(
-            placement,
-            self._tasks,
-            self._growth.grow,
-            queue_depth=config.queue_depth,
-            admission_timeout=config.admission_timeout,
-            max_pending=config.max_pending,
-            coming=lambda: self._fleet.coming(placement.draining),
-            stranded=lambda: None if len(self._roster) else self._fleet.stranded(),
-        )
-        placement.waiting = lambda: bool(self._admission.waiting)
-        self._path = CallPath(
-            self._admission,
-            default_deadline=config.dispatch_deadline,
-            capacity_changed=self._capacity_changed,
-            workers=lambda: len(self._roster),
-        )
-        self._scheduler: Scheduler | None = job_scheduler(
-            store, config, self._path, self._growth.grow, lambda: len(self._roster) > 0 or self._growth.maximum > 0
-        )
+        self._jobs = PoolJobs(layers)
+        self._executors = PoolExecutors(layers)
+        self._views = PoolViews(layers)
         self._token: Any = None
         self._observer: PoolObserver | None = None
         if config.metrics_port is not None:
@@ -281,29 +223,25 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             self._observer = PoolObserver(
                 self, config.metrics_port, config.metrics_host, config.metrics_token, config.metrics_names
             )
-            self._path.metrics = self._observer.metrics
+            layers.path.metrics = self._observer.metrics
 
     # -- lifecycle -------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._path.state != "new":
+        layers = self._layers
+        if layers.path.state != "new":
             raise PoolClosed("a WorkerPool can be entered once; make a new one")
-        self._path.state = "starting"
+        layers.path.state = "starting"
         try:
-            await self._fleet.prepare()  # first: the template forks only while no thread (a store's) runs
-            if self._scheduler is not None:
-                await self._scheduler.store.open()  # a bad store fails here, before any worker starts
-            await self._fleet.start()
-            if self._scheduler is not None:
-                await self._scheduler.start()
+            await layers.start()
             if self._observer is not None:
                 await self._observer.start()
         except BaseException:
             await self._shutdown()
             raise
         if self._discovery is not None:
-            self._tasks.spawn(self._membership.follow(self._discovery), name="discovery")
-        self._path.state = "open"
+            layers.tasks.spawn(layers.membership.follow(self._discovery), name="discovery")
+        layers.path.state = "open"
         self._token = set_dispatcher(self)
         opened(self)
         return self
@@ -320,25 +258,11 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
 
     async def _shutdown(self) -> None:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
-        self._path.state = "closed"
-        self._admission.close(PoolClosed("the pool closed while the call waited for a worker"))
+        self._layers.path.state = "closed"
+        self._layers.admission.close(PoolClosed("the pool closed while the call waited for a worker"))
         if self._observer is not None:
             await self._observer.aclose()
-        async with contextlib.AsyncExitStack() as stack:  # each step runs even if one before it fails
-            stack.push_async_callback(self._tasks.aclose)
-            stack.push_async_callback(self._membership.close)
-            if self._scheduler is not None:
-                self._scheduler.stop_leasing()
-                stack.push_async_callback(self._scheduler.store.close)
-                stack.push_async_callback(self._scheduler.aclose)
-            stack.push_async_callback(self._growth.aclose)
-            await self._fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
-
-    def _close_connections(self, connections: Iterable[WorkerConnection]) -> None:
-        for connection in connections:
-            if self._tasks.closed:
-                continue  # shutting down: Membership.close closes every connection
-            self._tasks.spawn(connection.close(), name=f"close {connection.metadata.uid}")
+        await self._layers.stop()
 
     # -- membership --------------------------------------------------------------
 
@@ -348,17 +272,17 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
         Raises:
             TimeoutError: not enough workers joined within ``timeout`` seconds.
         """
-        await self._membership.until(lambda: len(self._roster) >= count, timeout)
+        await self._layers.membership.until(lambda: len(self._layers.roster) >= count, timeout)
 
     # -- dispatch ----------------------------------------------------------------
 
     def call(self, task: Task) -> Any:
         """Run a coroutine routine's task; see `pool.routine`."""
-        return call_routine(self._path, task)
+        return call_routine(self._layers.path, task)
 
     def generator(self, task: Task) -> RemoteGenerator:
         """Run an async-generator routine's task; see `pool.routine`."""
-        return RemoteGenerator(self._path, task)
+        return RemoteGenerator(self._layers.path, task)
 
     async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it.
@@ -377,16 +301,97 @@ class WorkerPool(PoolJobs, PoolExecutors, PoolViews):
             Deadlock: it needs a slot only its own callers hold.
             WorkflowHalted: an earlier call of its workflow failed (halt_on_error).
         """
-        return await self._path.dispatch(task, parent)
+        return await self._layers.path.dispatch(task, parent)
 
-    def _capacity_changed(self) -> None:
-        self._growth.changed()
-        self._admission.capacity_changed()
-        if self._scheduler is not None:
-            self._scheduler.capacity_changed()
+    # -- jobs (`_jobs.PoolJobs`) ----------------------------------------------------
+
+    @property
+    def has_store(self) -> bool:
+        """Whether the pool has a job store (``store=`` / ``LEAKYPOOL_STORE``)."""
+        return self._jobs.has_store
+
+    @property
+    def jobs(self) -> Jobs:
+        """The pool's durable jobs: ``await pool.jobs.get(id)``, ``.list(state)``, ``.counts()``, ``.pause(queue)``.
+
+        Raises:
+            ConfigError: the pool has no store (``store=`` / ``LEAKYPOOL_STORE``).
+        """
+        return self._jobs.jobs
+
+    async def submit(self, task: Task, options: CallOptions) -> Job:
+        """Commit a job for ``task`` (see `pool.Routine.submit`)."""
+        return await self._jobs.submit(task, options)
+
+    def schedule(
+        self,
+        routine: Routine[Any, Any],
+        cron: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        tz: str = "UTC",
+    ) -> str:
+        """Run ``routine(*args, **kwargs)`` as a job at every slot of ``cron``; returns the schedule's name.
+
+        Every process on the store may schedule the same thing: each slot runs once in all. See
+        `PoolJobs.schedule` for the rules, and docs/jobs.md. Needs the ``cron`` extra.
+
+        Raises:
+            ConfigError: no store, a pool not open, a bad expression or zone, croniter missing.
+            SerializationError: an argument cannot be pickled.
+        """
+        return self._jobs.schedule(routine, cron, args, kwargs, tz=tz)
+
+    # -- executors (`_executors.PoolExecutors`) ---------------------------------------
+
+    def executor(self) -> PoolExecutor:
+        """A ``concurrent.futures.Executor`` over this open pool, for ``loop.run_in_executor`` and libraries.
+
+        Call it on the pool's loop, inside the ``async with``. Its ``submit`` never blocks and queues
+        without limit; its ``shutdown`` leaves the pool open; when the pool closes, its unfinished
+        work ends in `PoolClosed` (see docs/from-concurrent-futures.md).
+
+        Raises:
+            PoolClosed: the pool is not open.
+        """
+        return self._executors.executor()
+
+    def _feed(self, feed: Feed) -> Feed:
+        """Attach a standalone `pool.Executor`'s waiting line to this open pool (see `PoolExecutors.attach`)."""
+        return self._executors.attach(feed)
+
+    # -- views (`_views.PoolViews`) ---------------------------------------------------
+
+    def stats(self) -> PoolStats:
+        """Load now: calls running and waiting, overall and per queue, key and workflow."""
+        return self._views.stats()
+
+    @property
+    def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:
+        """The pool's workers now, by uid (a snapshot)."""
+        return self._views.workers
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the worker processes this pool spawned and still runs."""
+        return self._views.pids
+
+    async def worker_states(self, timeout: float = 5.0) -> dict[uuid.UUID, pb.WorkerState]:
+        """Each worker's own report (State RPC): in flight, idle seconds, capacity... (those that answer in ``timeout``)."""
+        return await self._views.worker_states(timeout)
+
+    def in_flight(self) -> int:
+        """Calls dispatched through this pool that have not ended."""
+        return self._views.in_flight()
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``/metrics`` and ``/status`` once open, or None without ``metrics_port``."""
+        return None if self._observer is None else self._observer.address
 
     def __repr__(self) -> str:
-        return f"<WorkerPool {self._path.state} [{self.stats().summary()}]>"
+        return f"<WorkerPool {self._layers.path.state} [{self.stats().summary()}]>"
 
 
 public(WorkerPool)

@@ -22,7 +22,7 @@ async def until_members(
     p: pool.WorkerPool, predicate: Callable[[pool.WorkerPool], bool], timeout: float = 30.0
 ) -> None:
     """Wait until ``predicate(p)`` holds, re-checking on each membership change."""
-    await p._membership.until(lambda: predicate(p), timeout)
+    await p._layers.membership.until(lambda: predicate(p), timeout)
 
 
 async def eventually(

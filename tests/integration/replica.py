@@ -62,7 +62,7 @@ async def main(url: str, markers: str, first: int, count: int, total: int, ttl: 
             )
         )
         print("SUBMITTED", *p.pids, flush=True)
-        presence = p._scheduler._presence  # type: ignore[union-attr]
+        presence = p._layers.scheduler._presence  # type: ignore[union-attr]
         presence.store = CountedRecoveries(presence.store)  # the tick reads it anew each time (TICK lines)
         async with asyncio.timeout(600):
             for i in range(total):

@@ -125,7 +125,7 @@ async def test_stop_rpc_should_drain_the_worker_and_let_it_exit():
             await p.wait_for_workers(1, timeout=30)
             call = asyncio.ensure_future(routines.sleep(0.5, signals.address, "last"))
             await signals.wait("started last")
-            (connection,) = p._roster.connections()
+            (connection,) = p._layers.roster.connections()
             state = await connection.stop(grace=10)
             assert (state.accepting, state.in_flight) == (False, 1)
             assert await call == 0.5  # in-flight work finishes within the grace

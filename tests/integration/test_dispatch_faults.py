@@ -140,6 +140,6 @@ async def test_broken_spawned_worker_should_be_replaced():
 
     async with pool.WorkerPool(spawn=1) as p:
         (uid,) = p.workers
-        p._fleet.replace(uid)  # what the pool does when a spawned worker fails hard
+        p._layers.fleet.replace(uid)  # what the pool does when a spawned worker fails hard
         await until_members(p, lambda p: len(p.workers) == 1 and uid not in p.workers)
         assert await routines.add(1, 2) == 3

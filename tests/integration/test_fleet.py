@@ -25,18 +25,18 @@ async def test_replacement_that_dies_before_ready_should_be_retried_until_the_po
     monkeypatch.setattr(_fleet, "RESPAWN_BACKOFF_S", (0.0, 0.05, 0.1))
     async with pool.WorkerPool(spawn=1) as p:
         (uid,) = p.workers
-        good_env = dict(p._fleet._env)
-        p._fleet._env["LEAKYPOOL_MAX_LIFETIME"] = "not-a-number"  # replacements exit with status 2 at start-up
+        good_env = dict(p._layers.fleet._env)
+        p._layers.fleet._env["LEAKYPOOL_MAX_LIFETIME"] = "not-a-number"  # replacements exit with status 2 at start-up
         (pid,) = p.pids
         os.kill(pid, signal.SIGKILL)
         await until_members(p, lambda p: not p.workers, timeout=30)
-        await eventually(lambda: p._fleet._crashes >= 3, timeout=30)  # several replacements died young
-        assert p._fleet.owed == 1 and not p.workers
-        p._fleet._env = good_env  # the cause is gone: the next attempt must succeed
+        await eventually(lambda: p._layers.fleet._crashes >= 3, timeout=30)  # several replacements died young
+        assert p._layers.fleet.owed == 1 and not p.workers
+        p._layers.fleet._env = good_env  # the cause is gone: the next attempt must succeed
         await until_members(p, lambda p: len(p.workers) == 1, timeout=30)
         assert uid not in p.workers
         assert await routines.add(1, 2) == 3
-        assert p._fleet.owed == 0
+        assert p._layers.fleet.owed == 0
 
 
 async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being_replaced(monkeypatch, one_slot_pool):
@@ -44,17 +44,17 @@ async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being
     monkeypatch.setattr(_fleet, "RESPAWN_BACKOFF_S", (0.0, 1.0))
     async with one_slot_pool(max_workers=1, queue_depth=10, dispatch_deadline=60) as p:
         sizes: list[int] = []
-        ready = p._fleet._on_ready
+        ready = p._layers.fleet._on_ready
 
         def record(metadata: pool.WorkerMetadata) -> None:
-            sizes.append(len(p._fleet))
+            sizes.append(len(p._layers.fleet))
             ready(metadata)
 
-        p._fleet._on_ready = record
+        p._layers.fleet._on_ready = record
         (pid,) = p.pids
         os.kill(pid, signal.SIGKILL)  # died young: its replacement waits out a back-off
         await until_members(p, lambda p: not p.workers, timeout=30)
         assert await asyncio.wait_for(routines.add(1, 2), 30) == 3  # queued meanwhile: starved the pool
-        await eventually(lambda: p._fleet.owed == 0 and not p._fleet._growing, timeout=30)
+        await eventually(lambda: p._layers.fleet.owed == 0 and not p._layers.fleet._growing, timeout=30)
         assert sizes and max(sizes) <= 1, sizes
         assert len(p.pids) == 1

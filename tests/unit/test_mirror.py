@@ -34,6 +34,7 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_cli/_main.py": f"the real command in a subprocess: {IT}test_job_lifecycle.py, {IT}test_store_outages.py, "
     f"{IT}test_status_view.py (tmux)",
     "pool/_pool/_worker_pool.py": f"every pool test: {IT}test_pool_lifecycle.py, {IT}test_routines.py, {IT}test_dispatch_faults.py",
+    "pool/_pool/_layers.py": f"the layers wired, started and stopped: {IT}test_pool_lifecycle.py, {IT}test_fleet.py",
     "pool/_pool/_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
     "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
     "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}test_executor.py",
