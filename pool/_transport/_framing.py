@@ -168,6 +168,8 @@ class MessageStream(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        with self.through.lock:
+            pass  # a thread's write under way ends before the transport closes the socket (its number reused)
         if exc is not None:
             self.read_rest()
         if self._dup >= 0:

@@ -181,8 +181,8 @@ class Session:
         A stream never read to its end (gRPC) needs neither: True.
         """
         self.accept(call_id)
-        if self._on_wire is None:
-            return self._thread_write is None
+        if self._on_wire is None or self.failure is not None:
+            return self._thread_write is None and self.failure is None
         self._outbox.flush()
         return self._outbox.empty and self._on_wire()
 

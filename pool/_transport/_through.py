@@ -72,7 +72,7 @@ class Through:
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # (the loop takes it again in `connection_lost`, if a write ends there)
         self.handing = False  # a thread's message waits for the loop to hand it to the transport (`_hand`)
         self._handed: asyncio.Future[None] | None = None  # the loop's writer waiting for that
 
@@ -142,6 +142,8 @@ class Through:
         if stream.ended or transport is None or transport.is_closing() or fd < 0:
             return False
         with self.lock:
+            if stream.ended or transport.is_closing():
+                return False  # checked again here: the loop closes the socket only after a turn of this lock
             if self.handing or transport.get_write_buffer_size():
                 rest = data
             else:
@@ -194,7 +196,9 @@ class Through:
         """On the loop: whether every byte written so far is in the kernel (none waits in the transport)."""
         transport = self._stream.transport
         with self.lock:
-            return not self.handing and transport is not None and transport.get_write_buffer_size() == 0
+            if self.handing or transport is None or transport.is_closing():
+                return False  # (a closing transport holds nothing, and sends nothing more either)
+            return transport.get_write_buffer_size() == 0
 
     def _hand(self, rest: bytes) -> None:
         """On the loop: give a thread's message (what the socket did not take) to the transport, first in line."""

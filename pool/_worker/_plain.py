@@ -90,7 +90,8 @@ class PlainLine:
 
     def room(self, task: Any) -> str | None:
         """Where a new plain call would go: `START`, `QUEUE`, or None (no room: BUSY)."""
-        taken = len(self.waiting) + (self.running is not None)  # (a call accepted to start may not have yet)
+        with self.lock:  # (the thread moves a call from waiting to running under it)
+            taken = len(self.waiting) + (self.running is not None)  # (a call accepted to start may not have yet)
         if not taken:
             return START  # (only the loop adds calls: an idle line stays idle until it does)
         if getattr(task, "prefetch", None) == 0 or taken > self.depth:

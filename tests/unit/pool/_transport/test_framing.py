@@ -258,3 +258,43 @@ async def test_busy_at_should_not_count_a_write_the_peer_does_not_read():
     finally:
         a.close()
         right.close()
+
+
+class TestReadRest:
+    """`MessageStream.read_rest` on a real unix socket pair: what a peer wrote before it went is all read."""
+
+    @staticmethod
+    async def _pair() -> tuple[MessageStream, socket.socket]:
+        ours, theirs = socket.socketpair()
+        _, stream = await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: MessageStream(read_rest=True), ours
+        )
+        return stream, theirs
+
+    @staticmethod
+    def _framed(message: bytes) -> bytes:
+        return struct.pack(">I", len(message)) + message
+
+    async def test_a_live_peer_should_never_count_as_read_to_its_end(self):
+        stream, theirs = await self._pair()
+        try:
+            theirs.sendall(self._framed(b"more to come"))
+            assert stream.read_rest() is False
+        finally:
+            stream.close()
+            theirs.close()
+
+    @pytest.mark.parametrize("reset", [False, True])
+    async def test_a_peer_gone_should_have_its_last_message_read_before_the_end(self, reset):
+        """Test both ends a dead worker's socket shows: EOF, and the reset of one that left bytes unread."""
+        stream, theirs = await self._pair()
+        try:
+            if reset:
+                assert stream.write_now(b"never read")  # left in the peer's buffer: its close resets ours
+            theirs.sendall(self._framed(b"last words"))
+            theirs.close()
+            assert stream.read_rest() is True
+            async with asyncio.timeout(5):
+                assert bytes(await stream.receive()) == b"last words"
+        finally:
+            stream.close()
