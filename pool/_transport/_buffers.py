@@ -35,6 +35,7 @@ into a region of the relaying process (`adopt`), never unpickled there.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import mmap
 import os
@@ -42,6 +43,7 @@ import secrets
 import struct
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Final
 
 from . import _side
@@ -71,13 +73,12 @@ class Region:
     fresh pages (faulting a GiB in costs ~1 s here); see the module docstring.
     """
 
-    __slots__ = ("fd", "lent", "mem", "owned", "size", "token")
+    __slots__ = ("fd", "lent", "mem", "size", "token")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.token = 0  # this use's name on the side connections; a new one per use
-        self.lent = 0  # peers holding a mapping (or a descriptor) of this use
-        self.owned = False  # a payload of this use is alive here
+        self.lent = 0  # holders of this use: its payload here, peers' mappings and descriptors, spills
         self.fd = os.memfd_create("leakypool-buffers", os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, size)
@@ -98,6 +99,20 @@ class Region:
                 mem[at + start : at + start + len(piece)] = piece
             at += _page(len(flat))
 
+    def take(self) -> None:
+        """One more holder of this use (a peer it is lent to, a spill, a mapping here)."""
+        with _arena():
+            self.lent += 1
+
+    def give_back(self) -> None:
+        """One holder let go of it: from any thread, a finalizer too (never blocks, see `_arena`)."""
+        _returns.append(self)
+        if _arena_lock.acquire(blocking=False):
+            try:
+                _settle_returns()
+            finally:
+                _arena_lock.release()
+
     def close(self) -> None:
         """Unmap and close (its memory goes once no receiver maps it)."""
         with contextlib.suppress(BufferError, ValueError, OSError):
@@ -113,54 +128,72 @@ class Payload(bytes):
     def __del__(self) -> None:
         region = getattr(self, "region", None)
         if region is not None:
-            region.owned = False
             with contextlib.suppress(Exception):  # at interpreter exit the module may be half gone
-                _settle(region)
+                region.give_back()
 
 
 _free: list[Region] = []  # regions no one maps: reused, most recent first
 _lent: dict[int, Region] = {}  # token -> a region in use (a payload alive here, or a peer's mapping)
+_returns: collections.deque[Region] = collections.deque()  # holders let go of these, not yet counted out
 _arena_lock = threading.Lock()
+"""Guards the counts, `_lent` and `_free`: the loop, a worker's plain and watch threads and finalizers reach
+them. A finalizer may run on a thread that holds it (garbage collected mid-update), so letting go never
+waits for it: it queues the region (`Region.give_back`), counted out by whoever holds the lock next."""
+
+
+@contextlib.contextmanager
+def _arena() -> Iterator[None]:
+    """Hold `_arena_lock`; count out what was let go meanwhile before letting go of it."""
+    with _arena_lock:
+        yield
+        _settle_returns()
+
+
+def _settle_returns() -> None:  # with `_arena_lock` held
+    while _returns:
+        region = _returns.popleft()
+        region.lent -= 1
+        _settle(region)
 
 
 def _acquire(need: int) -> Region:
-    """A region of at least ``need`` bytes: an idle one that fits (not four times too big), else a new one."""
+    """A region of at least ``need`` bytes (one holder: its payload): an idle one that fits, else a new one."""
     _side.drain_all()  # releases that came in
-    with _arena_lock:
+    with _arena():
         best = None
         for region in _free:
             if need <= region.size <= 4 * need and (best is None or region.size < best.size):
-                best = region
+                best = region  # (not four times too big)
         if best is not None:
             _free.remove(best)
     region = best if best is not None else Region(need)
-    region.token = secrets.randbits(64)
-    region.owned, region.lent = True, 0
-    _lent[region.token] = region
+    with _arena():
+        region.token = secrets.randbits(64)
+        region.lent = 1
+        _lent[region.token] = region
     return region
 
 
-def _settle(region: Region) -> None:
+def _settle(region: Region) -> None:  # with `_arena_lock` held
     """Back to the idle list once nothing here or on a peer uses it (or closed, past `ARENA_KEEP_BYTES`)."""
-    if region.owned or region.lent > 0 or _lent.get(region.token) is not region:
+    if region.lent > 0 or _lent.get(region.token) is not region:
         return
     del _lent[region.token]
-    with _arena_lock:
-        _free.insert(0, region)
-        kept = 0
-        for index, idle in enumerate(_free):
-            kept += idle.size
-            if kept > ARENA_KEEP_BYTES:
-                for extra in _free[index:]:
-                    extra.close()
-                del _free[index:]
-                break
+    _free.insert(0, region)
+    kept = 0
+    for index, idle in enumerate(_free):
+        kept += idle.size
+        if kept > ARENA_KEEP_BYTES:
+            for extra in _free[index:]:
+                extra.close()
+            del _free[index:]
+            break
 
 
 def release_idle() -> int:
     """Close every idle region (their memory goes back to the system); the bytes they held (a worker gone idle)."""
     _side.drain_all()  # the releases peers sent since: regions they let go of are idle too
-    with _arena_lock:
+    with _arena():
         regions, _free[:] = list(_free), []
     for region in regions:
         region.close()
@@ -169,7 +202,7 @@ def release_idle() -> int:
 
 def idle_bytes() -> int:
     """Bytes of the idle regions kept for reuse (resident, but not what the process's own work holds)."""
-    with _arena_lock:
+    with _arena():
         return sum(region.size for region in _free)
 
 
@@ -177,8 +210,7 @@ def returned(token: int) -> None:
     """One holder of this process's region ``token`` let go of it (a peer's mapping, a spill, an assembly)."""
     region = _lent.get(token)
     if region is not None:
-        region.lent -= 1
-        _settle(region)
+        region.give_back()
 
 
 def pack(pickled: bytes, buffers: list[memoryview]) -> Payload:
@@ -191,8 +223,7 @@ def pack(pickled: bytes, buffers: list[memoryview]) -> Payload:
     try:
         region.write(buffers)
     except BaseException:
-        region.owned = False
-        _settle(region)
+        region.give_back()
         raise
     payload = Payload(b"".join((_HEADER.pack(MARK, region.token, region.size, len(buffers)), *spans, pickled)))
     payload.region = region
@@ -201,9 +232,7 @@ def pack(pickled: bytes, buffers: list[memoryview]) -> Payload:
 
 def receiving(size: int) -> Region:
     """A region of this arena for a value a peer sends in chunks (`_chunks`), held until `returned`."""
-    region = _acquire(_size_class(size))
-    region.owned, region.lent = False, 1
-    return region
+    return _acquire(_size_class(size))  # its one holder: the assembly, not a payload
 
 
 def spans(data: bytes) -> list[tuple[int, int]]:
@@ -240,8 +269,7 @@ def adopt(data: bytes) -> bytes:
         with theirs, memoryview(theirs) as view:
             region.write([view[offset : offset + n] for offset, n in spans(data)])  # the same layout: `pack`'s
     except BaseException:
-        region.owned = False
-        _settle(region)
+        region.give_back()
         raise
     finally:
         side.release(token)  # unmapped: the sender may write there again
@@ -276,7 +304,7 @@ def unpack(data: bytes) -> tuple[memoryview, list[memoryview]]:
     region = region_of(data)
     if region is not None:  # our own (a value put back in band): lent to ourselves
         fd, side = os.dup(region.fd), None
-        region.lent += 1
+        region.take()
     else:
         fd, side = take(token)
     try:
@@ -314,6 +342,3 @@ def forget(data: bytes) -> None:
         return
     with contextlib.suppress(LookupError):
         _let_go(*take(token := _HEADER.unpack_from(data)[1]), token)
-
-
-_side.on_release = returned

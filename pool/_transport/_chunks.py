@@ -72,7 +72,7 @@ class Spill:
         self._region: _buffers.Region | None = region
         self._token = region.token
         self._spans = _buffers.spans(payload)
-        region.lent += 1
+        region.take()
 
     def frames(self) -> Iterator[pb.Frames]:
         """One message per chunk, the last one marked."""

@@ -16,7 +16,6 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Callable
 from typing import Final, Protocol
 
 INBOX_MAX: Final[int] = 256
@@ -34,21 +33,20 @@ class Lendable(Protocol):
     fd: int
     size: int
     token: int
-    lent: int
+
+    def take(self) -> None:
+        """One more holder: the peer it is lent to."""
+        ...
+
+    def give_back(self) -> None:
+        """The peer let go of it (from any thread)."""
+        ...
 
 
 class Holder(Protocol):
     """Where a received region came from, told when it is let go (a `SideChannel`, or `_chunks`' own arena)."""
 
     def release(self, token: int) -> None: ...
-
-
-def _nobody(token: int) -> None:
-    pass
-
-
-on_release: Callable[[int], None] = _nobody
-"""Called with a token the peer released (set by `_buffers`, which owns the regions)."""
 
 
 class SideChannel:
@@ -63,15 +61,16 @@ class SideChannel:
         sock.setblocking(False)
         self.closed = False
         self._lock = threading.RLock()  # a worker's watch thread, or a finalizer, may send too
-        self._tokens: dict[int, int] = {}  # regions lent over it and not yet released: token -> count
+        self._lent: dict[int, list[Lendable]] = {}  # regions lent over it and not yet released, once per lending
 
     def lend(self, region: Lendable) -> bool:
         """Send ``region``'s descriptor; False if the connection is gone (then send the value inline)."""
-        region.lent += 1
+        region.take()
         if self._send(_RECORD.pack(region.token, region.size), region.fd):
-            self._tokens[region.token] = self._tokens.get(region.token, 0) + 1
+            with self._lock:
+                self._lent.setdefault(region.token, []).append(region)
             return True
-        region.lent -= 1
+        region.give_back()
         return False
 
     def release(self, token: int) -> None:
@@ -113,11 +112,11 @@ class SideChannel:
                 self.close()
                 return
             token, length = _RECORD.unpack(data) if len(data) == _RECORD.size else (None, 0)
-            if token is not None and not fds and length == 0 and self._tokens.get(token):
-                self._tokens[token] -= 1  # the peer let go of a region this end lent it
-                if not self._tokens[token]:
-                    del self._tokens[token]
-                on_release(token)
+            if token is not None and not fds and length == 0 and (lent := self._lent.get(token)):
+                region = lent.pop()  # the peer let go of a region this end lent it
+                if not lent:
+                    del self._lent[token]
+                region.give_back()
             for fd in fds:
                 if token is None:
                     os.close(fd)
@@ -138,10 +137,10 @@ class SideChannel:
         for key, channel in list(_channels.items()):
             if channel is self:
                 del _channels[key]
-        tokens, self._tokens = self._tokens, {}
-        for token, count in tokens.items():
-            for _ in range(count):
-                on_release(token)
+        lent, self._lent = self._lent, {}
+        for regions in lent.values():
+            for region in regions:
+                region.give_back()
 
 
 _inbox: collections.OrderedDict[int, tuple[int, Holder]] = collections.OrderedDict()  # token -> (fd, from)

@@ -7,6 +7,7 @@ else is here so it can be tested and reused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -117,74 +118,54 @@ async def serve(
         inline=runs_inline(config) and not asyncio.get_running_loop().get_debug(),
     )
     stop_server, port = await _start_server(config, service)
-    service.start()
-    if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
-        _log.warning(
-            "serving WITHOUT client certificates on %s (--insecure): anyone who reaches this port can run code here",
-            bind_address(config.host, port),
-        )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
-    _watch_lifeline(config.lifeline_fd, service)
-    await set_up(config, service, setup, stop_server)
-    info = {
-        "uid": uid,
-        "port": port,
-        "pid": os.getpid(),
-        "capacity": capacity,
-        "tags": list(config.tags),
-        "version": __version__,
-    }
-    if config.unix_socket:
-        info["unix_socket"] = config.unix_socket
-    try:
+    grace: float | None = None  # the server's, once this worker served: one that never got ready stops at once
+    async with contextlib.AsyncExitStack() as undo:  # in reverse, on every path: unpublish, stop serving, close
+        undo.push_async_callback(service.aclose)
+        undo.push_async_callback(lambda: stop_server(grace))
+        service.start()
+        if config.insecure and not is_loopback(config.host) and not config.tls_client_ca:
+            _log.warning(
+                "serving WITHOUT client certificates on %s (--insecure): anyone who reaches this port can run code here",
+                bind_address(config.host, port),
+            )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _on_signal, service, sig, config.shutdown_grace)
+        _watch_lifeline(config.lifeline_fd, service)
+        await set_up(config, service, setup)
+        info = {
+            "uid": uid,
+            "port": port,
+            "pid": os.getpid(),
+            "capacity": capacity,
+            "tags": list(config.tags),
+            "version": __version__,
+        }
+        if config.unix_socket:
+            info["unix_socket"] = config.unix_socket
         observation = await _observe(config, service)
-    except ConfigError:
-        await stop_server(None)
-        await service.aclose()
-        raise
-    if observation is not None:
-        info["metrics_port"] = observation.port
-    try:
-        withdraw = _publish(config, service, info)
-    except (OSError, ConfigError) as exc:
-        await stop_server(None)
         if observation is not None:
-            await observation.aclose()
-        await service.aclose()
-        if isinstance(exc, ConfigError):
-            raise  # (a registry directory that is not private: it names the path and the fix)
-        raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
-    try:
+            undo.push_async_callback(observation.aclose)
+            info["metrics_port"] = observation.port
+        try:
+            undo.push_async_callback(_publish(config, service, info))
+        except OSError as exc:
+            raise ConfigError(f"--discovery {config.discovery}: cannot publish this worker: {exc}") from None
         registry = await _start_registry(config, service, info)
-    except ConfigError:
-        await stop_server(None)
-        await withdraw()
-        if observation is not None:
-            await observation.aclose()
-        await service.aclose()
-        raise
-    report_ready(config.ready_fd, info, service.lifecycle.recycler)
-    _log.info(
-        "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
-        uid,
-        f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port),
-        capacity or "unlimited",
-        config.tls,
-        ",".join(config.tags) or "-",
-        config.discovery,
-    )
-    try:
-        await service.done.wait()
-    finally:
-        await stop_server(1.0)
-        await withdraw()
         if registry is not None:
-            await registry.withdraw()
-        if observation is not None:
-            await observation.aclose()
-        await service.aclose()
+            undo.push_async_callback(registry.withdraw)
+        report_ready(config.ready_fd, info, service.lifecycle.recycler)
+        _log.info(
+            "ready: uid=%s address=%s capacity=%s tls=%s tags=%s discovery=%s",
+            uid,
+            f"unix:{config.unix_socket}" if config.unix_socket else bind_address(config.host, port),
+            capacity or "unlimited",
+            config.tls,
+            ",".join(config.tags) or "-",
+            config.discovery,
+        )
+        grace = 1.0
+        await service.done.wait()
     return service.exit_reason, service.lifecycle.recycled
 
 

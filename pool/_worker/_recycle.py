@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final, NoReturn, Protocol
 
 from .._base._exit import EXIT_RETIRED
@@ -204,12 +204,11 @@ async def set_up(
     config: WorkerConfig,
     service: Serving,
     setup: tuple[Callable[..., Any], tuple[Any, ...]] | None,
-    stop_server: Callable[[float | None], Awaitable[None]],
 ) -> None:
     """Give ``service`` its `Recycler` and run the initializer (the server is bound, nothing published yet).
 
     Raises:
-        InitializerFailed: it raised: reported to the pool, the server stopped, the service closed.
+        InitializerFailed: it raised: reported to the pool (the caller stops the server and the service).
     """
     if config.max_tasks or config.max_memory:
         lifecycle = service.lifecycle
@@ -228,8 +227,6 @@ async def set_up(
         await run_initializer(setup, routine_loop(service))
     except InitializerFailed as failed:
         report_init_failure(config.ready_fd, failed.args[0])
-        await stop_server(None)
-        await service.aclose()
         raise
 
 

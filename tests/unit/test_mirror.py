@@ -98,7 +98,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_observe/_progress.py": f"progress= of pool.map: {UT}_dispatch/test_fanout.py",
     "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}test_admission.py",
     # _transport
-    "pool/_transport/_buffers.py": f"1 GiB values over memfd regions: {IT}test_large_values.py",
     "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}test_large_values.py",
     "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}test_large_values.py",
     "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}test_routines.py, {IT}test_dispatch_faults.py",
