@@ -27,7 +27,7 @@ import uvloop
 import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
-from bench import routines
+from bench.support import routines
 
 TASKS = 3_704
 PER_WORKER = 100

@@ -187,7 +187,7 @@ def run_leakypool(calls: int, tp_calls: int) -> dict[str, Any]:
     import uvloop
 
     import pool
-    from bench import routines
+    from bench.support import routines
 
     async def main() -> dict[str, Any]:
         async with pool.WorkerPool(spawn=2):

@@ -27,8 +27,8 @@ import uvloop
 import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
-from bench import routines
-from bench.workloads import log, summarize_us
+from bench.support import routines
+from bench.support.workloads import log, summarize_us
 from pool._transport._session import Session
 
 _rejects = [0]

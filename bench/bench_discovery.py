@@ -23,7 +23,7 @@ import uuid
 import uvloop
 
 import pool
-from bench import routines
+from bench.support import routines
 from pool._base._process import watch_exit
 
 RUNS = 5

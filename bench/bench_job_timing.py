@@ -27,8 +27,8 @@ import time
 import uvloop
 
 import pool
-from bench import routines
-from bench.workloads import WORKERS, log, summarize_us
+from bench.support import routines
+from bench.support.workloads import WORKERS, log, summarize_us
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -71,7 +71,7 @@ async def delayed(store: str, n: int) -> dict[str, object]:
 
 async def periodic(store: str, seconds: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="leakypool-cron-") as markers:
-        args = [sys.executable, "-m", "tests.integration.cron_replica", store, markers, "* * * * * */1"]
+        args = [sys.executable, "-m", "tests.integration.support.cron_replica", store, markers, "* * * * * */1"]
         children = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(3)]
         try:
             names = {c.stdout.readline().decode().split()[1] for c in children}  # type: ignore[union-attr]

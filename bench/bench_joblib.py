@@ -22,7 +22,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.svm import SVC
 
 import pool.joblib
-from bench.workloads import WORKERS
+from bench.support.workloads import WORKERS
 
 GRID = {"C": [0.1, 1, 10], "gamma": ["scale", 0.001, 0.0001]}
 

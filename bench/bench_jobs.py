@@ -32,9 +32,9 @@ import uvloop
 import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
-from bench import routines
-from bench.prefill import prefill
-from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, sequential, summarize_us
+from bench.support import routines
+from bench.support.prefill import prefill
+from bench.support.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, sequential, summarize_us
 
 
 class Throughput(TypedDict):

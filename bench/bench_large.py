@@ -37,7 +37,7 @@ import numpy as np
 
 import pool
 
-from .large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm
+from .support.large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm
 
 _made: dict[tuple[str, int], Any] = {}
 

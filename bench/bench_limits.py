@@ -20,8 +20,8 @@ import time
 import uvloop
 
 import pool
-from bench import routines
-from bench.workloads import concurrent, sequential, summarize_us
+from bench.support import routines
+from bench.support.workloads import concurrent, sequential, summarize_us
 from pool._dispatch._limits import Limits, Ticket
 
 CALLS, IN_FLIGHT, WARMUP, ROUNDS = 5_000, 256, 200, 3

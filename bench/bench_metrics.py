@@ -21,8 +21,8 @@ import httpx
 import uvloop
 
 import pool
-from bench import routines
-from bench.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, percentile, sequential
+from bench.support import routines
+from bench.support.workloads import TP_CALLS, TP_CONCURRENCY, WORKERS, concurrent, log, percentile, sequential
 
 
 async def measure(p: pool.WorkerPool, total: int, n_seq: int) -> dict[str, float]:

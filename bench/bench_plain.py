@@ -22,8 +22,8 @@ from typing import Any
 import uvloop
 
 import pool
-from bench.plain_routines import burn, calibrate, noop_plain, plain_burn, plain_noop
-from bench.workloads import (
+from bench.support.plain_routines import burn, calibrate, noop_plain, plain_burn, plain_noop
+from bench.support.workloads import (
     LAT_CALLS,
     LAT_WARMUP,
     TP_CALLS,

@@ -20,8 +20,8 @@ import uvloop
 
 import pool
 from backpressure import TaskCountBackpressure
-from bench import routines
-from bench.workloads import (
+from bench.support import routines
+from bench.support.workloads import (
     COLD_REPEATS,
     IO_CALLS,
     IO_CONCURRENCY,

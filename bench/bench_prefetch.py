@@ -28,7 +28,7 @@ from typing import Any
 
 import pool
 import pool.joblib
-from bench.plain_routines import burn, calibrate
+from bench.support.plain_routines import burn, calibrate
 
 
 def trivial(x: int) -> int:

@@ -22,8 +22,8 @@ import time
 import uvloop
 
 import pool
-from bench import routines
-from bench.workloads import TP_CALLS, TP_CONCURRENCY, concurrent, log
+from bench.support import routines
+from bench.support.workloads import TP_CALLS, TP_CONCURRENCY, concurrent, log
 
 
 async def job_roundtrip() -> None:

@@ -33,7 +33,7 @@ def once(spawn: int) -> float:
     import uvloop
 
     import pool
-    from bench import routines
+    from bench.support import routines
 
     async def run() -> float:
         t0 = time.perf_counter()

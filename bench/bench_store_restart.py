@@ -37,8 +37,8 @@ import time
 import uvloop
 
 import pool
-from bench import routines
-from bench.workloads import log
+from bench.support import routines
+from bench.support.workloads import log
 
 
 def cpu_s() -> float:

@@ -2,7 +2,7 @@
 
 A peer script for ``bench.bench_large`` (same cases, same row format), run in
 its own venv, never by the project: it imports only ray, numpy, the
-standard library and bench/large_cases.py (the cases and floor bench_large
+standard library and bench/support/large_cases.py (the cases and floor bench_large
 uses; numpy and the standard library only) - not ``pool``, as the project
 does not depend on Ray::
 
@@ -89,7 +89,7 @@ import ray
 
 if __package__ in (None, ""):  # run as a script (in Ray's venv, from anywhere): the checkout's bench package
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm, status_kib
+from bench.support.large_cases import KINDS, MIB, cases, floors, hwm_kib, payload, reset_hwm, status_kib
 
 WORKERS = 2  # num_cpus: at most this many tasks run at once
 CALL_TIMEOUT_S = 120.0  # one call past this is recorded as the case's error

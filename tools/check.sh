@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${VENV:-.venv}/bin/
 [ -x "${bin}ruff" ] || bin=
+[ -z "$bin" ] || bin=$(cd "$bin" && pwd)/  # absolute: it also goes on PATH below (VENV may be either)
 set -x
 "${bin}ruff" check .
 "${bin}ruff" format --check .
@@ -17,7 +18,7 @@ set -x
 { set +x; } 2>/dev/null  # the report is long: shown only when it fails
 for package in pool balancer backpressure; do
   echo "+ basedpyright --verifytypes $package --ignoreexternal" >&2
-  report=$(PATH="${bin:+$PWD/$bin:}$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+  report=$(PATH="${bin:+$bin:}$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
     "${bin}basedpyright" --verifytypes "$package" --ignoreexternal) || { printf '%s\n' "$report"; exit 1; }
   grep "completeness score" <<<"$report"
 done

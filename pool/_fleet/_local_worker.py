@@ -265,7 +265,7 @@ def child_env(settings: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update(settings or {})
     # What this process can import, the worker can import: routines pickled
-    # by reference (tests.integration.routines.add) resolve there too.
+    # by reference (tests.integration.routines.common.add) resolve there too.
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env

@@ -23,7 +23,7 @@ IT = "tests/integration/"
 UT = "tests/unit/pool/"
 """Prefixes for the table below (the covering files are named in full, so a reader can open them)."""
 COVERED_ELSEWHERE: Mapping[str, str] = {
-    "pool/_worker/_state.py": "the State RPC: tests/integration/test_responsiveness.py, test_plain.py (worker_states())",
+    "pool/_worker/_state.py": "the State RPC: tests/integration/calls/test_responsiveness.py, plain/test_plain.py (worker_states())",
     # The root and the leaf packages' fronts: what they export is the public API.
     "pool/__init__.py": "the public names, lazy attributes, __module__ fix-up: tests/unit/test_public_api.py",
     "balancer/__init__.py": "re-exports and __module__ fix-up: tests/unit/test_public_api.py, tests/unit/balancer/",
@@ -31,107 +31,107 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "balancer/_protocol.py": "each built-in checked against it: tests/unit/balancer/test_round_robin.py, test_priority.py",
     "backpressure/_protocol.py": "the built-ins checked against it: tests/unit/backpressure/test_task_count.py",
     # The public surface: driven through the API, with real workers.
-    "pool/_cli/_main.py": f"the real command in a subprocess: {IT}test_job_lifecycle.py, {IT}test_store_outages.py, "
-    f"{IT}test_status_view.py (tmux)",
-    "pool/_pool/_worker_pool.py": f"every pool test: {IT}test_pool_lifecycle.py, {IT}test_routines.py, {IT}test_dispatch_faults.py",
-    "pool/_pool/_layers.py": f"the layers wired, started and stopped: {IT}test_pool_lifecycle.py, {IT}test_fleet.py",
-    "pool/_pool/_views.py": f"stats(), workers, pids: {IT}test_admission.py, {IT}test_metrics.py, {IT}test_recycle.py",
-    "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}test_executor.py",
-    "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}test_executor.py "
+    "pool/_cli/_main.py": f"the real command in a subprocess: {IT}jobs/test_job_lifecycle.py, {IT}jobs/test_store_outages.py, "
+    f"{IT}observe/test_status_view.py (tmux)",
+    "pool/_pool/_worker_pool.py": f"every pool test: {IT}fleet/test_pool_lifecycle.py, {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
+    "pool/_pool/_layers.py": f"the layers wired, started and stopped: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_fleet.py",
+    "pool/_pool/_views.py": f"stats(), workers, pids: {IT}dispatch/test_admission.py, {IT}observe/test_metrics.py, {IT}fleet/test_recycle.py",
+    "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
+    "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}executor/test_executor.py",
+    "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}executor/test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
-    "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}test_joblib.py",
+    "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}executor/test_joblib.py",
     "pool/_config/_parse.py": f"sizes, import paths, URLs by reference: {UT}_worker/test_recycle.py, "
     f"{UT}_config/test_settings.py",
-    "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}test_worker_secret.py",
+    "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}trust/test_worker_secret.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
-    "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}test_worker_main.py",
-    "pool/_base/_ids.py": f"worker uids in every registry and status document: {IT}test_discovery.py, {IT}test_metrics.py",
-    "pool/_base/_lost.py": f"store out of reach vs refusing: {IT}test_store_outages.py, {IT}test_store_start.py",
-    "pool/_base/_process.py": f"children watched and forked: {IT}test_template.py, {IT}test_pool_lifecycle.py",
+    "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}fleet/test_worker_main.py",
+    "pool/_base/_ids.py": f"worker uids in every registry and status document: {IT}discovery/test_discovery.py, {IT}observe/test_metrics.py",
+    "pool/_base/_lost.py": f"store out of reach vs refusing: {IT}jobs/test_store_outages.py, {IT}jobs/test_store_start.py",
+    "pool/_base/_process.py": f"children watched and forked: {IT}fleet/test_template.py, {IT}fleet/test_pool_lifecycle.py",
     "pool/_base/_random.py": "registered with hypothesis in tests/conftest.py; used by every balancer test",
-    "pool/_base/_role.py": f"a worker process says it is one at start: {IT}test_worker_main.py, {IT}test_template.py",
+    "pool/_base/_role.py": f"a worker process says it is one at start: {IT}fleet/test_worker_main.py, {IT}fleet/test_template.py",
     "pool/_base/_tasks.py": f"owned tasks: {UT}_jobs/_stores/test_batch.py, {UT}_discovery/test_registry.py, "
-    f"{IT}test_pool_lifecycle.py",
+    f"{IT}fleet/test_pool_lifecycle.py",
     # _discovery
-    "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}test_discovery.py, {IT}test_lan.py",
-    "pool/_discovery/_static.py": f"the in-memory double most integration tests use: {IT}test_discovery.py",
-    "pool/_discovery/_local.py": f"a local registry with real workers: {IT}test_discovery.py; its record format: "
+    "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}discovery/test_discovery.py, {IT}discovery/test_lan.py",
+    "pool/_discovery/_static.py": f"the in-memory double most integration tests use: {IT}discovery/test_discovery.py",
+    "pool/_discovery/_local.py": f"a local registry with real workers: {IT}discovery/test_discovery.py; its record format: "
     f"{UT}_discovery/test_store.py",
-    "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}test_lan.py",
+    "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
     # _dispatch: the call path is only whole with real workers.
-    "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}test_admission.py",
-    "pool/_dispatch/_path.py": f"every call goes through it: {IT}test_routines.py, {IT}test_dispatch_faults.py, "
-    f"{IT}test_faults.py",
-    "pool/_dispatch/_placement.py": f"offers in the balancer's order: {IT}test_known_full.py, {IT}test_leaky_bucket.py, "
-    f"{IT}test_backpressure.py",
-    "pool/_dispatch/_relay.py": f"nested calls through the pool: {IT}test_routines.py, {IT}test_limits.py, {IT}test_trace.py",
+    "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}dispatch/test_admission.py",
+    "pool/_dispatch/_path.py": f"every call goes through it: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py, "
+    f"{IT}calls/test_faults.py",
+    "pool/_dispatch/_placement.py": f"offers in the balancer's order: {IT}dispatch/test_known_full.py, {IT}dispatch/test_leaky_bucket.py, "
+    f"{IT}dispatch/test_backpressure.py",
+    "pool/_dispatch/_relay.py": f"nested calls through the pool: {IT}calls/test_routines.py, {IT}dispatch/test_limits.py, {IT}observe/test_trace.py",
     # _fleet
-    "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}test_fleet.py, {IT}test_pool_lifecycle.py",
-    "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}test_pool_lifecycle.py, {IT}test_local_transport.py",
+    "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}fleet/test_fleet.py, {IT}fleet/test_pool_lifecycle.py",
+    "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_local_transport.py",
     "pool/_fleet/_plan.py": f"the provisioning state machine (PlanMachine): {UT}_fleet/test_provision.py",
-    "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}test_capacity.py",
-    "pool/_fleet/_template.py": f"forking from the template: {IT}test_template.py",
+    "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}fleet/test_capacity.py",
+    "pool/_fleet/_template.py": f"forking from the template: {IT}fleet/test_template.py",
     # _jobs
     "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
-    f"{UT}_jobs/test_wakeups.py, {IT}test_job_burst.py, {IT}test_limits.py",
-    "pool/_cli/_pause.py": f"`leakypool jobs URL pause`: {IT}test_store_outages.py",
-    "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}test_jobs.py",
-    "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_jobs/_pause.py": f"paused queues seen by a dispatching process: {IT}test_store_outages.py, "
+    f"{UT}_jobs/test_wakeups.py, {IT}jobs/test_job_burst.py, {IT}dispatch/test_limits.py",
+    "pool/_cli/_pause.py": f"`leakypool jobs URL pause`: {IT}jobs/test_store_outages.py",
+    "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}jobs/test_jobs.py",
+    "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
+    "pool/_jobs/_pause.py": f"paused queues seen by a dispatching process: {IT}jobs/test_store_outages.py, "
     f"{UT}_jobs/_stores/test_pauses.py",
-    "pool/_jobs/_presence.py": f"owner leases and notices between processes: {IT}test_replicas.py, {IT}test_notices.py",
-    "pool/_jobs/_recorder.py": f"running and outcomes recorded: {IT}test_jobs.py, {IT}test_job_lifecycle.py",
-    "pool/_jobs/_retention.py": f"keep_finished: {IT}test_job_lifecycle.py; the purge itself: {UT}_jobs/test_store.py",
+    "pool/_jobs/_presence.py": f"owner leases and notices between processes: {IT}jobs/test_replicas.py, {IT}jobs/test_notices.py",
+    "pool/_jobs/_recorder.py": f"running and outcomes recorded: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
+    "pool/_jobs/_retention.py": f"keep_finished: {IT}jobs/test_job_lifecycle.py; the purge itself: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
-    f"{UT}_jobs/_stores/test_open.py, {IT}test_job_lifecycle.py",
+    f"{UT}_jobs/_stores/test_open.py, {IT}jobs/test_job_lifecycle.py",
     "pool/_jobs/_stores/_postgres_sql.py": f"the statements, through the contract suite: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_sqlite_schema.py": f"the schema, through the contract suite: {UT}_jobs/test_store.py, "
     f"{UT}_jobs/_stores/test_open.py",
     "pool/_jobs/_stores/_sqlite_thread.py": f"every SQLite store operation runs on it: {UT}_jobs/_stores/test_sqlite.py, "
     f"{UT}_jobs/test_store.py",
     # _observe
-    "pool/_observe/_http.py": f"the port over real HTTP: {IT}test_metrics.py, {IT}test_worker_metrics.py, {IT}test_page.py",
-    "pool/_observe/_observer.py": f"/metrics and /status of a real pool: {IT}test_metrics.py, {IT}test_grafana.py",
+    "pool/_observe/_http.py": f"the port over real HTTP: {IT}observe/test_metrics.py, {IT}observe/test_worker_metrics.py, {IT}observe/test_page.py",
+    "pool/_observe/_observer.py": f"/metrics and /status of a real pool: {IT}observe/test_metrics.py, {IT}observe/test_grafana.py",
     "pool/_observe/_progress.py": f"progress= of pool.map: {UT}_dispatch/test_fanout.py",
-    "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}test_admission.py",
+    "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}dispatch/test_admission.py",
     # _transport
-    "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}test_large_values.py",
-    "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}test_large_values.py",
-    "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}test_routines.py, {IT}test_dispatch_faults.py",
+    "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}calls/test_large_values.py",
+    "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}calls/test_large_values.py",
+    "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
     "pool/_call/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
-    "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}test_local_transport.py, {IT}test_worker_secret.py, {IT}test_lan.py",
+    "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}fleet/test_local_transport.py, {IT}trust/test_worker_secret.py, {IT}discovery/test_lan.py",
     "pool/_transport/_outgoing.py": f"a call opened on a session: {UT}_call/test_calls.py, {UT}_transport/test_session.py",
     "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
     "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
-    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}test_worker_secret.py, {UT}_config/test_settings.py",
-    "pool/_transport/_trust.py": f"a keyring and the trusted uids: {UT}_transport/test_handshake.py, {IT}test_trust.py",
-    "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}test_lan.py, {IT}test_capacity_netns.py",
-    "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}test_local_transport.py",
+    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}trust/test_worker_secret.py, {UT}_config/test_settings.py",
+    "pool/_transport/_trust.py": f"a keyring and the trusted uids: {UT}_transport/test_handshake.py, {IT}trust/test_trust.py",
+    "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}discovery/test_lan.py, {IT}fleet/test_capacity_netns.py",
+    "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "
     f"{UT}_worker/test_signals.py",
-    "pool/_worker/_keys.py": f"a worker's secret, and the variable gone from routines: {IT}test_worker_secret.py, "
-    f"{IT}test_trust.py",
-    "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}test_routines.py, {IT}test_plain.py",
-    "pool/_worker/_lifecycle.py": f"idle timeout, lifetime, drains: {IT}test_pool_lifecycle.py, {IT}test_recycle.py, "
-    f"{IT}test_worker_main.py",
-    "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}test_worker_main.py",
-    "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}test_worker_metrics.py",
-    "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}test_replicas.py, {IT}test_discovery.py",
-    "pool/_worker/_release.py": f"a worker's RSS back after a large call, once idle: {IT}test_worker_memory.py",
-    "pool/_worker/_plain_calls.py": f"queued plain calls, handbacks, deadlines, exactly once: {IT}test_plain_line.py",
-    "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}test_capacity.py",
-    "pool/_worker/_runner.py": f"where routines run: {IT}test_responsiveness.py, {IT}test_routines.py, {UT}_observe/test_trace.py",
-    "pool/_worker/_service.py": f"the service a worker runs: {IT}test_responsiveness.py, {IT}test_routines.py, "
-    f"{IT}test_worker_main.py",
-    "pool/_worker/_template.py": f"the forking template: {IT}test_template.py",
-    "pool/_worker/_threads.py": f"a gRPC worker's two loops: {IT}test_responsiveness.py, {IT}test_worker_main.py",
-    "pool/_worker/_trace.py": f"worker-side spans with the real SDK: {IT}test_trace.py",
-    "pool/_worker/_unix_server.py": f"a pool's own workers on a unix socket: {IT}test_local_transport.py, {IT}test_worker_main.py",
-    "pool/_worker/_upstream.py": f"nested calls from a worker: {IT}test_routines.py, {IT}test_trace.py",
+    "pool/_worker/_keys.py": f"a worker's secret, and the variable gone from routines: {IT}trust/test_worker_secret.py, "
+    f"{IT}trust/test_trust.py",
+    "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}calls/test_routines.py, {IT}plain/test_plain.py",
+    "pool/_worker/_lifecycle.py": f"idle timeout, lifetime, drains: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_recycle.py, "
+    f"{IT}fleet/test_worker_main.py",
+    "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
+    "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}observe/test_worker_metrics.py",
+    "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}jobs/test_replicas.py, {IT}discovery/test_discovery.py",
+    "pool/_worker/_release.py": f"a worker's RSS back after a large call, once idle: {IT}fleet/test_worker_memory.py",
+    "pool/_worker/_plain_calls.py": f"queued plain calls, handbacks, deadlines, exactly once: {IT}plain/test_plain_line.py",
+    "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}fleet/test_capacity.py",
+    "pool/_worker/_runner.py": f"where routines run: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, {UT}_observe/test_trace.py",
+    "pool/_worker/_service.py": f"the service a worker runs: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, "
+    f"{IT}fleet/test_worker_main.py",
+    "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",
+    "pool/_worker/_threads.py": f"a gRPC worker's two loops: {IT}calls/test_responsiveness.py, {IT}fleet/test_worker_main.py",
+    "pool/_worker/_trace.py": f"worker-side spans with the real SDK: {IT}observe/test_trace.py",
+    "pool/_worker/_unix_server.py": f"a pool's own workers on a unix socket: {IT}fleet/test_local_transport.py, {IT}fleet/test_worker_main.py",
+    "pool/_worker/_upstream.py": f"nested calls from a worker: {IT}calls/test_routines.py, {IT}observe/test_trace.py",
 }
 """Modules with no unit test module at the mirrored path (tests/unit/<package path>/test_<name>.py), and where
 they are tested instead. Only what needs real processes, sockets or stores, or is a thin wiring of parts
@@ -195,9 +195,10 @@ def test_covered_elsewhere_should_name_test_files_that_exist(module):
 
 
 def test_unit_test_packages_should_have_an_init_so_module_names_stay_unique():
-    """Test that every folder under tests/unit holding tests is a package: two test_store.py (_discovery,
-    _jobs) must import as different modules."""
-    folders = {p.parent for p in UNIT_TESTS.rglob("test_*.py")}
+    """Test that every folder under tests/ holding modules is a package: two test_store.py (_discovery,
+    _jobs) must import as different modules, and workers import routines by their full name."""
+    folders = {p.parent for p in (ROOT / "tests").rglob("*.py")} - {ROOT / "tests", ROOT / "tests" / "typing"}
+    # (tests/typing: files mypy reads, never imported)
     assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file()) == []
 
 

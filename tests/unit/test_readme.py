@@ -1,7 +1,7 @@
 """The README and docs/ cannot drift: every setting and error documented, every code block valid, no dead link.
 
 Complete programs in them (a block that calls ``asyncio.run``) are run by
-tests/integration/test_examples.py; here every Python block must compile
+tests/integration/examples/test_examples.py; here every Python block must compile
 (top-level ``await`` allowed: most blocks are fragments of a ``main``).
 """
 

@@ -12,7 +12,7 @@ import pytest
 import pool
 from pool._call._dispatcher import dispatching_to
 from pool._transport import _wire
-from tests.integration import routines
+from tests.integration.routines import common as routines
 
 
 class Recorder:
@@ -175,7 +175,7 @@ def test_schedule_options_should_refuse_bad_input_in_one_line():
     """Test delay/run_at/priority/connection: a naive datetime, a negative delay... fail where they are written."""
     import datetime
 
-    from tests.integration import routines
+    from tests.integration.routines import common as routines
 
     for changes, error, message in [
         ({"delay": -1}, ValueError, "delay: expected seconds >= 0, got -1"),

@@ -2,7 +2,7 @@
 
 rich wraps a table too wide for the terminal cell by cell ("rou/tin/e"), and
 a pipe counts as 80 columns. The verbs themselves run end to end in
-tests/integration/test_job_lifecycle.py.
+tests/integration/jobs/test_job_lifecycle.py.
 """
 
 from __future__ import annotations

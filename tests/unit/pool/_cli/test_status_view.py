@@ -1,7 +1,7 @@
 """Tests for ``leakypool status``'s frame (`pool._cli._status_view.render`): one line per row at 80 and 120.
 
 The live view in a real terminal (tmux, 120 columns) is
-tests/integration/test_status_view.py; here the frame is printed at both
+tests/integration/observe/test_status_view.py; here the frame is printed at both
 widths from a ``/status`` document shaped like a real pool's.
 """
 

@@ -8,8 +8,8 @@ import time
 import pool
 from pool._jobs._scheduler import Scheduler
 from pool._jobs._stores._sqlite import SQLiteStore
-from tests.integration import routines
-from tests.integration.helpers import HANG_S, eventually
+from tests.integration.routines import common as routines
+from tests.integration.support.helpers import HANG_S, eventually
 
 
 class Script:

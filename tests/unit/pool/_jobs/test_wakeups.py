@@ -25,8 +25,8 @@ from pool._jobs import _placements, _scheduler
 from pool._jobs._scheduler import Scheduler
 from pool._jobs._stores._sqlite import SQLiteStore
 from pool._transport._proto import leakypool_pb2 as pb
-from tests.integration import routines
-from tests.integration.helpers import eventually
+from tests.integration.routines import common as routines
+from tests.integration.support.helpers import eventually
 
 
 class Call:

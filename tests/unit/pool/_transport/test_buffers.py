@@ -1,6 +1,6 @@
 """Tests for pool._transport._buffers: a region's holders counted right from every thread, finalizers included.
 
-Large values over real memfd regions, end to end, are in tests/integration/test_large_values.py.
+Large values over real memfd regions, end to end, are in tests/integration/calls/test_large_values.py.
 """
 
 from __future__ import annotations

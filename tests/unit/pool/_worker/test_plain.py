@@ -1,7 +1,7 @@
 """Tests for pool._worker._plain: what the plain thread writes before a call begins (in process, a recording session).
 
 The line's behaviour with real workers (queued calls, handbacks, exactly once) is in
-tests/integration/test_plain.py and test_plain_line.py; its room, in tests/unit/pool/_dispatch/test_roster.py.
+tests/integration/plain/test_plain.py and test_plain_line.py; its room, in tests/unit/pool/_dispatch/test_roster.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tests for what a worker settles before it serves: its hook, its advertised capacity, the refusals.
 
 The same refusals as an operator meets them (one line, status 2) are in
-tests/integration/test_worker_main.py; here each decision is checked on its own.
+tests/integration/fleet/test_worker_main.py; here each decision is checked on its own.
 """
 
 from __future__ import annotations

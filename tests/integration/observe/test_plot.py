@@ -1,0 +1,32 @@
+"""The occupancy plot script, in its smoke mode: it runs both balancers, draws a PNG, prints its figures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+async def test_plot_occupancy_should_draw_both_balancers_and_report_the_figures(tmp_path):
+    out = tmp_path / "occupancy.png"
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bench.plots.occupancy", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    priority, round_robin = report["PriorityLoadBalancer"], report["RoundRobinLoadBalancer"]
+    for figures in (priority, round_robin):
+        assert set(figures) >= {"busy_workers_in_steady_phase", "surplus_exit_s", "grew", "shrank"}
+        assert 1 <= figures["max_workers_alive"] <= 6
+    # The leaky bucket's claim: priority keeps no more workers busy than round robin does.
+    assert priority["busy_workers_in_steady_phase"] <= round_robin["busy_workers_in_steady_phase"]
