@@ -134,10 +134,6 @@ class Outbox:
         """Whether every frame added so far was handed to the transport (none waits here or in the writer task)."""
         return not self._batch.frames and not self._ready.is_set() and self.written == self._taken
 
-    def flush(self) -> None:
-        """Write the batch now, before the turn ends, if the transport takes it at once (else the writer task will)."""
-        self._flush()
-
     def _flush(self) -> None:
         """The end of a turn: write the batch at once if the transport takes it, else wake the writer task."""
         self._flush_soon = False

@@ -174,16 +174,14 @@ class Session:
         else:
             self._frame(call_id).accept.SetInParent()
 
-    def accept_now(self, call_id: int) -> bool:
-        """Accept a plain call that starts at once, the Accept written now; whether it reached the kernel.
+    def accepted_on_wire(self) -> bool:
+        """Whether everything this end sent so far, a plain call's Accept among it, is in the kernel.
 
         If not, the plain thread writes a Started before the call begins (`OutgoingCall.lost`).
         A stream never read to its end (gRPC) needs neither: True.
         """
-        self.accept(call_id)
         if self._on_wire is None or self.failure is not None:
             return self._thread_write is None and self.failure is None
-        self._outbox.flush()
         return self._outbox.empty and self._on_wire()
 
     def release(self) -> None:
@@ -351,7 +349,7 @@ class Session:
             side: The side connection large buffers cross to the peer, if it has one now (see `carry`).
             read_to_end: Reads what the peer wrote last; whether that was all (`MessageStream.read_rest`).
             thread_write: How `write_from_thread` reaches the socket (`_through.Through.send`).
-            on_wire: Whether every byte handed to the transport is in the kernel (`accept_now`).
+            on_wire: Whether every byte handed to the transport is in the kernel (`accepted_on_wire`).
 
         Returns:
             What ended the stream: a `ConnectionError` for an orderly end, else

@@ -29,6 +29,7 @@ class Hosted:
         "id",
         "landing",
         "nested",
+        "pending",
         "queued",
         "runner",
         "session",
@@ -54,6 +55,7 @@ class Hosted:
         self.deadline: float | None = None  # when its caller's time runs out (monotonic), if it has a timeout
         self.queued = False  # its Accept said queued: a Started must reach the wire before it begins
         self.landing = False  # a Started must reach the wire before it begins all the same (its Accept had not)
+        self.pending = False  # it may not begin yet: its Accept is being written (`PlainCalls._start`)
         self.counted = False  # counted against the worker's task limit (at its start)
         self.settled = False  # in the service's books as ended (answered, counted out)
         self.timer: asyncio.TimerHandle | None = None  # its hard limit, armed on the loop at its arrival

@@ -20,10 +20,11 @@ has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
 writes the call's Started before it begins, and over a unix socket that is
 on the wire when the call begins (``os.write`` returned), so a pool that
 reads a dead worker's socket to its end knows which calls never started. A
-call that starts at once has its Accept written on the spot instead
-(`Session.accept_now`), or, if that did not reach the kernel, a Started too. The loop learns of finished calls lazily (`settle`: on the next
-message, State, or the signals' tick), or at once when someone waits for it
-(``urgent``).
+call that starts at once joins the line only after the loop's turn wrote its
+Accept (`_plain_calls.PlainCalls._start`), or, if that did not reach the
+kernel, the thread writes its Started too. The loop learns of finished calls
+lazily (`settle`: on the next message, State, or the signals' tick), or at
+once when someone waits for it (``urgent``).
 
 A call with a timeout gets a hard limit: its deadline runs from its arrival
 (the caller's time left); past it a queued call never starts, and a running
@@ -91,7 +92,7 @@ class PlainLine:
     def room(self, task: Any) -> str | None:
         """Where a new plain call would go: `START`, `QUEUE`, or None (no room: BUSY)."""
         with self.lock:  # (the thread moves a call from waiting to running under it)
-            taken = len(self.waiting) + (self.running is not None)  # (a call accepted to start may not have yet)
+            taken = len(self.waiting) + (self.running is not None)
         if not taken:
             return START  # (only the loop adds calls: an idle line stays idle until it does)
         if getattr(task, "prefetch", None) == 0 or taken > self.depth:
@@ -105,6 +106,12 @@ class PlainLine:
             self._thread.start()
         with self.lock:
             self.waiting.append(hosted)
+            self.lock.notify()
+
+    def release(self, hosted: Hosted, *, landing: bool) -> None:
+        """Let ``hosted`` (``pending``: its Accept was being written) begin; ``landing``: after a Started."""
+        with self.lock:
+            hosted.landing, hosted.pending = landing, False
             self.lock.notify()
 
     def take_back(self, hosted: Hosted) -> bool:
@@ -151,7 +158,7 @@ class PlainLine:
         """The next call to start, and whether its deadline passed (it is answered, not started); None: none now."""
         with self.lock:
             while not self._stopping:
-                if self.waiting and not self._held:
+                if self.waiting and not self._held and not self.waiting[0].pending:
                     hosted = self.waiting[0]
                     expired = hosted.deadline is not None and time.monotonic() >= hosted.deadline
                     if not (expired or hosted.counted or self.budget is None or self.budget()):

@@ -99,19 +99,24 @@ class PlainCalls:
     def accept(self, hosted: Hosted) -> None:
         """``hosted`` was accepted (see `room`): answer Accept, arm its deadline, put it in line.
 
-        A call that may begin at once has its Accept written now; if that did not reach the
-        kernel, the thread writes a Started before the call begins (see `_plain`).
+        A call that may begin at once waits in line until the end of the loop's turn, once the
+        turn's frames, its Accept among them, were written in one write (`_start`).
         """
-        if hosted.queued:
-            hosted.session.accept(hosted.id, queued=True)
-        else:
-            hosted.landing = not hosted.session.accept_now(hosted.id)
+        session = hosted.session
+        session.accept(hosted.id, queued=hosted.queued)
         timeout = hosted.task.timeout
+        loop = asyncio.get_running_loop()
         if timeout:
-            loop = asyncio.get_running_loop()
             hosted.deadline = time.monotonic() + timeout  # counted from its arrival: the caller's time left
             hosted.timer = loop.call_later(timeout, self._expire, hosted, timeout)
+        if not hosted.queued:
+            hosted.pending = True  # first in line, but the thread waits for `_start`
+            loop.call_soon(self._start, hosted)  # after the outbox's flush of this turn, scheduled by the Accept
         self.line.add(hosted)
+
+    def _start(self, hosted: Hosted) -> None:
+        """The turn's write is done: it may begin; if its Accept is not in the kernel yet, after a Started."""
+        self.line.release(hosted, landing=not hosted.session.accepted_on_wire())
 
     def cancel(self, hosted: Hosted) -> None:
         """Its caller left: one still waiting never starts; a running one's result is dropped. Answered CANCELLED."""

@@ -264,8 +264,8 @@ class TestLosslessEnd:
         with pytest.raises(pool.WorkerBroken):
             await self._last(call)
 
-    async def test_accept_now_should_say_whether_the_accept_reached_the_kernel(self):
-        """Test `accept_now`: a plain call's Accept is written at once; the thread lands a Started unless it left."""
+    async def test_accepted_on_wire_should_say_whether_the_turns_accept_reached_the_kernel(self):
+        """Test `accepted_on_wire` after a turn's flush: the thread lands a Started unless the Accept left."""
         cases = (  # (the transport says its bytes are in the kernel, a thread may write, write_now takes it): expected
             ((True, True, True), True),
             ((False, True, True), False),  # the Accept waits in the transport
@@ -293,8 +293,13 @@ class TestLosslessEnd:
             running = asyncio.ensure_future(session.run(incoming.get, write, pool.WorkerBroken, **direct))
             for _ in range(2):
                 await asyncio.sleep(0)  # run starts, then its writer (a stream's first message comes later still)
-            assert session.accept_now(1) is expected
-            assert [f.id for m in written for f in m.frames] == ([1] if takes and on_wire is not None else [])
+            session.accept(1)
+            session.accept(3, queued=True)
+            checked: list[bool] = []
+            asyncio.get_running_loop().call_soon(lambda c=checked, s=session: c.append(s.accepted_on_wire()))
+            await asyncio.sleep(0)  # the turn ends: the outbox flushes (scheduled first), then the check
+            assert checked == [expected]
+            assert [[f.id for f in m.frames] for m in written] == ([[1, 3]] if takes else [])  # one write
             incoming.put_nowait(None)
             await asyncio.wait_for(running, 5)
 

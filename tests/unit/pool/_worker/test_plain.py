@@ -28,7 +28,15 @@ class Session:
         return True
 
 
-def _hosted(session: Session, call_id: int, events: list[object], *, queued: bool = False, landing: bool = False):
+def _hosted(
+    session: Session,
+    call_id: int,
+    events: list[object],
+    *,
+    queued: bool = False,
+    landing: bool = False,
+    pending: bool = False,
+):
     def fn() -> None:
         events.append(("ran", call_id))
 
@@ -37,6 +45,7 @@ def _hosted(session: Session, call_id: int, events: list[object], *, queued: boo
         id=call_id,
         queued=queued,
         landing=landing,
+        pending=pending,
         counted=True,
         deadline=None,
         cancelled=False,
@@ -77,3 +86,28 @@ def test_a_call_whose_accept_had_not_left_should_land_a_started_before_it_begins
 
 def test_a_queued_call_should_land_a_started_before_it_begins():
     assert _run({"queued": True}) == [("started", 1, True), ("ran", 1), ("outcome", 1, False)]
+
+
+def test_a_call_whose_accept_is_being_written_should_begin_first_and_only_once_released():
+    """Test the line's order while a call accepted to start waits for the loop's write: nothing overtakes it.
+
+    It is first in line (its Accept said it starts); a call queued behind it must not begin before it,
+    or the worker could die running the second while its pool takes the first for started.
+    """
+    events: list[object] = []
+    session = Session(events)
+    ended = threading.Semaphore(0)
+    line = PlainLine(2, urgent=lambda: True, wake=ended.release)
+    try:
+        first = _hosted(session, 1, events, pending=True)
+        line.add(first)
+        line.add(_hosted(session, 2, events, queued=True))
+        assert not ended.acquire(timeout=0.3)  # (bounded: when right, nothing ends however long one waits)
+        assert events == []  # neither began: the first waits for its write, the second behind it
+        line.release(first, landing=True)  # as the loop does once the turn's write is done
+        for _ in range(2):
+            assert ended.acquire(timeout=WAIT_S)  # each call ended
+    finally:
+        line.stop()
+    assert events[:2] == [("started", 1, True), ("ran", 1)]
+    assert [event for event in events if event[0] == "ran"] == [("ran", 1), ("ran", 2)]
