@@ -20,9 +20,9 @@ has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
 writes the call's Started before it begins, and over a unix socket that is
 on the wire when the call begins (``os.write`` returned), so a pool that
 reads a dead worker's socket to its end knows which calls never started. A
-call that starts at once joins the line only after the loop's turn wrote its
-Accept (`_plain_calls.PlainCalls._start`), or, if that did not reach the
-kernel, the thread writes its Started too. The loop learns of finished calls
+call that starts at once waits in line, first and ``pending``, until the
+loop's turn wrote its Accept (`_plain_calls.PlainCalls._start`); if that did
+not reach the kernel, the thread writes its Started too. The loop learns of finished calls
 lazily (`settle`: on the next message, State, or the signals' tick), or at
 once when someone waits for it (``urgent``).
 
