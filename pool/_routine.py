@@ -297,6 +297,16 @@ class BoundRoutine:
         self.__name__: str = routine.__name__
         self.__doc__ = routine.__doc__
 
+    @property
+    def routine(self) -> Routine[Any, Any]:
+        """The routine itself (a bound method's ``__func__``)."""
+        return self._routine
+
+    @property
+    def instance(self) -> object:
+        """The instance calls pass as ``self`` (a bound method's ``__self__``)."""
+        return self._instance
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._routine(self._instance, *args, **kwargs)
 

@@ -119,7 +119,7 @@ def _discard(executor: Executor) -> None:
     with _lock:
         if _shared is executor:
             _shared, _shared_size = None, 0
-    executor._terminate()
+    executor.terminate_workers()
 
 
 def _forget_in_child() -> None:
@@ -171,7 +171,8 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):
         if n_jobs == 0:
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
         if self._given is not None:
-            workers = getattr(self._given, "_max_workers", None)
+            given = self._given
+            workers = given.max_workers if isinstance(given, Executor) else getattr(given, "_max_workers", None)
             return max(1, workers if isinstance(workers, int) else (n_jobs if n_jobs and n_jobs > 0 else 1))
         if n_jobs is None:
             return 1

@@ -102,7 +102,7 @@ def _load(blob: bytes) -> Callable[..., Any]:
 def runner_for(runner: Routine[..., Any], fn: Any) -> Routine[..., Any]:
     """``runner`` with ``fn``'s call options when ``fn`` is a `pool.Routine`: its timeout, queue ... hold through
     ``submit`` and ``map`` as through a call (the options of a job, such as ``retries``, do not apply)."""
-    base = fn._routine if isinstance(fn, BoundRoutine) else fn
+    base = fn.routine if isinstance(fn, BoundRoutine) else fn
     if not isinstance(base, Routine):
         return runner
     o = base.call_options
@@ -121,7 +121,8 @@ def runner_for(runner: Routine[..., Any], fn: Any) -> Routine[..., Any]:
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
     if isinstance(fn, BoundRoutine):
-        return functools.partial(fn._routine.__wrapped__, fn._instance)
+        unbound: Routine[..., Any] = fn.routine  # type: ignore[assignment]  # (mypy applies Routine.__get__ here)
+        return functools.partial(unbound.__wrapped__, fn.instance)
     if isinstance(fn, Routine):
         return fn.__wrapped__
     return fn

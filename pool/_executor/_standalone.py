@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from .._base._public import public
 from .._errors import PoolClosed
+from .._pool._executors import attach_feed
 from .._pool._worker_pool import WorkerPool
 from ._feed import Feed, FeedExecutor
 
@@ -109,12 +110,18 @@ class Executor(FeedExecutor):
     def _stop(self, wait: bool) -> None:
         self._runtime.stop(wait)
 
-    def _terminate(self) -> None:
+    @property
+    def max_workers(self) -> int:
+        """How many workers the pool runs (``max_workers``, or one per CPU)."""
+        return self._max_workers
+
+    def terminate_workers(self) -> None:
         """Shut down now: cancel what has not started and close the pool without waiting for what runs.
 
-        For work given up (``pool.joblib`` after a timeout or an error): the
-        pool closes at once, its workers are stopped (within its
-        ``shutdown_grace``) and the running calls' futures end in an error.
+        As Python 3.14's ``ProcessPoolExecutor.terminate_workers``: for work
+        given up (``pool.joblib`` after a timeout or an error), the pool closes
+        at once, its workers are stopped (within its ``shutdown_grace``) and
+        the running calls' futures end in an error.
         """
         with self._shutdown_lock:
             self._shut = True
@@ -184,7 +191,7 @@ class _Runtime:
             loop = asyncio.get_running_loop()
             stopping = asyncio.Event()
             self._wake = lambda: loop.call_soon_threadsafe(stopping.set)
-            self._pool._feed(self._feed)
+            attach_feed(self._pool, self._feed)
             if not self._stopping:
                 await stopping.wait()
             if not self._now:

@@ -25,7 +25,7 @@ from .._call._task import Task
 from .._config._settings import POOL_SETTINGS, PoolConfig
 from .._discovery import DiscoveryLike
 from .._errors import PoolClosed
-from .._executor._feed import Feed, PoolExecutor
+from .._executor._feed import PoolExecutor
 from .._fleet._provisioning import Provisioner
 from .._observe._stats import PoolStats
 from .._routine import CallOptions, Routine
@@ -357,9 +357,7 @@ class WorkerPool:
         """
         return self._executors.executor()
 
-    def _feed(self, feed: Feed) -> Feed:
-        """Attach a standalone `pool.Executor`'s waiting line to this open pool (see `PoolExecutors.attach`)."""
-        return self._executors.attach(feed)
+    # (a standalone `pool.Executor` attaches its waiting line through `_executors.attach_feed`)
 
     # -- views (`_views.PoolViews`) ---------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 
 import pytest
 
@@ -17,6 +18,20 @@ class TestExecutor:
         assert repr(ex) == "<Executor open [2 workers, 0 pending, 0 handed to the pool]>"
         ex.shutdown()
         assert repr(ex).startswith("<Executor shut down")
+
+    def test_max_workers_should_say_how_many_workers_the_pool_runs(self):
+        """Test that max_workers reads back what was given, and one per CPU by default (what pool.joblib asks)."""
+
+        assert pool.Executor(3).max_workers == 3
+        assert pool.Executor().max_workers == (os.cpu_count() or 1)
+
+    def test_terminate_workers_should_cancel_what_waits_and_shut_the_executor(self):
+        """Test that terminate_workers (Python 3.14's name) shuts the executor at once, and twice is harmless."""
+        ex = pool.Executor(1)
+        ex.terminate_workers()
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            ex.submit(print)
+        ex.terminate_workers()
 
     @pytest.mark.parametrize("max_workers", [0, -1])
     def test_init_should_raise_value_error_when_max_workers_is_below_one(self, max_workers):
