@@ -148,7 +148,8 @@ class ObservationServer:
 
     def _authorized(self, headers: dict[str, str], query: str) -> bool:
         """Whether the request carries this port's token (compared in constant time)."""
-        given = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        scheme, _, credentials = headers.get("authorization", "").strip().partition(" ")
+        given = credentials.strip() if scheme.lower() == "bearer" else ""  # (the scheme is case-insensitive: RFC 9110)
         if not given:
             given = urllib.parse.parse_qs(query).get("token", [""])[0]
         return hmac.compare_digest(given.encode(), self._token)

@@ -56,9 +56,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     f"{IT}fleet/test_pool_lifecycle.py",
     # _discovery
     "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}discovery/test_discovery.py, {IT}discovery/test_lan.py",
-    "pool/_discovery/_static.py": f"the in-memory double most integration tests use: {IT}discovery/test_discovery.py",
-    "pool/_discovery/_local.py": f"a local registry with real workers: {IT}discovery/test_discovery.py; its record format: "
-    f"{UT}_discovery/test_store.py",
     "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
     # _dispatch: the call path is only whole with real workers.
     "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}dispatch/test_admission.py",
@@ -93,22 +90,12 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_jobs/_stores/_sqlite_thread.py": f"every SQLite store operation runs on it: {UT}_jobs/_stores/test_sqlite.py, "
     f"{UT}_jobs/test_store.py",
     # _observe
-    "pool/_observe/_http.py": f"the port over real HTTP: {IT}observe/test_metrics.py, {IT}observe/test_worker_metrics.py, {IT}observe/test_page.py",
-    "pool/_observe/_observer.py": f"/metrics and /status of a real pool: {IT}observe/test_metrics.py, {IT}observe/test_grafana.py",
-    "pool/_observe/_progress.py": f"progress= of pool.map: {UT}_dispatch/test_fanout.py",
-    "pool/_observe/_stats.py": f"snapshots: {UT}_observe/test_metrics.py, {IT}dispatch/test_admission.py",
     # _transport
-    "pool/_transport/_side.py": f"the side connection: {UT}_transport/test_wire.py, {IT}calls/test_large_values.py",
-    "pool/_transport/_malloc.py": f"a process-wide setting for large messages: {IT}calls/test_large_values.py",
     "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
     "pool/_call/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
     "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}fleet/test_local_transport.py, {IT}trust/test_worker_secret.py, {IT}discovery/test_lan.py",
-    "pool/_transport/_outgoing.py": f"a call opened on a session: {UT}_call/test_calls.py, {UT}_transport/test_session.py",
     "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
     "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
-    "pool/_transport/_secret.py": f"the per-user secret of TCP workers: {IT}trust/test_worker_secret.py, {UT}_config/test_settings.py",
-    "pool/_transport/_trust.py": f"a keyring and the trusted uids: {UT}_transport/test_handshake.py, {IT}trust/test_trust.py",
-    "pool/_transport/_tls.py": f"mutual TLS with real certificates: {IT}discovery/test_lan.py, {IT}fleet/test_capacity_netns.py",
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "

@@ -185,11 +185,6 @@ class TestToken:
             code, _, body = await exchange(server, request_)
         assert code == 401 and b"token required" in body and source.refreshed == 0
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="bug: _authorized strips the scheme with removeprefix('Bearer '), case-sensitively; "
-        "RFC 7235 section 2.1 makes the scheme case-insensitive, so 'bearer TOKEN' is refused",
-    )
     async def test_serve_should_answer_when_the_bearer_scheme_is_in_lower_case(self):
         """Test that the Authorization scheme is matched without regard to case (RFC 7235)."""
         async with serving(Source(), token="s3cret") as server:
