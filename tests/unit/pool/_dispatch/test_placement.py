@@ -179,7 +179,9 @@ class TestPlacement:
         with pytest.raises(pool.NoWorkersAvailable, match="no worker accepted"):
             await placement.place(task())
         placement.offers.clear()
-        with pytest.raises(pool.NoWorkersAvailable, match=r"no worker has room for f\(\): 2 of 2 turned this pool away"):
+        with pytest.raises(
+            pool.NoWorkersAvailable, match=r"no worker has room for f\(\): 2 of 2 turned this pool away"
+        ):
             await placement.place(task())
         assert placement.offers == []
         placement.placement.doubt()  # the queue's backstop: offer them again

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Self
 
 import grpc
 import pytest
@@ -83,7 +83,7 @@ class Link:
         self._to_worker: asyncio.Queue = asyncio.Queue()
         self._running: list[asyncio.Future] = []
 
-    async def __aenter__(self) -> Link:
+    async def __aenter__(self) -> Self:
         def carry(queue: asyncio.Queue):
             async def write(message: pb.Frames) -> None:
                 queue.put_nowait(pb.Frames.FromString(message.SerializeToString()))

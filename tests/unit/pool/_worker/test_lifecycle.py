@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 
-
 from pool._base._tasks import TaskOwner
 from pool._worker._admission import WorkerAdmission
 from pool._worker._lifecycle import Lifecycle
@@ -258,7 +257,6 @@ class TestLifecycle:
         assert await worker.still_serving()
         assert worker.admission.accepting
         await worker.close()
-
 
 
 async def _quiet(event: asyncio.Event) -> bool:

@@ -55,7 +55,9 @@ class TestWorkerMetrics:
         for verdict in ("BUSY", "BUSY", "DRAINING", "HOOK_FAILED", "SOMETHING_NEW"):
             metrics.refused(verdict)
         found = samples(metrics)
-        assert {labels[0][1]: value for (name, labels), value in found.items() if name == "leakypool_worker_rejected_total"} == {
+        assert {
+            labels[0][1]: value for (name, labels), value in found.items() if name == "leakypool_worker_rejected_total"
+        } == {
             "backpressure": 2,
             "draining": 1,
             "hook_error": 1,

@@ -143,7 +143,9 @@ def blocker() -> Iterator[Blocker]:
         made.go.set()
 
 
-def hosted(session: Session, call_id: int, fn: Callable[[], Any] = lambda: 1, *, timeout: float | None = None) -> Hosted:
+def hosted(
+    session: Session, call_id: int, fn: Callable[[], Any] = lambda: 1, *, timeout: float | None = None
+) -> Hosted:
     task = Task("fn", False, b"digest", b"", _wire.pack_args("fn", (), {}), timeout=timeout, plain=True)
     code = Code(b"", "fn")
     code.fn = fn

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Self
 
 import grpc
 import pytest
@@ -51,7 +52,7 @@ class Link:
         self._to_worker: asyncio.Queue = asyncio.Queue()
         self._tasks: list[asyncio.Future] = []
 
-    async def __aenter__(self) -> Link:
+    async def __aenter__(self) -> Self:
         def carry(queue: asyncio.Queue):
             async def write(message: pb.Frames) -> None:
                 queue.put_nowait(pb.Frames.FromString(message.SerializeToString()))
