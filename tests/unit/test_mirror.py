@@ -59,15 +59,9 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
     # _dispatch: the call path is only whole with real workers.
     "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}dispatch/test_admission.py",
-    "pool/_dispatch/_path.py": f"every call goes through it: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py, "
-    f"{IT}calls/test_faults.py",
-    "pool/_dispatch/_placement.py": f"offers in the balancer's order: {IT}dispatch/test_known_full.py, {IT}dispatch/test_leaky_bucket.py, "
-    f"{IT}dispatch/test_backpressure.py",
-    "pool/_dispatch/_relay.py": f"nested calls through the pool: {IT}calls/test_routines.py, {IT}dispatch/test_limits.py, {IT}observe/test_trace.py",
     # _fleet
     "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}fleet/test_fleet.py, {IT}fleet/test_pool_lifecycle.py",
     "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_local_transport.py",
-    "pool/_fleet/_plan.py": f"the provisioning state machine (PlanMachine): {UT}_fleet/test_provision.py",
     "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}fleet/test_capacity.py",
     "pool/_fleet/_template.py": f"forking from the template: {IT}fleet/test_template.py",
     # _jobs
@@ -98,27 +92,16 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
-    "pool/_worker/_admission.py": f"a worker's verdicts: {UT}_dispatch/test_room.py, {UT}_dispatch/test_roster.py, "
-    f"{UT}_worker/test_signals.py",
-    "pool/_worker/_keys.py": f"a worker's secret, and the variable gone from routines: {IT}trust/test_worker_secret.py, "
-    f"{IT}trust/test_trust.py",
-    "pool/_worker/_hosted.py": f"calls a worker hosts: {IT}calls/test_routines.py, {IT}plain/test_plain.py",
-    "pool/_worker/_lifecycle.py": f"idle timeout, lifetime, drains: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_recycle.py, "
-    f"{IT}fleet/test_worker_main.py",
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
-    "pool/_worker/_metrics.py": f"a worker's own metrics over real HTTP: {IT}observe/test_worker_metrics.py",
     "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}jobs/test_replicas.py, {IT}discovery/test_discovery.py",
     "pool/_worker/_release.py": f"a worker's RSS back after a large call, once idle: {IT}fleet/test_worker_memory.py",
-    "pool/_worker/_plain_calls.py": f"queued plain calls, handbacks, deadlines, exactly once: {IT}plain/test_plain_line.py",
     "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}fleet/test_capacity.py",
     "pool/_worker/_runner.py": f"where routines run: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, {UT}_observe/test_trace.py",
     "pool/_worker/_service.py": f"the service a worker runs: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, "
     f"{IT}fleet/test_worker_main.py",
     "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",
-    "pool/_worker/_threads.py": f"a gRPC worker's two loops: {IT}calls/test_responsiveness.py, {IT}fleet/test_worker_main.py",
     "pool/_worker/_trace.py": f"worker-side spans with the real SDK: {IT}observe/test_trace.py",
     "pool/_worker/_unix_server.py": f"a pool's own workers on a unix socket: {IT}fleet/test_local_transport.py, {IT}fleet/test_worker_main.py",
-    "pool/_worker/_upstream.py": f"nested calls from a worker: {IT}calls/test_routines.py, {IT}observe/test_trace.py",
 }
 """Modules with no unit test module at the mirrored path (tests/unit/<package path>/test_<name>.py), and where
 they are tested instead. Only what needs real processes, sockets or stores, or is a thin wiring of parts
