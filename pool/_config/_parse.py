@@ -200,14 +200,19 @@ def indirect(raw: str, environ: Mapping[str, str] = os.environ) -> str:
     private file are not: a URL with a password belongs in one of them.
 
     Raises:
-        ValueError: the file cannot be read, or the variable is not set.
+        ValueError: the file cannot be read or its first line is empty, or the variable is not set.
+            (Never "" for a reference: "" means "none" to some settings, a job store's URL among
+            them, and a secret not yet filled in must not start a pool without its store.)
     """
     if raw.startswith("@"):
         try:
             with open(raw[1:]) as f:
-                return f.readline().strip()
+                value = f.readline().strip()
         except OSError as exc:
             raise ValueError(f"{raw[1:]}: {exc.strerror}") from None
+        if not value:
+            raise ValueError(f"{raw[1:]} is empty")
+        return value
     if raw.startswith("env:"):
         name = raw[len("env:") :]
         if not environ.get(name):

@@ -41,19 +41,12 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}executor/test_executor.py "
     f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}executor/test_joblib.py",
-    "pool/_config/_parse.py": f"sizes, import paths, URLs by reference: {UT}_worker/test_recycle.py, "
-    f"{UT}_config/test_settings.py",
-    "pool/_config/_places.py": f"default files and directories: {UT}_config/test_settings.py, {IT}trust/test_worker_secret.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
     "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}fleet/test_worker_main.py",
-    "pool/_base/_ids.py": f"worker uids in every registry and status document: {IT}discovery/test_discovery.py, {IT}observe/test_metrics.py",
-    "pool/_base/_lost.py": f"store out of reach vs refusing: {IT}jobs/test_store_outages.py, {IT}jobs/test_store_start.py",
     "pool/_base/_process.py": f"children watched and forked: {IT}fleet/test_template.py, {IT}fleet/test_pool_lifecycle.py",
     "pool/_base/_random.py": "registered with hypothesis in tests/conftest.py; used by every balancer test",
     "pool/_base/_role.py": f"a worker process says it is one at start: {IT}fleet/test_worker_main.py, {IT}fleet/test_template.py",
-    "pool/_base/_tasks.py": f"owned tasks: {UT}_jobs/_stores/test_batch.py, {UT}_discovery/test_registry.py, "
-    f"{IT}fleet/test_pool_lifecycle.py",
     # _discovery
     "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}discovery/test_discovery.py, {IT}discovery/test_lan.py",
     "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
@@ -68,13 +61,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
     f"{UT}_jobs/test_wakeups.py, {IT}jobs/test_job_burst.py, {IT}dispatch/test_limits.py",
     "pool/_cli/_pause.py": f"`leakypool jobs URL pause`: {IT}jobs/test_store_outages.py",
-    "pool/_jobs/_codec.py": f"retry policies and payloads: {UT}_jobs/test_attempt.py, {IT}jobs/test_jobs.py",
-    "pool/_jobs/_job.py": f"pool.Job as callers use it: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
-    "pool/_jobs/_pause.py": f"paused queues seen by a dispatching process: {IT}jobs/test_store_outages.py, "
-    f"{UT}_jobs/_stores/test_pauses.py",
-    "pool/_jobs/_presence.py": f"owner leases and notices between processes: {IT}jobs/test_replicas.py, {IT}jobs/test_notices.py",
-    "pool/_jobs/_recorder.py": f"running and outcomes recorded: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
-    "pool/_jobs/_retention.py": f"keep_finished: {IT}jobs/test_job_lifecycle.py; the purge itself: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
     f"{UT}_jobs/_stores/test_open.py, {IT}jobs/test_job_lifecycle.py",
@@ -86,10 +72,8 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _observe
     # _transport
     "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
-    "pool/_call/_dispatcher.py": f"where a call goes: {UT}test_routine.py",
     "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}fleet/test_local_transport.py, {IT}trust/test_worker_secret.py, {IT}discovery/test_lan.py",
     "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
-    "pool/_call/_task.py": f"Task as hooks see it: {UT}_dispatch/test_limits.py, {UT}_call/test_calls.py",
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",

@@ -239,6 +239,14 @@ class TestIndirect:
         with pytest.raises(ValueError, match=f"^{re.escape(str(missing))}: No such file or directory$"):
             indirect(f"@{missing}")
 
+    @pytest.mark.parametrize("content", ["", "\n", "  \nsecond line\n"])
+    def test_indirect_should_raise_when_the_file_is_empty(self, tmp_path, content):
+        """Test that a mounted secret not yet filled in is an error naming it, never "" (no store, for a URL)."""
+        path = tmp_path / "url"
+        path.write_text(content)
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))} is empty$"):
+            indirect(f"@{path}")
+
     def test_indirect_should_read_a_variable_when_given_env_name(self):
         """Test ``env:NAME`` against the environment passed in."""
         assert indirect("env:URL", {"URL": " sqlite:///x.db\n"}) == "sqlite:///x.db"
