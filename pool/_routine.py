@@ -291,35 +291,25 @@ class BoundRoutine:
     """A routine reached through an instance: calls pass the instance as ``self``."""
 
     def __init__(self, routine: Routine[Any, Any], instance: object) -> None:
-        self._routine = routine
-        self._instance = instance
+        self.routine = routine  # (a bound method's ``__func__``)
+        self.instance = instance  # passed as ``self`` (a bound method's ``__self__``)
         self.__qualname__ = routine.__qualname__
         self.__name__: str = routine.__name__
         self.__doc__ = routine.__doc__
 
-    @property
-    def routine(self) -> Routine[Any, Any]:
-        """The routine itself (a bound method's ``__func__``)."""
-        return self._routine
-
-    @property
-    def instance(self) -> object:
-        """The instance calls pass as ``self`` (a bound method's ``__self__``)."""
-        return self._instance
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._routine(self._instance, *args, **kwargs)
+        return self.routine(self.instance, *args, **kwargs)
 
     def options(self, **changes: Any) -> BoundRoutine:
         """See `Routine.options`."""
-        return BoundRoutine(self._routine.options(**changes), self._instance)
+        return BoundRoutine(self.routine.options(**changes), self.instance)
 
     async def submit(self, *args: Any, **kwargs: Any) -> Job:
         """See `Routine.submit`."""
-        return await self._routine.submit(self._instance, *args, **kwargs)
+        return await self.routine.submit(self.instance, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<bound routine {self.__qualname__} of {self._instance!r}>"
+        return f"<bound routine {self.__qualname__} of {self.instance!r}>"
 
 
 def _importable(routine: Routine[Any, Any]) -> bool:

@@ -121,8 +121,7 @@ def runner_for(runner: Routine[..., Any], fn: Any) -> Routine[..., Any]:
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function a `Routine` (or a bound one) wraps; any other callable as it is."""
     if isinstance(fn, BoundRoutine):
-        unbound: Routine[..., Any] = fn.routine  # type: ignore[assignment]  # (mypy applies Routine.__get__ here)
-        return functools.partial(unbound.__wrapped__, fn.instance)
+        return functools.partial(fn.routine.__wrapped__, fn.instance)
     if isinstance(fn, Routine):
         return fn.__wrapped__
     return fn

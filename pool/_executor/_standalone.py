@@ -22,8 +22,7 @@ from typing import Any, Final
 
 from .._base._public import public
 from .._errors import PoolClosed
-from .._pool._executors import attach_feed
-from .._pool._worker_pool import WorkerPool
+from .._pool._worker_pool import WorkerPool, attach_feed
 from ._feed import Feed, FeedExecutor
 
 UNBOUNDED_QUEUE_DEPTH: Final[int] = 2**62

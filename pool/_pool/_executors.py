@@ -14,17 +14,6 @@ from .._executor._feed import Feed, PoolExecutor
 
 if TYPE_CHECKING:
     from ._layers import Layers
-    from ._worker_pool import WorkerPool
-
-
-def attach_feed(pool: WorkerPool, feed: Feed) -> Feed:
-    """Attach a standalone `pool.Executor`'s waiting line to ``pool``, open, on its loop (`PoolExecutors.attach`).
-
-    The one door the Executor family uses into a pool it runs: WorkerPool
-    keeps no public method for it (users have ``executor()``), and the
-    Executor reads none of the pool's private state.
-    """
-    return pool._executors.attach(feed)
 
 
 class PoolExecutors:

@@ -25,7 +25,7 @@ from .._call._task import Task
 from .._config._settings import POOL_SETTINGS, PoolConfig
 from .._discovery import DiscoveryLike
 from .._errors import PoolClosed
-from .._executor._feed import PoolExecutor
+from .._executor._feed import Feed, PoolExecutor
 from .._fleet._provisioning import Provisioner
 from .._observe._stats import PoolStats
 from .._routine import CallOptions, Routine
@@ -357,8 +357,6 @@ class WorkerPool:
         """
         return self._executors.executor()
 
-    # (a standalone `pool.Executor` attaches its waiting line through `_executors.attach_feed`)
-
     # -- views (`_views.PoolViews`) ---------------------------------------------------
 
     def stats(self) -> PoolStats:
@@ -393,3 +391,9 @@ class WorkerPool:
 
 
 public(WorkerPool)
+
+
+def attach_feed(pool: WorkerPool, feed: Feed) -> Feed:
+    """Attach a standalone `pool.Executor`'s waiting line to open ``pool`` (`PoolExecutors.attach`): its one door
+    into the pool it runs (users have ``executor()``; the Executor reads none of the pool's private state)."""
+    return pool._executors.attach(feed)
