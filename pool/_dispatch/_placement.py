@@ -28,7 +28,7 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Final
 
 from balancer import LoadBalancerLike
@@ -77,14 +77,15 @@ class Placement:
         self.overdue: Callable[[uuid.UUID], object] | None = None  # a worker past a plain call's hard timeout
         self.draining: set[uuid.UUID] = set()  # workers that turned a call away as draining (pruned by the pool)
 
-    async def place(self, task: Task) -> OutgoingCall:
-        """Get ``task`` accepted by one worker, trying them in the balancer's order.
+    def place(self, task: Task) -> Coroutine[None, None, OutgoingCall]:
+        """Get ``task`` accepted by one worker, trying them in the balancer's order (await it).
 
         Raises:
             NoWorkersAvailable: none accepted it (the last refusal is its cause).
         """
-        if not task.plain:
-            return await self._offer(task, self._roster)
+        return self._place_plain(task) if task.plain else self._offer(task, self._roster)  # (no coroutine between)
+
+    async def _place_plain(self, task: Task) -> OutgoingCall:
         last: NoWorkersAvailable | None = None
         for room in self._plain.rooms(task):  # idle workers first, then places in line, each in balancer order
             try:

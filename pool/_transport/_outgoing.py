@@ -109,8 +109,11 @@ class OutgoingCall:
         """Whether its Call frame was handed to the transport (the callee may have started it)."""
         return self.session.written >= self.batch
 
-    def deliver(self, item: pb.Frame | BaseException) -> None:
-        """Hand a reply (or the stream's failure) to whoever awaits the call (`first` sees the first one)."""
+    def deliver(self, item: pb.Frame | BaseException, final: bool | None = None) -> None:
+        """Hand a reply (or the stream's failure) to whoever awaits the call (`first` sees the first one).
+
+        ``final``: whether ``item`` ends the call, if the caller knows (else it is worked out here).
+        """
         self.answered = True
         first, self.first = self.first, None
         waiter = self._waiter
@@ -121,7 +124,9 @@ class OutgoingCall:
             waiter.set_result(item)
         else:
             self._inbox.append(item)
-        if isinstance(item, BaseException) or is_final(item):
+        if final is None:
+            final = isinstance(item, BaseException) or is_final(item)
+        if final:
             if not self.finished:
                 self.final = item
             self._finish()
@@ -133,13 +138,17 @@ class OutgoingCall:
             self.state = STARTED  # not handed on: the caller waits for Accept and Outcome only
             return False
         if body == "accept":
-            self.state = max(self.state, QUEUED if frame.accept.queued else STARTED)
+            if not frame.accept.queued:
+                self.state = STARTED
+            elif self.state < QUEUED:
+                self.state = QUEUED
         elif body == "reject" and self.state:  # after an Accept: handed back (queued), else lost
             why = f"{self.session.label} handed {self.name}() back: {frame.reject.message}"
             self.deliver(HandedBack(why) if self.state == QUEUED else WorkerBroken(why))
             return True
-        self.deliver(frame)
-        return is_final(frame)
+        final = body == "reject" or (body == "outcome" and frame.outcome.kind in FINAL_OUTCOMES)  # (`is_final`)
+        self.deliver(frame, final)
+        return final
 
     def lost(self, exc: BaseException, *, lossless: bool) -> None:
         """The stream ended with ``exc``: the call fails with it, or is `HandedBack` if it surely never began.
