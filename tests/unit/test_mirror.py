@@ -23,7 +23,6 @@ IT = "tests/integration/"
 UT = "tests/unit/pool/"
 """Prefixes for the table below (the covering files are named in full, so a reader can open them)."""
 COVERED_ELSEWHERE: Mapping[str, str] = {
-    "pool/_worker/_state.py": "the State RPC: tests/integration/calls/test_responsiveness.py, plain/test_plain.py (worker_states())",
     # The root and the leaf packages' fronts: what they export is the public API.
     "pool/__init__.py": "the public names, lazy attributes, __module__ fix-up: tests/unit/test_public_api.py",
     "balancer/__init__.py": "re-exports and __module__ fix-up: tests/unit/test_public_api.py, tests/unit/balancer/",
@@ -38,8 +37,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_pool/_views.py": f"stats(), workers, pids: {IT}dispatch/test_admission.py, {IT}observe/test_metrics.py, {IT}fleet/test_recycle.py",
     "pool/_pool/_jobs.py": f"submit, schedule, jobs: {IT}jobs/test_jobs.py, {IT}jobs/test_job_lifecycle.py",
     "pool/_pool/_executors.py": f"WorkerPool.executor(): {IT}executor/test_executor.py",
-    "pool/_executor/_feed.py": f"the concurrent.futures behaviours with real workers: {IT}executor/test_executor.py "
-    f"(construction alone: {UT}_executor/test_standalone.py)",
     "pool/joblib.py": f"the real joblib and scikit-learn on real workers: {IT}executor/test_joblib.py",
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
@@ -51,24 +48,16 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}discovery/test_discovery.py, {IT}discovery/test_lan.py",
     "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
     # _dispatch: the call path is only whole with real workers.
-    "pool/_dispatch/_admission.py": f"the gate and the FIFO queue on real workers: {IT}dispatch/test_admission.py",
     # _fleet
     "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}fleet/test_fleet.py, {IT}fleet/test_pool_lifecycle.py",
     "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_local_transport.py",
     "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}fleet/test_capacity.py",
     "pool/_fleet/_template.py": f"forking from the template: {IT}fleet/test_template.py",
     # _jobs
-    "pool/_jobs/_attend.py": f"each way out of a placement, driven by the scheduler: {UT}_jobs/test_scheduler.py, "
-    f"{UT}_jobs/test_wakeups.py, {IT}jobs/test_job_burst.py, {IT}dispatch/test_limits.py",
-    "pool/_cli/_pause.py": f"`leakypool jobs URL pause`: {IT}jobs/test_store_outages.py",
     "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
     f"{UT}_jobs/_stores/test_open.py, {IT}jobs/test_job_lifecycle.py",
     "pool/_jobs/_stores/_postgres_sql.py": f"the statements, through the contract suite: {UT}_jobs/test_store.py",
-    "pool/_jobs/_stores/_sqlite_schema.py": f"the schema, through the contract suite: {UT}_jobs/test_store.py, "
-    f"{UT}_jobs/_stores/test_open.py",
-    "pool/_jobs/_stores/_sqlite_thread.py": f"every SQLite store operation runs on it: {UT}_jobs/_stores/test_sqlite.py, "
-    f"{UT}_jobs/test_store.py",
     # _observe
     # _transport
     "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
@@ -77,15 +66,7 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
-    "pool/_worker/_peers.py": f"several dispatchers on one worker: {IT}jobs/test_replicas.py, {IT}discovery/test_discovery.py",
-    "pool/_worker/_release.py": f"a worker's RSS back after a large call, once idle: {IT}fleet/test_worker_memory.py",
-    "pool/_worker/_registry.py": f"a worker's registry row: {UT}_discovery/test_registry.py, {IT}fleet/test_capacity.py",
-    "pool/_worker/_runner.py": f"where routines run: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, {UT}_observe/test_trace.py",
-    "pool/_worker/_service.py": f"the service a worker runs: {IT}calls/test_responsiveness.py, {IT}calls/test_routines.py, "
-    f"{IT}fleet/test_worker_main.py",
     "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",
-    "pool/_worker/_trace.py": f"worker-side spans with the real SDK: {IT}observe/test_trace.py",
-    "pool/_worker/_unix_server.py": f"a pool's own workers on a unix socket: {IT}fleet/test_local_transport.py, {IT}fleet/test_worker_main.py",
 }
 """Modules with no unit test module at the mirrored path (tests/unit/<package path>/test_<name>.py), and where
 they are tested instead. Only what needs real processes, sockets or stores, or is a thin wiring of parts
