@@ -15,6 +15,7 @@ import struct
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Self
 
 import pytest
 
@@ -67,7 +68,7 @@ class FakeWorker:
         self._writers: list[asyncio.StreamWriter] = []
         self._server: asyncio.AbstractServer | None = None
 
-    async def __aenter__(self) -> FakeWorker:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_unix_server(self._connection, self.path)
         return self
 
