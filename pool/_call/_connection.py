@@ -15,6 +15,7 @@ failure is `WorkerBroken`, and the pool evicts the worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -130,6 +131,9 @@ class WorkerConnection:
         self._call_done(None)
 
     def _call_done(self, call: OutgoingCall | None) -> None:
+        if call is not None:  # its session still counts it (it lets go of a call once its end was handed on)
+            asyncio.get_running_loop().call_soon(self._call_done, None)
+            return
         on_idle = self._on_idle
         if on_idle is not None and self.in_flight == 0:
             self._on_idle = None

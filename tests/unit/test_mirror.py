@@ -41,7 +41,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_version.py": "a constant, exported as pool.__version__: tests/unit/test_public_api.py",
     # _base: small helpers both sides use.
     "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}fleet/test_worker_main.py",
-    "pool/_base/_process.py": f"children watched and forked: {IT}fleet/test_template.py, {IT}fleet/test_pool_lifecycle.py",
     "pool/_base/_random.py": "registered with hypothesis in tests/conftest.py; used by every balancer test",
     "pool/_base/_role.py": f"a worker process says it is one at start: {IT}fleet/test_worker_main.py, {IT}fleet/test_template.py",
     # _discovery
@@ -50,9 +49,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _dispatch: the call path is only whole with real workers.
     # _fleet
     "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}fleet/test_fleet.py, {IT}fleet/test_pool_lifecycle.py",
-    "pool/_fleet/_local_worker.py": f"one spawned worker's life: {IT}fleet/test_pool_lifecycle.py, {IT}fleet/test_local_transport.py",
-    "pool/_fleet/_provisioning.py": f"worker requests and env: {UT}_fleet/test_provision.py, {IT}fleet/test_capacity.py",
-    "pool/_fleet/_template.py": f"forking from the template: {IT}fleet/test_template.py",
     # _jobs
     "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
     "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
@@ -60,10 +56,6 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     "pool/_jobs/_stores/_postgres_sql.py": f"the statements, through the contract suite: {UT}_jobs/test_store.py",
     # _observe
     # _transport
-    "pool/_call/_connection.py": f"a pool's connection to each worker: {IT}calls/test_routines.py, {IT}calls/test_dispatch_faults.py",
-    "pool/_transport/_grpc_channel.py": f"workers over TCP: {IT}fleet/test_local_transport.py, {IT}trust/test_worker_secret.py, {IT}discovery/test_lan.py",
-    "pool/_transport/_rpc.py": f"names and the worker record: {UT}_transport/test_framing.py, {UT}_discovery/test_store.py",
-    "pool/_transport/_unix_channel.py": f"the default transport: {UT}_transport/test_framing.py, {IT}fleet/test_local_transport.py",
     # _worker: the worker process, run for real.
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
     "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",

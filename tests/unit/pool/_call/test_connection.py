@@ -228,22 +228,19 @@ class TestWorkerConnection:
             assert conn.broken
         assert any("failed the handshake" in r.getMessage() for r in caplog.records)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="bug: _call_done runs inside OutgoingCall._finish, called from Session.feed before the session pops "
-        "the finished call, so in_flight still counts it and on_idle never runs when calls end with their outcome",
-    )
     async def test_retire_should_hand_the_connection_over_only_once_its_calls_ended(self, socket_path):
         """Test that a retired worker's last calls still deliver, and ``on_idle`` runs once, after them."""
         stream = Dispatching()
         idle: list[WorkerConnection] = []
+        handed = asyncio.Event()
         async with FakeWorker(socket_path, stream.serve), opened(f"unix:{socket_path}") as conn:
             call = conn.send(task())
             (call_id,) = await stream.call_ids()
-            conn.retire(idle.append)
+            conn.retire(lambda c: (idle.append(c), handed.set()))
             assert idle == []
             stream.replies.put_nowait(frames((call_id, "return")))
             assert (await asyncio.wait_for(call.receive(), WAIT_S)).outcome.kind == pb.Outcome.RETURN
+            await asyncio.wait_for(handed.wait(), WAIT_S)
             assert idle == [conn]
             stream.replies.put_nowait(None)
 
