@@ -94,6 +94,7 @@ class Membership:
         self._unreachable: dict[uuid.UUID, float] = {}
         self._set_aside: dict[uuid.UUID, asyncio.TimerHandle] = {}
         self._retiring: set[WorkerConnection] = set()
+        self.joined: Callable[[uuid.UUID], object] | None = None  # a worker was admitted (after `changed`)
 
     def admit(self, metadata: WorkerMetadata) -> None:
         """Add a worker (a new connection to it), unless the pool will not dial it as its record asks (logged)."""
@@ -103,6 +104,8 @@ class Membership:
             if metadata.local:
                 connection.connect()  # the pool's own: it will be used; prove both ends while others start
             self._notify()
+            if self.joined is not None:
+                self.joined(metadata.uid)
 
     def _connect(self, metadata: WorkerMetadata) -> WorkerConnection | None:
         way = route(metadata, self._credentials, insecure=self._insecure)

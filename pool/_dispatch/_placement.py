@@ -196,6 +196,23 @@ class Placement:
         """Whether some worker may take ``task`` now: False for a plain call while each line is full of ours (I/O-free)."""
         return not task.plain or len(self._plain.view(self._plain.rooms(task)[-1]).known_full) < len(self._roster)
 
+    def feed_idle(self) -> None:
+        """Ask a call still waiting in a busy worker's line back for each worker that runs none of ours (I/O-free).
+
+        For a worker that joined (`Membership.joined`) while calls wait in
+        other workers' lines: it would otherwise idle until one of them ends.
+        As when a call ends (`_plain_ended`): only while no call waits for a
+        worker in the pool's queue (that one is fed to it instead). The
+        worker decides: a call it started meanwhile just runs there.
+        """
+        if not self._plain.calls or self.waiting():
+            return
+        for uid in self._plain.idle():
+            stolen = self._plain.queued_elsewhere(uid)
+            if stolen is None:
+                return
+            stolen.hand_back()
+
     def doubt_refusals(self) -> None:
         """Offer plain calls again to the workers that turned one away (capacity may have changed)."""
         if self._plain.refusing:

@@ -150,6 +150,17 @@ class PlainSlots:
                 del self.calls[uid]
             self.version += 1
 
+    def idle(self) -> list[uuid.UUID]:
+        """Workers running none of this pool's plain calls that may take one (not refusing, not known full)."""
+        if len(self.calls) >= len(self._roster):
+            return []  # (the common case under load, in O(1))
+        full = self._roster.room.known_full
+        return [
+            uid
+            for uid in self._roster.workers
+            if uid not in self.calls and uid not in self.refusing and uid not in full
+        ]
+
     def queued_elsewhere(self, uid: uuid.UUID) -> OutgoingCall | None:
         """The longest-waiting call of this pool queued in another worker's line (not yet asked back), if any."""
         for other, calls in self.calls.items():

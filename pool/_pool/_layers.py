@@ -108,6 +108,7 @@ class Layers:
             plain_prefetch=config.plain_prefetch,
         )
         placement.overdue = lambda uid: self.fleet.retire(uid, "timeout")
+        self.membership.joined = lambda uid: placement.feed_idle()  # calls waiting in other lines: one for it
         self.admission = Admission(
             placement,
             self.tasks,

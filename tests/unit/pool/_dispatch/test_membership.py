@@ -37,6 +37,16 @@ class TestMembership:
         await m.until(lambda: worker.uid in m.roster, timeout=5)
         await m.close()
 
+    async def test_admit_should_tell_joined_once_the_worker_is_in_the_roster(self):
+        """Test the hook placement uses to feed a worker that joins while calls wait in other lines."""
+        m = membership([])
+        seen: list[tuple[uuid.UUID, bool]] = []
+        m.joined = lambda uid: seen.append((uid, uid in m.roster))
+        worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
+        m.admit(worker)
+        assert seen == [(worker.uid, True)]
+        await m.close()
+
     async def test_broken_spawned_worker_should_be_handed_back_for_replacement(self):
         """Test that a hard failure of a local worker asks the fleet to replace it."""
         broken: list[uuid.UUID] = []

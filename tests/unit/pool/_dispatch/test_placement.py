@@ -48,7 +48,7 @@ class Call:
         self.cancelled = True
 
     def hand_back(self) -> None:
-        self.handed_back = True
+        self.handed_back = self.recalled = True  # (as OutgoingCall: asked back once)
 
     def end(self) -> None:
         for callback in self._finish:
@@ -262,6 +262,47 @@ class TestPlainPlacement:
         other.end()
         assert queued.handed_back
         assert placement.placement.may_take(task(plain=True))
+
+    async def test_feed_idle_should_ask_back_one_queued_call_for_each_worker_that_joined(self):
+        """Test that workers joining while calls wait in others' lines each get one asked back, no more."""
+        placement = Pool(UIDS[:2], plain_prefetch=1)
+        await placement.place(task(plain=True))
+        await placement.place(task(plain=True))
+        for connection in placement.workers.values():
+            connection.state = QUEUED
+        queued = [await placement.place(task(plain=True)) for _ in range(2)]
+        placement.placement.feed_idle()
+        assert not any(call.handed_back for call in queued)  # no worker is idle
+        for uid in UIDS[2:4]:
+            placement.workers[uid] = Connection(uid, placement.offers)
+            placement.roster.add(placement.workers[uid])  # type: ignore[arg-type]
+        placement.placement.feed_idle()
+        assert [call.handed_back for call in queued] == [True, True]
+
+    async def test_feed_idle_should_pass_over_refusing_or_full_workers_and_wait_for_the_queue(self):
+        """Test that a joined worker known full or refusing plain calls gets nothing, nor one while calls queue."""
+        placement = Pool(UIDS[:3], plain_prefetch=1)
+        await placement.place(task(plain=True))
+        busy = await placement.place(task(plain=True))
+        placement.workers[UIDS[0]].state = QUEUED
+        placement.roster.room.rejected(UIDS[2], placement.roster.room.offer(UIDS[2]))  # known full
+        queued = await placement.place(task(plain=True))
+        assert queued.uid == UIDS[0]
+        placement.placement.feed_idle()
+        assert not queued.handed_back  # UIDS[2], the one without a call of ours, is full
+        placement.roster.room.announced(UIDS[2])
+        placement.placement.refused(
+            UIDS[2], pool.WorkerRejected("worker w: busy"), placement.roster.room.offer(UIDS[2])
+        )
+        placement.placement.feed_idle()
+        assert not queued.handed_back  # refusing plain calls
+        placement.placement.doubt_refusals()
+        placement.placement.waiting = lambda: True
+        placement.placement.feed_idle()
+        assert not queued.handed_back  # calls wait in the pool's queue: the idle worker is fed from there
+        placement.placement.waiting = lambda: False
+        placement.placement.feed_idle()
+        assert queued.handed_back and not busy.handed_back  # (a started call is never asked back)
 
     async def test_a_plain_call_ending_should_not_ask_back_while_calls_wait_for_a_worker(self):
         """Test that an idle worker is fed from the pool's queue rather than stealing from another's line."""
