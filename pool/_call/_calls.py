@@ -212,6 +212,7 @@ async def call_outcome(dispatcher: Dispatches, task: Task) -> tuple[bool, Any]:
     """
     if task.timeout is not None:
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
+    task.arrival = None  # a new call: a new place in the queue (placed again after a handback, it keeps it)
     async with asyncio.timeout(task.timeout) if task.timeout is not None else _UNBOUNDED:
         call = await dispatcher.dispatch(task)
         while True:

@@ -46,6 +46,7 @@ class Task:
     plain: bool = False  # a plain ``def`` function: one at a time per worker, on a thread of its own
     deadline: float | None = None  # when its timeout runs out (monotonic), once it is dispatched
     prefetch: int | None = None  # a plain call: at most this many of ours ahead of it in a worker's line (None: any)
+    arrival: int | None = None  # its place in the pool's admission queue: kept when it is handed back (not sent)
 
     def remaining(self) -> float | None:
         """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""

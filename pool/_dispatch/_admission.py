@@ -161,7 +161,9 @@ class Admission:
                 retry_after=self.retry_after(),
             )
         self.admitted += 1
-        return Ticket(task, parent, time.monotonic(), next(self._arrivals))
+        if task.arrival is None:  # (a call handed back unstarted keeps its place: it waits where it was)
+            task.arrival = next(self._arrivals)
+        return Ticket(task, parent, time.monotonic(), task.arrival)
 
     def release(self, ticket: Ticket) -> None:
         """The call ended (or never started): count it out, learn its duration."""

@@ -15,8 +15,10 @@ import grpc
 import pytest
 
 import pool
-from pool._call._calls import open_call
+from pool._call._calls import call_outcome, open_call
 from pool._call._task import Task
+from pool._transport import _wire
+from pool._transport._outgoing import HandedBack
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 
@@ -124,3 +126,45 @@ async def test_the_answer_watch_should_let_go_of_a_session_once_it_failed():
         await asyncio.gather(opening, return_exceptions=True)
         assert timer.cancelled()  # its callback (and the session it holds) is gone from the loop now
         assert stream.session.watch is None
+
+
+class _Placed:
+    """A call a worker accepted: it comes back unstarted (``HandedBack``) or ends with ``frame``."""
+
+    def __init__(self, answer: pb.Frame | BaseException) -> None:
+        self._answer = answer
+
+    async def receive(self) -> pb.Frame:
+        if isinstance(self._answer, BaseException):
+            raise self._answer
+        return self._answer
+
+    async def abort(self, timeout: float) -> None:  # pragma: no cover - never reached here
+        raise AssertionError("nothing to abort")
+
+
+class _Dispatcher:
+    """Places each call at once; the first comes back handed back, the next ones return None."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[int | None] = []
+        self._first = True
+
+    async def dispatch(self, task: Task) -> _Placed:
+        self.arrivals.append(task.arrival)
+        task.arrival = 42 if task.arrival is None else task.arrival  # (as Admission.admit numbers it)
+        if self._first:
+            self._first = False
+            return _Placed(HandedBack("worker w handed f() back: draining"))
+        frame = pb.Frame(id=1)
+        frame.outcome.kind = pb.Outcome.RETURN
+        frame.outcome.value = _wire.dumps(None, what="the result")
+        return _Placed(frame)
+
+
+async def test_call_outcome_should_place_a_call_handed_back_again_keeping_its_place_in_the_queue():
+    """Test that a handback places the same task again, with the arrival it was given (a new call: a new one)."""
+    dispatcher, once = _Dispatcher(), task()
+    once.arrival = 7  # left over from an earlier call of the same task object
+    assert await call_outcome(dispatcher, once) == (True, None)  # type: ignore[arg-type]
+    assert dispatcher.arrivals == [None, 42]

@@ -155,6 +155,16 @@ class TestCeiling:
         seqs = [admission.admit(task(), None).seq for _ in range(100)]
         assert seqs == sorted(seqs) and len(set(seqs)) == 100 and admission.rejected == 0
 
+    def test_admit_should_give_a_call_handed_back_its_old_place_in_the_arrival_order(self):
+        """Test that a task admitted again (a plain call handed back unstarted) keeps its place: it is not last."""
+        admission = Admission(Workers(), None, lambda: None, queue_depth=0, admission_timeout=0, max_pending=None)  # type: ignore[arg-type]
+        handed_back = task()
+        first = admission.admit(handed_back, None)
+        later = [admission.admit(task(), None).seq for _ in range(3)]
+        admission.release(first)
+        again = admission.admit(handed_back, None)
+        assert again.seq == first.seq < min(later)
+
     def test_release_should_move_the_mean_duration_a_tenth_of_the_way_to_the_calls_duration(self):
         """Test the running mean behind retry_after: the newest call weighs DURATION_HALF_LIFE."""
         admission = Admission(Workers(), None, lambda: None, queue_depth=0, admission_timeout=0, max_pending=None)  # type: ignore[arg-type]
