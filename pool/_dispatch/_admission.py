@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import logging
 import time
@@ -73,6 +74,13 @@ DURATION_HALF_LIFE: Final[float] = 0.1
 
 class DeadlinePassed(Exception):
     """A queued call's dispatch deadline passed before a worker accepted it (the caller raises `CapacityTimeout`)."""
+
+
+NO_TIMER_BEYOND_S: Final[float] = 365 * 24 * 3600.0
+"""A wait bounded further off than this arms no timer (`pool.Executor`'s calls wait without a bound: one
+loop timer less per call)."""
+
+_NO_TIMER: Final = contextlib.nullcontext()
 
 
 class _Waiter:
@@ -218,9 +226,9 @@ class Admission:
                     raise
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, loop)
-        timer = asyncio.timeout_at(deadline)
+        timer = asyncio.timeout_at(deadline) if deadline - loop.time() < NO_TIMER_BEYOND_S else None
         try:
-            async with timer:
+            async with timer if timer is not None else _NO_TIMER:
                 await self._take_place(waiter)
                 try:
                     return await waiter.served
@@ -230,7 +238,7 @@ class Admission:
                         waiter.served.result().cancel()  # accepted as we gave up
                     raise
         except TimeoutError:
-            if timer.expired():
+            if timer is not None and timer.expired():
                 raise DeadlinePassed from None
             raise
 

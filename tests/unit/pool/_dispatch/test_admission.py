@@ -243,6 +243,18 @@ class TestQueue:
             assert [c.name for c in await asyncio.gather(*calls)] == list("abcd")
             assert g.workers.placed == list("abcd") and g.workers.doubted == 3
 
+    async def test_dispatch_should_wait_without_a_timer_when_its_deadline_is_years_away(self):
+        """Test that a call with no real bound (pool.Executor's) queues and is served like any other, and that a
+        bounded one still has its deadline armed beside it."""
+        async with gate(queue_depth=10) as g:
+            unbounded = g.start("executor", deadline=10 * 365 * 24 * 3600.0)
+            bounded = g.start("bounded", deadline=0.05)
+            await g.queued(2)
+            with pytest.raises(DeadlinePassed):
+                await bounded
+            g.freed(1)
+            assert (await unbounded).name == "executor"
+
     async def test_dispatch_should_start_a_higher_priority_call_first_when_it_arrives_later(self):
         """Test that the queue is ordered by priority, then arrival."""
         async with gate(queue_depth=10) as g:
