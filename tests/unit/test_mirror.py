@@ -42,20 +42,9 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _base: small helpers both sides use.
     "pool/_base/_exit.py": f"the exit codes a worker uses: {UT}_worker/test_recycle.py, {IT}fleet/test_worker_main.py",
     "pool/_base/_random.py": "registered with hypothesis in tests/conftest.py; used by every balancer test",
-    "pool/_base/_role.py": f"a worker process says it is one at start: {IT}fleet/test_worker_main.py, {IT}fleet/test_template.py",
     # _discovery
     "pool/_discovery/_protocol.py": f"every backend yields its events: {IT}discovery/test_discovery.py, {IT}discovery/test_lan.py",
     "pool/_discovery/_lan.py": f"zeroconf in private network namespaces: {IT}discovery/test_lan.py",
-    # _dispatch: the call path is only whole with real workers.
-    # _fleet
-    "pool/_fleet/_local_fleet.py": f"spawn, replace, grow, stop: {IT}fleet/test_fleet.py, {IT}fleet/test_pool_lifecycle.py",
-    # _jobs
-    "pool/_jobs/_stores/_postgres.py": f"the store contract on a real PostgreSQL: {UT}_jobs/test_store.py",
-    "pool/_jobs/_stores/_postgres_admin.py": f"upgrades, retention, operator verbs: {UT}_jobs/test_store.py, "
-    f"{UT}_jobs/_stores/test_open.py, {IT}jobs/test_job_lifecycle.py",
-    "pool/_jobs/_stores/_postgres_sql.py": f"the statements, through the contract suite: {UT}_jobs/test_store.py",
-    # _observe
-    # _transport
     # _worker: the worker process, run for real.
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
     "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",
