@@ -129,7 +129,7 @@ class LocalWorker:
         self._lifeline = life_w
         try:
             async with asyncio.timeout(timeout):
-                line = await _read_line(ready_r)
+                line, rest = await _read_line(ready_r)
         except BaseException as exc:
             os.close(ready_r)
             await self.kill()
@@ -145,7 +145,11 @@ class LocalWorker:
                 f"worker {self.uid} exited with status {code} before it was ready (its stderr is above)"
             )
         self._status = ready_r
-        asyncio.get_running_loop().add_reader(ready_r, self._read_status)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(ready_r, self._read_status)
+        if rest:  # a status line that came in the same read as READY: heard once the caller has the worker
+            self._status_data.extend(rest)
+            loop.call_soon(self._status_seen)
         info: dict[str, Any] = json.loads(line[len("READY ") :])
         self.metadata = WorkerMetadata(
             uid=self.uid,
@@ -188,6 +192,9 @@ class LocalWorker:
         self._status_data.extend(chunk)
         if not chunk:
             self._close_status()
+        self._status_seen()
+
+    def _status_seen(self) -> None:
         if b"RETIRING " in self._status_data and not self.retired:
             line = bytes(self._status_data).split(b"RETIRING ", 1)[1].split(b"\n", 1)[0]
             self.retired = line.decode(errors="replace").strip() or "unknown"
@@ -276,8 +283,8 @@ def _child_env(settings: Mapping[str, str], ready_fd: int, lifeline_fd: int) -> 
     return child_env(settings) | {PREFIX + "READY_FD": str(ready_fd), PREFIX + "LIFELINE_FD": str(lifeline_fd)}
 
 
-async def _read_line(fd: int) -> str:
-    """Read one line from pipe ``fd`` (the caller closes it); empty if the writer closed first."""
+async def _read_line(fd: int) -> tuple[str, bytes]:
+    """Read one line from pipe ``fd`` (the caller closes it; empty if the writer closed first), and what came after it."""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     data = bytearray()
@@ -297,4 +304,5 @@ async def _read_line(fd: int) -> str:
         await complete
     finally:
         loop.remove_reader(fd)
-    return bytes(data).split(b"\n", 1)[0].decode(errors="replace").strip()
+    line, _, rest = bytes(data).partition(b"\n")
+    return line.decode(errors="replace").strip(), rest

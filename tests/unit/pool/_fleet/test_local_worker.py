@@ -173,6 +173,24 @@ class TestLife:
         finally:
             template.reap()
 
+    async def test_a_retiring_line_read_with_the_ready_line_should_still_reach_on_retiring(self):
+        """Test a RETIRING line that arrives in the same read as READY (both in the pipe): it is heard, not lost."""
+        told = asyncio.Event()
+        retiring: list[LocalWorker] = []
+
+        def on_retiring(worker: LocalWorker) -> None:
+            retiring.append(worker)
+            told.set()
+
+        both = 'os.write(ready, ("READY " + json.dumps({"port": 1, "pid": 1}) + "\\nRETIRING max tasks\\n").encode())'
+        worker, template = await started(both + "\nwait_for_the_pool()", on_retiring=on_retiring)
+        try:
+            await asyncio.wait_for(told.wait(), WAIT_S)
+            assert retiring == [worker] and worker.retired == "max tasks"
+            await asyncio.wait_for(worker.kill(), WAIT_S)
+        finally:
+            template.reap()
+
     async def test_stop_should_terminate_and_reap_with_the_exit_status(self):
         """Test that stop sends SIGTERM (the child's default action ends it) and returns the reaped status."""
         worker, template = await started(READY + "\nwait_for_the_pool()")
