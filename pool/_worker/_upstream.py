@@ -124,7 +124,8 @@ class BridgedGenerator:
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """See `RemoteGenerator.athrow`."""
-        return await self._run(self._inner.athrow(typ, val, tb))
+        thrown = self._inner.athrow(typ) if val is None and tb is None else self._inner.athrow(typ, val, tb)
+        return await self._run(thrown)  # (the 3-argument form is deprecated for native generators: 3.12)
 
     async def aclose(self) -> None:
         """See `RemoteGenerator.aclose`."""

@@ -248,14 +248,16 @@ class TestWorkerConnection:
         """Test that a retired worker that goes away with calls in flight is handed over as they fail."""
         stream = Dispatching()
         idle: list[WorkerConnection] = []
+        handed = asyncio.Event()
         async with FakeWorker(socket_path, stream.serve), opened(f"unix:{socket_path}") as conn:
             call = conn.send(task())
             await stream.call_ids()
-            conn.retire(idle.append)
+            conn.retire(lambda c: (idle.append(c), handed.set()))
             assert idle == []
             stream.replies.put_nowait(None)  # the worker hangs up
             with pytest.raises(pool.WorkerBroken):
                 await asyncio.wait_for(call.receive(), WAIT_S)
+            await asyncio.wait_for(handed.wait(), WAIT_S)  # (a loop turn after the call's end)
             assert idle == [conn]
 
     async def test_retire_should_hand_the_connection_over_at_once_when_idle(self, socket_path):
