@@ -155,6 +155,7 @@ class Membership:
         if aside is not None:
             aside.cancel()
         if event.kind == "dropped":
+            self._unreachable.pop(worker.uid, None)
             self._close(self.evict(worker.uid, "withdrawn from discovery"))
             return
         if not self._tags <= worker.tags:
@@ -225,7 +226,8 @@ class Membership:
         when discovery withdraws it. Spawned workers are not set aside: the
         fleet sees their process exit.
         """
-        if worker.local:
+        if worker.local or worker.uid not in self.roster:
+            self._unreachable.pop(worker.uid, None)  # (gone already, withdrawn say: nothing to bring back later)
             return
         now = time.monotonic()
         since = self._unreachable.setdefault(worker.uid, now)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pool
+from pool._discovery import DiscoveryEvent
 from pool._dispatch import _membership
 from pool._dispatch._membership import Membership
 from pool._transport._trust import Trust
@@ -45,6 +47,23 @@ class TestMembership:
         worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
         m.admit(worker)
         assert seen == [(worker.uid, True)]
+        await m.close()
+
+    async def test_a_worker_withdrawn_while_a_call_to_it_failed_should_never_be_brought_back(self, monkeypatch):
+        """Test that a dispatch failing after discovery withdrew its worker sets nothing aside: the worker stays out.
+
+        (A worker that idled out withdraws its record and exits; a call already on its way to it then fails.
+        Set aside, it came back after SET_ASIDE_S and stayed in the pool, withdrawn, for good.)
+        """
+        monkeypatch.setattr(_membership, "UNREACHABLE_EVICT_S", 0.0)
+        monkeypatch.setattr(_membership, "SET_ASIDE_S", 0.01)
+        m = membership([])
+        worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
+        m.apply(DiscoveryEvent("added", worker))
+        m.apply(DiscoveryEvent("dropped", worker))
+        m.unreachable(worker, pool.WorkerBroken("refused"))  # a call that was on its way to it
+        await asyncio.sleep(0.2)  # twenty times SET_ASIDE_S: when right, it never comes back whatever the wait
+        assert worker.uid not in m.roster
         await m.close()
 
     async def test_broken_spawned_worker_should_be_handed_back_for_replacement(self):
