@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Self
+from typing import Any
 
-import grpc
 import pytest
 
 import pool
@@ -23,6 +22,7 @@ from pool._transport import _wire
 from pool._transport._outgoing import HandedBack, OutgoingCall
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
+from tests.unit.pool._transport.pipes import SessionPair
 
 WAIT_S = 5.0
 
@@ -71,42 +71,19 @@ def returned(value: Any, kind: int = pb.Outcome.RETURN) -> pb.Frame:
     return pb.Frame(outcome=pb.Outcome(kind=kind, value=_wire.dumps(value, what="v")))
 
 
-class Link:
+class Link(SessionPair):
     """A worker's stream to the pool, in memory: ``worker`` opens calls the pool's `NestedHost` serves."""
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.tasks = TaskOwner("test pool", logging.getLogger("test"))
         self.host = NestedHost(dispatcher, self.tasks)
-        self.pool_side = Session(odd=True, host=self.host, label="pool")
-        self.worker = Session(odd=False, host=None, label="worker")
-        self._to_pool: asyncio.Queue = asyncio.Queue()
-        self._to_worker: asyncio.Queue = asyncio.Queue()
-        self._running: list[asyncio.Future] = []
-
-    async def __aenter__(self) -> Self:
-        def carry(queue: asyncio.Queue):
-            async def write(message: pb.Frames) -> None:
-                queue.put_nowait(pb.Frames.FromString(message.SerializeToString()))
-
-            return write
-
-        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
-        self._running = [
-            asyncio.ensure_future(self.pool_side.run(self._to_pool.get, carry(self._to_worker), lost)),
-            asyncio.ensure_future(self.worker.run(self._to_worker.get, carry(self._to_pool), lost)),
-        ]
-        return self
+        super().__init__(Session(odd=True, host=self.host, label="pool"), Session(odd=False, host=None, label="worker"))
+        self.pool_side, self.worker = self.odd, self.even
 
     async def __aexit__(self, *exc: object) -> None:
         self.end()
-        for running in self._running:
-            running.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
+        await super().__aexit__(*exc)
         await self.tasks.aclose()
-
-    def end(self) -> None:
-        self._to_pool.put_nowait(grpc.aio.EOF)
-        self._to_worker.put_nowait(grpc.aio.EOF)
 
     async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
         """The worker's side (as `_upstream.Upstream` does): open the call on the stream to the pool."""

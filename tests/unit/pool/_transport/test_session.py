@@ -12,6 +12,7 @@ from pool._call._calls import TRANSIENT_CODES, rejection
 from pool._transport._outgoing import HandedBack
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
+from tests.unit.pool._transport.pipes import SessionPair
 
 
 class Host:
@@ -35,38 +36,12 @@ class Host:
         self.ended.set()
 
 
-class Link:
-    """Two sessions joined by in-memory pipes that count the messages written."""
+class Link(SessionPair):
+    """A caller (odd) and a callee (even) joined in memory (`pipes.SessionPair`)."""
 
     def __init__(self, host):
-        self.caller = Session(odd=True, host=None, label="caller")
-        self.callee = Session(odd=False, host=host, label="callee")
-        self.to_caller: asyncio.Queue = asyncio.Queue()
-        self.to_callee: asyncio.Queue = asyncio.Queue()
-        self.messages_to_callee = 0
-        self.messages_to_caller = 0
-        self.tasks = []
-
-    async def __aenter__(self):
-        async def to_callee(message):
-            self.messages_to_callee += 1
-            self.to_callee.put_nowait(pb.Frames.FromString(message.SerializeToString()))
-
-        async def to_caller(message):
-            self.messages_to_caller += 1
-            self.to_caller.put_nowait(pb.Frames.FromString(message.SerializeToString()))
-
-        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
-        self.tasks = [
-            asyncio.ensure_future(self.caller.run(self.to_caller.get, to_callee, lost)),
-            asyncio.ensure_future(self.callee.run(self.to_callee.get, to_caller, lost)),
-        ]
-        return self
-
-    async def __aexit__(self, *exc):
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        super().__init__(Session(odd=True, host=None, label="caller"), Session(odd=False, host=host, label="callee"))
+        self.caller, self.callee = self.odd, self.even
 
 
 def open_call(session, name="f"):
@@ -101,7 +76,7 @@ class TestSession:
                 while len(host.calls) < 50:
                     host.arrived.clear()
                     await host.arrived.wait()
-            assert link.messages_to_callee == 1
+            assert link.messages_to_even == 1
 
     async def test_stream_end_should_fail_every_open_call_and_tell_the_host(self):
         """Test that nothing waits forever when the stream dies."""
@@ -109,8 +84,8 @@ class TestSession:
         async with Link(host) as link:
             calls = [open_call(link.caller) for _ in range(3)]
             await asyncio.wait_for(host.arrived.wait(), 5)
-            link.to_caller.put_nowait(grpc.aio.EOF)
-            link.to_callee.put_nowait(grpc.aio.EOF)
+            link.to_odd.put_nowait(grpc.aio.EOF)
+            link.to_even.put_nowait(grpc.aio.EOF)
             for call in calls:
                 with pytest.raises(pool.WorkerBroken, match="lost"):
                     await asyncio.wait_for(call.receive(), 5)
@@ -161,11 +136,11 @@ class TestSession:
             session.accept(frame.id, hold_s=30.0)
             await asyncio.sleep(0)  # a loop turn: a frame not held would leave now
             await asyncio.sleep(0)
-            assert link.messages_to_caller == 0
+            assert link.messages_to_odd == 0
             session.outcome(frame.id, pb.Outcome.RETURN, b"v")
             assert (await asyncio.wait_for(call.receive(), 5)).HasField("accept")
             assert (await asyncio.wait_for(call.receive(), 5)).outcome.value == b"v"
-            assert link.messages_to_caller == 1
+            assert link.messages_to_odd == 1
 
     async def test_a_held_accept_should_leave_alone_after_its_hold_or_when_released(self):
         """Test that a call that does not end at once is accepted anyway, within the hold (or at `release`)."""

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Self
 
-import grpc
 import pytest
 
 import pool
@@ -21,6 +19,7 @@ from pool._transport._session import Session
 from pool._worker._hosted import Code, Hosted
 from pool._worker._threads import LoopThread
 from pool._worker._upstream import BridgedGenerator, Upstream, bridge, in_task
+from tests.unit.pool._transport.pipes import SessionPair
 
 WAIT_S = 5.0
 
@@ -41,37 +40,19 @@ class Dispatcher:
         pass
 
 
-class Link:
+class Link(SessionPair):
     """A worker's stream to its dispatcher, in memory: ``worker`` opens even-numbered calls on it."""
 
     def __init__(self) -> None:
         self.dispatcher = Dispatcher()
-        self.pool_side = Session(odd=True, host=self.dispatcher, label="pool")
-        self.worker = Session(odd=False, host=None, label="worker")
-        self._to_pool: asyncio.Queue = asyncio.Queue()
-        self._to_worker: asyncio.Queue = asyncio.Queue()
-        self._tasks: list[asyncio.Future] = []
-
-    async def __aenter__(self) -> Self:
-        def carry(queue: asyncio.Queue):
-            async def write(message: pb.Frames) -> None:
-                queue.put_nowait(pb.Frames.FromString(message.SerializeToString()))
-
-            return write
-
-        lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
-        self._tasks = [
-            asyncio.ensure_future(self.pool_side.run(self._to_pool.get, carry(self._to_worker), lost)),
-            asyncio.ensure_future(self.worker.run(self._to_worker.get, carry(self._to_pool), lost)),
-        ]
-        return self
+        super().__init__(
+            Session(odd=True, host=self.dispatcher, label="pool"), Session(odd=False, host=None, label="worker")
+        )
+        self.pool_side, self.worker = self.odd, self.even
 
     async def __aexit__(self, *exc: object) -> None:
-        self._to_pool.put_nowait(grpc.aio.EOF)
-        self._to_worker.put_nowait(grpc.aio.EOF)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.end()
+        await super().__aexit__(*exc)
 
     async def next_call(self) -> tuple[Session, pb.Frame]:
         return await asyncio.wait_for(self.dispatcher.calls.get(), WAIT_S)
