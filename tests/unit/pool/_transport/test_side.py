@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import socket
 from collections.abc import Iterator
@@ -152,12 +153,17 @@ class TestSideChannel:
         """Test that a descriptor arriving with less than a whole record is closed, not kept."""
         lender, borrower = pair
         lent = region(regions, 4)
-        before = len(os.listdir("/proc/self/fd"))
-        socket.send_fds(lender.sock, [b"12345678"], [lent.fd])
-        lender.sock.shutdown(socket.SHUT_WR)
-        borrower.drain()
-        assert not _side._inbox and borrower.closed
-        assert len(os.listdir("/proc/self/fd")) == before - 1  # the borrower's socket is closed, nothing received kept
+        gc.collect()
+        gc.disable()  # (an earlier test's socket collected meanwhile would close a descriptor of its own)
+        try:
+            before = len(os.listdir("/proc/self/fd"))
+            socket.send_fds(lender.sock, [b"12345678"], [lent.fd])
+            lender.sock.shutdown(socket.SHUT_WR)
+            borrower.drain()
+            assert not _side._inbox and borrower.closed
+            assert len(os.listdir("/proc/self/fd")) == before - 1  # the borrower's socket closed, nothing received kept
+        finally:
+            gc.enable()
 
 
 class TestRegistry:
