@@ -191,9 +191,10 @@ class TestStart:
 
 
 class TestCrashes:
-    async def test_a_worker_that_dies_unasked_should_be_counted_and_replaced_after_the_back_off(self):
+    async def test_a_worker_that_dies_unasked_should_be_counted_and_replaced_after_the_back_off(self, monkeypatch):
         """Test that a kept worker killed from outside is reported with its status, counted as a crash, owed
         while its back-off runs, and replaced by a new worker."""
+        monkeypatch.setattr(_local_fleet, "RESPAWN_BACKOFF_S", (0.0, 2.0))  # owed for 2 s: read well within them
         async with fleet_of(FleetTemplate(SERVE)) as (fleet, events):
             (_, first) = await events.next("ready")
             fleet.replace(first.uid)  # broken: killed, as for a crash
