@@ -26,7 +26,7 @@ from pool._transport._grpc_channel import GrpcChannel
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import WorkerMetadata
 from pool._transport._unix_channel import SIDE_OK, UnixChannel
-from tests.unit.pool._transport.test_unix_channel import WORKER, FakeWorker, framed, read_message, trust
+from tests.unit.pool._transport.fake_worker import WORKER, FakeWorker, framed, read_message, trust
 
 WAIT_S = 30.0
 """Bound on every wait in these tests (each step takes milliseconds; this is for a loaded machine)."""
