@@ -16,6 +16,7 @@ import pool
 from pool._jobs._presence import Presence
 from pool._jobs._store import NewJob
 from pool._jobs._stores._sqlite import SQLiteStore
+from tests.integration.support.helpers import eventually
 
 LONG_TTL = 600.0
 """A lease whose renewal tick never comes within a test."""
@@ -156,10 +157,10 @@ class TestTick:
             async with present(store, QUICK_TTL, wake=wake, pauses_changed=pauses, ticked=ticked):
                 await ticked.reach(1)
                 store.down = True
-                await asyncio.wait_for(until(lambda: "store unavailable while renewing" in caplog.text), 5)
+                await eventually(lambda: "store unavailable while renewing" in caplog.text, timeout=5, interval=0.005)
                 assert len(wake.calls) == len(pauses.calls)
                 store.down = False
-                await asyncio.wait_for(until(lambda: "store back after" in caplog.text), 5)
+                await eventually(lambda: "store back after" in caplog.text, timeout=5, interval=0.005)
                 assert len(wake.calls) == len(pauses.calls) + 1  # what came due meanwhile may have sent no notice
         assert caplog.text.count("store unavailable while renewing the owner lease") == 1
 
@@ -199,9 +200,3 @@ class TestNotices:
         store = SQLiteStore(str(tmp_path / "jobs.db"))
         async with present(store, LONG_TTL) as presence:
             assert len(presence._tasks) == 1
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (the caller bounds it) until ``condition()`` holds, checking on each turn of a short poll."""
-    while not condition():
-        await asyncio.sleep(0.005)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -24,6 +24,7 @@ from pool._jobs._stores._sqlite import SQLiteStore
 from pool._transport import _wire
 from pool._transport._outgoing import OutgoingCall
 from pool._transport._proto import leakypool_pb2 as pb
+from tests.integration.support.helpers import eventually
 
 
 class Stream:
@@ -92,18 +93,6 @@ async def leased(
         await store.close()
 
 
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    """Wait at most ``timeout`` until ``condition()`` (maybe async) holds."""
-    async with asyncio.timeout(timeout):
-        while True:
-            held = condition()
-            if asyncio.iscoroutine(held):
-                held = await held
-            if held:
-                return
-            await asyncio.sleep(0.005)
-
-
 async def state_is(store: SQLiteStore, state: str) -> bool:
     return (await store.get("j1")).state == state
 
@@ -130,7 +119,7 @@ class TestFollow:
         async with leased(tmp_path) as (recorder, attempt):
             call, _ = opened_call()
             following = asyncio.ensure_future(recorder.follow(attempt, call))
-            await until(lambda: state_is(recorder.store, "running"))
+            await eventually(lambda: state_is(recorder.store, "running"))
             call.deliver(outcome_frame(raised(KeyError("k"), "app.f")))
             final = await asyncio.wait_for(following, 5)
             assert (final.state, final.error, final.attempts) == ("failed", "KeyError: 'k'", 1)
@@ -171,7 +160,7 @@ class TestFollow:
         async with leased(tmp_path) as (recorder, attempt):
             call, stream = opened_call()
             following = asyncio.ensure_future(recorder.follow(attempt, call))
-            await until(lambda: state_is(recorder.store, "running"))
+            await eventually(lambda: state_is(recorder.store, "running"))
             attempt.cancel_requested = True
             following.cancel()
             final = await asyncio.wait_for(following, 5)
@@ -184,7 +173,7 @@ class TestFollow:
         async with leased(tmp_path) as (recorder, attempt):
             call, stream = opened_call()
             following = asyncio.ensure_future(recorder.follow(attempt, call))
-            await until(lambda: state_is(recorder.store, "running"))
+            await eventually(lambda: state_is(recorder.store, "running"))
             following.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(following, 5)
@@ -196,7 +185,7 @@ class TestFollow:
         async with leased(tmp_path, store_type=FlakyMark) as (recorder, attempt):
             call, _ = opened_call()
             following = asyncio.ensure_future(recorder.follow(attempt, call))
-            await until(lambda: recorder.store.lost)
+            await eventually(lambda: recorder.store.lost)
             call.deliver(outcome_frame(returned("ok")))
             final = await asyncio.wait_for(following, 5)
             assert (final.state, final.attempts) == ("succeeded", 1)
@@ -207,7 +196,7 @@ class TestFollow:
         async with leased(tmp_path) as (recorder, attempt):
             call, _ = opened_call()
             following = asyncio.ensure_future(recorder.follow(attempt, call))
-            await until(lambda: state_is(recorder.store, "running"))
+            await eventually(lambda: state_is(recorder.store, "running"))
             await recorder.store.release_owner("me", time.time())  # as if another process revived it
             call.deliver(outcome_frame(returned(1)))
             with caplog.at_level(logging.WARNING, logger="leakypool.jobs"):

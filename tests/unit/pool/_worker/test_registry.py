@@ -14,7 +14,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,6 +25,7 @@ from pool._errors import ConfigError, StoreError
 from pool._transport._rpc import WorkerMetadata
 from pool._worker._registry import REFRESHES_PER_TTL, RegistryRecord, start_registry
 from pool._worker._service import WorkerService
+from tests.integration.support.helpers import eventually
 
 WAIT_S = 5.0
 TTL_S = 0.3
@@ -47,13 +48,6 @@ def rows(path: str) -> dict[str, tuple[str, float]]:
 def change(path: str, statement: str) -> None:
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute(statement)
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Wait until ``predicate`` holds, looking every few milliseconds, for `WAIT_S` at most."""
-    async with asyncio.timeout(WAIT_S):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -93,7 +87,7 @@ class TestRegistryRecord:
         try:
             await record.start(tasks)
             change(path, "DELETE FROM leakypool_workers")
-            await until(lambda: str(UID) in rows(path))
+            await eventually(lambda: str(UID) in rows(path), timeout=WAIT_S)
         finally:
             await record.withdraw()
             await tasks.aclose()
@@ -105,8 +99,10 @@ class TestRegistryRecord:
         try:
             await record.start(tasks)
             change(path, "DROP TABLE leakypool_workers")
-            await until(lambda: "could not refresh this worker's record" in caplog.text)
-            await until(lambda: str(UID) in rows(path))  # a new connection made the table again, and wrote it
+            await eventually(lambda: "could not refresh this worker's record" in caplog.text, timeout=WAIT_S)
+            await eventually(
+                lambda: str(UID) in rows(path), timeout=WAIT_S
+            )  # a new connection made the table again, and wrote it
         finally:
             await record.withdraw()
             await tasks.aclose()

@@ -23,6 +23,7 @@ from pool._transport._rpc import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAI
 from pool._transport._session import Session
 from pool._worker._hosted import Code, Hosted
 from pool._worker._service import WorkerService
+from tests.integration.support.helpers import eventually
 
 WAIT_S = 5.0
 UID = "00000000-0000-0000-0000-000000000005"
@@ -150,12 +151,6 @@ def reject(frame: pb.Frame) -> pb.Reject:
     return frame.reject
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while not predicate():
-            await asyncio.sleep(0.005)
-
-
 class TestWorkerService:
     def test_runner_should_raise_when_the_service_was_not_started(self):
         """Test that nothing can reach a runner before `start` made one."""
@@ -168,7 +163,7 @@ class TestWorkerService:
         async with Serving(capacity=4) as service, Link(service) as link:
             assert result(await link.run(task(double, 21))) == 42
             assert result(await link.run(task(double, 5))) == 10  # the routine's blob crossed once: known by digest
-            await until(lambda: service.admission.in_flight == 0)
+            await eventually(lambda: service.admission.in_flight == 0, timeout=WAIT_S, interval=0.005)
             state = service.state()
             assert (state.uid, state.capacity, state.in_flight, state.accepting) == (UID, 4, 0, True)
 
@@ -259,7 +254,7 @@ class TestWorkerService:
             assert (await link.answer(call)).WhichOneof("body") == "accept"
             await call.abort(WAIT_S)
             assert SEEN == ["forever cancelled"]
-            await until(lambda: service.admission.in_flight == 0)
+            await eventually(lambda: service.admission.in_flight == 0, timeout=WAIT_S, interval=0.005)
 
     async def test_on_step_should_drive_a_generator_when_the_dispatcher_steps_it(self):
         """Test that NEXT steps reach a generator routine, one value each, then its end."""
@@ -279,7 +274,7 @@ class TestWorkerService:
             async with Link(service) as link:
                 call = link.open(task(wait_for_gate, "orphan"))
                 assert (await link.answer(call)).WhichOneof("body") == "accept"
-            await until(lambda: service.admission.in_flight == 0)
+            await eventually(lambda: service.admission.in_flight == 0, timeout=WAIT_S, interval=0.005)
             assert SEEN == ["orphan cancelled"]
 
     async def test_serve_stream_should_log_and_return_the_reason_when_the_frames_are_not_our_protocol(self, caplog):
