@@ -28,7 +28,11 @@ and names its public module, ``pool``.
 
 from __future__ import annotations
 
-from concurrent.futures.process import BrokenProcessPool
+import sys
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor
+from types import ModuleType
+from typing import Any
 
 import balancer
 
@@ -66,12 +70,14 @@ class PoolClosed(PoolError, RuntimeError):
     """
 
 
-class WorkerBroken(PoolError, BrokenProcessPool):
+class WorkerBroken(PoolError, BrokenExecutor):
     """The worker running (or about to run) the call was lost.
 
     Also a ``concurrent.futures.process.BrokenProcessPool`` (so code written
     for ``ProcessPoolExecutor`` catches it), though only that worker's calls
-    fail: the pool, and an `Executor` on it, go on.
+    fail: the pool, and an `Executor` on it, go on. (That base is added when
+    code imports ``concurrent.futures.process``; until then it is its base,
+    ``BrokenExecutor``: ``import pool`` does not pay for ``multiprocessing``.)
 
     Its process died, its connection failed, or it was stopped before the
     call finished. The routine may have run in part. A retry can succeed on
@@ -125,7 +131,7 @@ class WorkerStartError(PoolError):
     """
 
 
-class WorkerInitError(WorkerStartError, BrokenProcessPool):
+class WorkerInitError(WorkerStartError, BrokenExecutor):
     """A worker's ``initializer`` raised, so the worker exited before its first call.
 
     Also a ``concurrent.futures.process.BrokenProcessPool``, as the standard
@@ -255,6 +261,52 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f"\n\n[worker traceback]\n{self.tb}"
+
+
+class _AfterImport:
+    """A one-shot ``sys.meta_path`` entry: runs ``then(module)`` once ``name`` is imported.
+
+    Why: ``concurrent.futures.process`` imports ``multiprocessing``, 25 ms
+    per process (the pool's and each worker's) for one base class. Until
+    code imports that module, no ``except BrokenProcessPool`` can exist.
+    """
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = getattr(finder, "find_spec", lambda *_: None)(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader.exec_module = _followed(spec.loader.exec_module, self.then)
+                return spec
+        return None
+
+
+def _followed(run: Callable[[ModuleType], None], then: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    def exec_module(module: ModuleType) -> None:
+        run(module)
+        then(module)
+
+    return exec_module
+
+
+def _broken_process_pool(module: ModuleType) -> None:
+    """Make the pool's broken-worker errors ``BrokenProcessPool``s (its subclass of `BrokenExecutor`)."""
+    for error in (WorkerBroken, WorkerInitError):
+        error.__bases__ = tuple(
+            module.BrokenProcessPool if base is BrokenExecutor else base for base in error.__bases__
+        )
+
+
+if "concurrent.futures.process" in sys.modules:
+    _broken_process_pool(sys.modules["concurrent.futures.process"])
+else:
+    sys.meta_path.insert(0, _AfterImport("concurrent.futures.process", _broken_process_pool))
 
 
 class PoolWarning(UserWarning):

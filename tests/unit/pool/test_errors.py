@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import cloudpickle
 import pytest
@@ -71,3 +73,29 @@ class TestErrorTree:
     def test_remote_traceback_should_render_the_worker_traceback(self):
         """Test that the cause prints the worker's traceback under a header."""
         assert "[worker traceback]\nTraceback ..." in str(pool.RemoteTraceback("Traceback ..."))
+
+
+_BROKEN_PROCESS_POOL = """
+import sys
+{first}
+import pool
+assert "multiprocessing" not in sys.modules, "import pool loaded multiprocessing"
+from concurrent.futures import BrokenExecutor
+from concurrent.futures.process import BrokenProcessPool
+for error in (pool.WorkerBroken, pool.WorkerInitError):
+    assert issubclass(error, BrokenProcessPool) and issubclass(error, BrokenExecutor), error.__mro__
+try:
+    raise pool.WorkerBroken("lost")
+except BrokenProcessPool:
+    pass
+"""
+
+
+@pytest.mark.parametrize("first", ["", "import concurrent.futures.process"])
+def test_broken_worker_errors_are_broken_process_pools_without_importing_multiprocessing(first: str) -> None:
+    """``import pool`` leaves multiprocessing (25 ms) out; code that names BrokenProcessPool still catches ours."""
+    script = _BROKEN_PROCESS_POOL.format(first=first)
+    if first:  # imported before pool: the base is there from the start, and multiprocessing with it
+        script = script.replace('assert "multiprocessing"', "# assert")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
