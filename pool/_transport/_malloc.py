@@ -45,6 +45,18 @@ _done = False
 _trimmed = True  # no large value since the heap was last trimmed (`trim`)
 
 
+def _libc(*, use_errno: bool = False) -> ctypes.CDLL:
+    """The C library (glibc's soname first: ``find_library`` runs ``ldconfig -p``, ~5 ms per process).
+
+    Raises:
+        OSError: there is no C library to load by either name.
+    """
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=use_errno)
+    except OSError:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so", use_errno=use_errno)
+
+
 def tune() -> None:
     """A large value was made or read: apply the top pad once (Linux/glibc only; elsewhere nothing)."""
     global _done, _trimmed
@@ -53,7 +65,7 @@ def tune() -> None:
         return
     _done = True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = _libc()
         libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     except (OSError, AttributeError):
@@ -93,7 +105,7 @@ def _native() -> tuple[Any, Any] | None:
     if sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc(use_errno=True)
         madvise = libc.madvise
         madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         new = ctypes.pythonapi.PyBytes_FromStringAndSize
@@ -150,6 +162,6 @@ def trim() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        _libc().malloc_trim(0)
     except (OSError, AttributeError):
         pass  # not glibc
