@@ -150,6 +150,8 @@ class Placement:
             Suspended: the balancer awaits something (use `place`).
         """
         for room in self._plain.rooms(task):
+            if room == 1 and self._plain.none_idle():
+                continue  # the idle pass could offer no one: every worker runs one of ours (no balancer call)
             uid = pick(self.balancer, task, self._plain.view(room), self._roster.get)
             if uid is not None:
                 connection = self._roster.get(uid)

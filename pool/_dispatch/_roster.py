@@ -150,10 +150,18 @@ class PlainSlots:
                 del self.calls[uid]
             self.version += 1
 
+    def none_idle(self) -> bool:
+        """Whether every worker runs one of this pool's plain calls (O(1): the common case under load).
+
+        A worker that left keeps its calls here until they end (moments), so
+        this can say True for a short while though a new member is idle.
+        """
+        return len(self.calls) >= len(self._roster)
+
     def idle(self) -> list[uuid.UUID]:
         """Workers running none of this pool's plain calls that may take one (not refusing, not known full)."""
-        if len(self.calls) >= len(self._roster):
-            return []  # (the common case under load, in O(1))
+        if self.none_idle():
+            return []
         full = self._roster.room.known_full
         return [
             uid

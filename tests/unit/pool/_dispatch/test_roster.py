@@ -48,6 +48,23 @@ class TestPlainSlots:
                 slots.freed(uid, held[uid].pop())  # type: ignore[arg-type]
             assert set(view.known_full) == set(full) | {u for u, calls in held.items() if len(calls) >= room}
 
+    @given(st.integers(1, 4), st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=30))
+    def test_none_idle_should_say_exactly_when_the_idle_pass_could_offer_no_member(self, members, steps):
+        """Test the O(1) shortcut `Placement.send_plain` takes past the idle pass: true iff every member runs one of ours."""
+        roster = Roster()
+        for uid in UIDS[:members]:
+            roster.add(SimpleNamespace(metadata=SimpleNamespace(uid=uid)))  # type: ignore[arg-type]
+        slots = PlainSlots(roster, depth=2)
+        held: dict[uuid.UUID, list[object]] = {}
+        for take, index in steps:
+            uid = UIDS[index % members]
+            if take:
+                held.setdefault(uid, []).append(call := _call())
+                slots.taken(uid, call)  # type: ignore[arg-type]
+            elif held.get(uid):
+                slots.freed(uid, held[uid].pop())  # type: ignore[arg-type]
+            assert slots.none_idle() == set(roster.workers).issubset(slots.view(1).known_full)
+
     def test_rooms_should_be_idle_workers_then_places_in_line_unless_the_call_opts_out(self):
         """Test the two passes: 1 (idle workers), then 1 + depth; a routine's prefetch bounds the second."""
         slots = PlainSlots(Roster(), depth=2)
