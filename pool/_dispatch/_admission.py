@@ -88,7 +88,7 @@ class _Waiter:
 
     def __init__(self, ticket: Ticket, loop: asyncio.AbstractEventLoop) -> None:
         self.ticket = ticket
-        self.placed: asyncio.Future[None] = loop.create_future()
+        self.placed: asyncio.Future[None] | None = None  # only a call that waits in the lobby has one
         self.served: asyncio.Future[OutgoingCall] = loop.create_future()
 
 
@@ -191,7 +191,7 @@ class Admission:
             if not waiter.served.done():
                 waiter.served.set_exception(error)
         for waiter in self._lobby:
-            if not waiter.placed.done():
+            if waiter.placed is not None and not waiter.placed.done():
                 waiter.placed.set_exception(error)
         self._queue.clear()
         self._lobby.clear()
@@ -229,7 +229,8 @@ class Admission:
         timer = asyncio.timeout_at(deadline) if deadline - loop.time() < NO_TIMER_BEYOND_S else None
         try:
             async with timer if timer is not None else _NO_TIMER:
-                await self._take_place(waiter)
+                if not (plain and self._sends.sync and not (self._queue or self._lobby) and self._sends.send(waiter)):
+                    await self._take_place(waiter)  # (a plain call sent at once took no place in the queue)
                 try:
                     return await waiter.served
                 except BaseException:
@@ -253,12 +254,13 @@ class Admission:
             raise AdmissionRejected(
                 f"{name}() refused: the queue is full ({len(self._queue)} waiting)", retry_after=self.retry_after()
             )
+        placed = waiter.placed = asyncio.get_running_loop().create_future()
         _insert(self._lobby, waiter)
         try:
             async with asyncio.timeout(self.admission_timeout):
-                await asyncio.shield(waiter.placed)
+                await asyncio.shield(placed)
         except TimeoutError:
-            if not waiter.placed.done():
+            if not placed.done():
                 self._lobby.remove(waiter)
                 self.rejected += 1
                 raise AdmissionRejected(
@@ -272,7 +274,8 @@ class Admission:
 
     def _enqueue(self, waiter: _Waiter) -> None:
         _insert(self._queue, waiter)
-        waiter.placed.set_result(None)
+        if waiter.placed is not None and not waiter.placed.done():
+            waiter.placed.set_result(None)
         if self._serve_plain():
             return  # the plain calls at the head were sent, and nothing else waits
         if self._pump is None:
@@ -331,7 +334,7 @@ class Admission:
             if not waiter.served.done():
                 waiter.served.set_exception(error)
         for waiter in self._lobby:
-            if not waiter.placed.done():
+            if waiter.placed is not None and not waiter.placed.done():
                 waiter.placed.set_exception(error)
         self._lobby.clear()
         return not self._queue

@@ -262,17 +262,18 @@ class Session:
     def feed(self, message: pb.Frames) -> None:
         """Route every frame of one received message."""
         for frame in message.frames:
-            if frame.id == 0:
+            call_id = frame.id  # (each protobuf field read costs: read once)
+            if call_id == 0:
                 if frame.HasField("chunk"):
                     self._assembly.add(frame.chunk)
                 elif self._on_room is not None and frame.HasField("room"):
                     self._on_room(frame.room)
-            elif frame.id & 1 == self._mine:
-                outgoing = self._outgoing.get(frame.id)
+            elif call_id & 1 == self._mine:
+                outgoing = self._outgoing.get(call_id)
                 if outgoing is None:
                     continue  # a reply to a call cancelled here
                 if outgoing.reply(frame):
-                    self._outgoing.pop(frame.id, None)
+                    self._outgoing.pop(call_id, None)
             elif self._host is None:
                 if frame.HasField("call"):
                     self.reject(frame.id, UNIMPLEMENTED, "this end runs no calls")
