@@ -25,7 +25,8 @@ class RoundRobinLoadBalancer:
     """
 
     def __init__(self) -> None:
-        self._cursors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        # context -> [next start]: a list, moved on in place (one weak-dict lookup per dispatch, no store)
+        self._cursors: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return (type(self), ())
@@ -47,9 +48,7 @@ class RoundRobinLoadBalancer:
         order = snapshot_ascending(context)
         if not order:
             return
-        start = self._cursors.get(context, 0) % len(order)
-        # Advance before yielding, so concurrent dispatches start apart.
-        self._cursors[context] = start + 1
+        start = self._advance(context, len(order))  # before yielding, so concurrent dispatches start apart
         for offset in range(len(order)):
             uid = order[(start + offset) % len(order)]
             if uid not in workers or uid in full:
@@ -69,13 +68,21 @@ class RoundRobinLoadBalancer:
         order = snapshot_ascending(context)
         if not order:
             return None
-        start = self._cursors.get(context, 0) % len(order)
-        self._cursors[context] = start + 1
+        start = self._advance(context, len(order))
         for offset in range(len(order)):
             uid = order[(start + offset) % len(order)]
             if uid in workers and uid not in full:
                 return uid
         return None
+
+    def _advance(self, context: Any, size: int) -> int:
+        """This context's cursor (mod ``size``), moved one on."""
+        cursor = self._cursors.get(context)
+        if cursor is None:
+            cursor = self._cursors[context] = [0]
+        start = cursor[0] % size
+        cursor[0] = start + 1
+        return start
 
     def __repr__(self) -> str:
         return "RoundRobinLoadBalancer()"
