@@ -43,10 +43,10 @@ from ._parse import (
     uid_or_empty,
 )
 
-PLAIN_PREFETCH: Final[int] = 2
-"""Plain calls a busy worker holds, accepted behind the one it runs. Measured at 1, 2, 4 and 8 (docs/performance.md):
-2 takes most of what a line gives trivial calls ((q) 0.73x -> 0.93x ProcessPoolExecutor; 8: 1.1x) while at most
-two calls wait behind a long one, where a worker that joins later cannot take them."""
+PLAIN_PREFETCH: Final[int] = 8
+"""Plain calls a busy worker holds, accepted behind the one it runs. Measured at 1, 2, 4, 8 (docs/performance.md): 8
+is the fastest on each plain workload ((q) chunksize 1: 1.4-1.5x ProcessPoolExecutor; 2: 1.0-1.1x), and a call
+behind a long one does not stay there while another worker is idle: that worker asks it back (`Placement`)."""
 
 # fmt: off
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (

@@ -212,9 +212,14 @@ def test_every_accepted_future_should_fail_when_the_pool_cannot_start():
 
 
 def test_queue_depth_should_bound_the_queue_and_refuse_with_admission_rejected():
-    """Test that with queue_depth a refused submit ends its future in AdmissionRejected, the rest run."""
+    """Test that with queue_depth a refused submit ends its future in AdmissionRejected, the rest run.
+
+    One call runs, one waits in its worker's line (plain_prefetch=1), one in the queue: of four more, two are refused.
+    """
     with (
-        pool.Executor(1, queue_depth=1, admission_timeout=0, backpressure=TaskCountBackpressure(1)) as ex,
+        pool.Executor(
+            1, queue_depth=1, admission_timeout=0, backpressure=TaskCountBackpressure(1), plain_prefetch=1
+        ) as ex,
         calls.Gate() as gate,
     ):
         held = ex.submit(calls.hold, gate.address, "held")
