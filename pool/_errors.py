@@ -28,13 +28,20 @@ and names its public module, ``pool``.
 
 from __future__ import annotations
 
+import functools
 import sys
+import warnings
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import balancer
+
+if TYPE_CHECKING:  # what they are once concurrent.futures.process is imported (see `_AfterImport`)
+    from concurrent.futures.process import BrokenProcessPool as _Broken
+else:
+    _Broken = BrokenExecutor
 
 __all__ = [
     "AdmissionRejected",
@@ -70,7 +77,7 @@ class PoolClosed(PoolError, RuntimeError):
     """
 
 
-class WorkerBroken(PoolError, BrokenExecutor):
+class WorkerBroken(PoolError, _Broken):
     """The worker running (or about to run) the call was lost.
 
     Also a ``concurrent.futures.process.BrokenProcessPool`` (so code written
@@ -131,7 +138,7 @@ class WorkerStartError(PoolError):
     """
 
 
-class WorkerInitError(WorkerStartError, BrokenExecutor):
+class WorkerInitError(WorkerStartError, _Broken):
     """A worker's ``initializer`` raised, so the worker exited before its first call.
 
     Also a ``concurrent.futures.process.BrokenProcessPool``, as the standard
@@ -264,50 +271,76 @@ class RemoteTraceback(Exception):
 
 
 class _AfterImport:
-    """A one-shot ``sys.meta_path`` entry: runs ``then(module)`` once ``name`` is imported.
+    """A ``sys.meta_path`` entry that runs ``then(module)`` once, when ``name`` has been imported.
 
     Why: ``concurrent.futures.process`` imports ``multiprocessing``, 25 ms
-    per process (the pool's and each worker's) for one base class. Until
-    code imports that module, no ``except BrokenProcessPool`` can exist.
+    per process for one base class, and until code imports it, no
+    ``except BrokenProcessPool`` can exist. It finds nothing itself: it
+    asks the finders after it and gives the spec it gets a loader of its
+    own around the real one (never patching the real one: a zip or frozen
+    importer serves many modules). It stays in ``sys.meta_path`` after
+    (removing it could make another thread's import skip a finder), and
+    answers None to every name then.
     """
 
     def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
         self.name = name
-        self.then = then
+        self.then: Callable[[ModuleType], None] | None = then
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
+        if fullname != self.name or self.then is None:
             return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            spec = getattr(finder, "find_spec", lambda *_: None)(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader.exec_module = _followed(spec.loader.exec_module, self.then)
+        for finder in list(sys.meta_path):
+            find = None if finder is self else getattr(finder, "find_spec", None)
+            spec = None if find is None else find(fullname, path, target)
+            if spec is not None:
+                if hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Followed(spec.loader, self)
                 return spec
         return None
 
-
-def _followed(run: Callable[[ModuleType], None], then: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
-    def exec_module(module: ModuleType) -> None:
-        run(module)
-        then(module)
-
-    return exec_module
+    def fired(self, module: ModuleType) -> None:
+        then, self.then = self.then, None
+        if then is not None and sys.modules.get(self.name) is module:
+            then(module)
 
 
-def _broken_process_pool(module: ModuleType) -> None:
-    """Make the pool's broken-worker errors ``BrokenProcessPool``s (its subclass of `BrokenExecutor`)."""
-    for error in (WorkerBroken, WorkerInitError):
-        error.__bases__ = tuple(
-            module.BrokenProcessPool if base is BrokenExecutor else base for base in error.__bases__
-        )
+class _Followed:
+    """A module's own loader, and `_AfterImport.fired` once it has run; anything else asked of it goes to the real one."""
+
+    def __init__(self, loader: Any, hook: _AfterImport) -> None:
+        self._loader = loader
+        self._hook = hook
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._hook.fired(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package ... (tracebacks, inspect)
+        if name == "_loader":
+            raise AttributeError(name)  # (not set yet: a copy being made)
+        return getattr(self._loader, name)
 
 
-if "concurrent.futures.process" in sys.modules:
-    _broken_process_pool(sys.modules["concurrent.futures.process"])
-else:
-    sys.meta_path.insert(0, _AfterImport("concurrent.futures.process", _broken_process_pool))
+def _broken_process_pool(errors: tuple[type[BaseException], ...], module: ModuleType) -> None:
+    """Give ``errors`` ``BrokenProcessPool`` (``module``'s subclass of `BrokenExecutor`) as their base in its place."""
+    base = getattr(module, "BrokenProcessPool", None)
+    for error in errors:
+        try:
+            error.__bases__ = tuple(base if b is BrokenExecutor and base is not None else b for b in error.__bases__)
+        except TypeError as exc:  # a layout CPython would not mix: the error stays a BrokenExecutor
+            warnings.warn(f"{error.__name__} is not a BrokenProcessPool here: {exc}", PoolWarning, stacklevel=1)
 
 
 class PoolWarning(UserWarning):
     """Base of every warning leakypool issues."""
+
+
+_adopt = functools.partial(_broken_process_pool, (WorkerBroken, WorkerInitError))
+if "concurrent.futures.process" in sys.modules:
+    _adopt(sys.modules["concurrent.futures.process"])
+else:
+    sys.meta_path.insert(0, _AfterImport("concurrent.futures.process", _adopt))

@@ -229,8 +229,9 @@ class Admission:
         timer = asyncio.timeout_at(deadline) if deadline - loop.time() < NO_TIMER_BEYOND_S else None
         try:
             async with timer if timer is not None else _NO_TIMER:
-                if not (plain and self._sends.sync and not (self._queue or self._lobby) and self._sends.send(waiter)):
-                    await self._take_place(waiter)  # (a plain call sent at once took no place in the queue)
+                at_once = plain and self._sends.sync and not (self._queue or self._lobby)  # (then: no place taken)
+                if not (at_once and self._sends.send(waiter)):
+                    await self._take_place(waiter, tried=at_once)
                 try:
                     return await waiter.served
                 except BaseException:
@@ -243,10 +244,11 @@ class Admission:
                 raise DeadlinePassed from None
             raise
 
-    async def _take_place(self, waiter: _Waiter) -> None:
-        # No queue_depth: only a plain call, or a call waiting for a worker on its way, comes here.
+    async def _take_place(self, waiter: _Waiter, *, tried: bool = False) -> None:
+        # No queue_depth: only a plain call, or a call waiting for a worker on its way, comes here. ``tried``: just
+        # offered in vain with nothing ahead of it (the pump offers it next, not `_enqueue` again now).
         if (len(self._queue) < self.queue_depth or not self.queue_depth) and not self._lobby:
-            self._enqueue(waiter)
+            self._enqueue(waiter, tried=tried)
             return
         name = waiter.ticket.task.name
         if not self.admission_timeout:
@@ -272,11 +274,11 @@ class Admission:
             self._leave(waiter)
             raise
 
-    def _enqueue(self, waiter: _Waiter) -> None:
+    def _enqueue(self, waiter: _Waiter, *, tried: bool = False) -> None:
         _insert(self._queue, waiter)
         if waiter.placed is not None and not waiter.placed.done():
             waiter.placed.set_result(None)
-        if self._serve_plain():
+        if not tried and self._serve_plain():
             return  # the plain calls at the head were sent, and nothing else waits
         if self._pump is None:
             self._pump = self._tasks.spawn(self._run_pump(), name="admission pump")

@@ -151,12 +151,13 @@ class PlainSlots:
             self.version += 1
 
     def none_idle(self) -> bool:
-        """Whether every worker runs one of this pool's plain calls (O(1): the common case under load).
+        """Whether every member runs one of this pool's plain calls (the common case under load).
 
-        A worker that left keeps its calls here until they end (moments), so
-        this can say True for a short while though a new member is idle.
+        Counted over members: a worker that left keeps its calls here until
+        they end, and its replacement is idle meanwhile.
         """
-        return len(self.calls) >= len(self._roster)
+        calls = self.calls
+        return len(calls) >= len(self._roster) and all(uid in calls for uid in self._roster.workers)
 
     def idle(self) -> list[uuid.UUID]:
         """Workers running none of this pool's plain calls that may take one (not refusing, not known full)."""

@@ -159,7 +159,7 @@ def test_shutdown_should_cancel_futures_not_started_when_asked():
     with calls.Gate() as gate:
         first = ex.submit(calls.hold, gate.address, "first")
         gate.started()
-        later = [ex.submit(calls.square, i) for i in range(20)]
+        later = [ex.submit(calls.square, i) for i in range(IN_FLIGHT_PER_WORKER + 20)]
         ex.shutdown(wait=False, cancel_futures=True)
         gate.release()
     ex.shutdown(wait=True)
@@ -298,7 +298,7 @@ async def test_closing_the_pool_should_end_the_views_unfinished_futures_in_pool_
             view = p.executor()
             held = view.submit(calls.hold, gate.address)
             await asyncio.to_thread(gate.started)
-            waiting = [view.submit(calls.square, i) for i in range(10)]
+            waiting = [view.submit(calls.square, i) for i in range(IN_FLIGHT_PER_WORKER + 10)]
         assert all(isinstance(f.exception(timeout=30), pool.PoolClosed) for f in waiting[IN_FLIGHT_PER_WORKER:])
         assert held.done()
         with pytest.raises(pool.PoolClosed):

@@ -88,14 +88,26 @@ try:
     raise pool.WorkerBroken("lost")
 except BrokenProcessPool:
     pass
+import inspect, concurrent.futures.process as process
+assert "exec_module" not in vars(process.__spec__.loader._loader if hasattr(process.__spec__.loader, "_loader") else process.__spec__.loader), "a real loader was patched"
+assert inspect.getsource(process).startswith("#")  # the real loader still answers what else is asked
+import importlib
+importlib.import_module("concurrent.futures.thread")  # other imports go on
 """
 
 
-@pytest.mark.parametrize("first", ["", "import concurrent.futures.process"])
+@pytest.mark.parametrize(
+    "first",
+    [
+        "",
+        "import concurrent.futures.process",
+        "import importlib.util; assert importlib.util.find_spec('concurrent.futures.process')",  # found, not loaded
+    ],
+)
 def test_broken_worker_errors_are_broken_process_pools_without_importing_multiprocessing(first: str) -> None:
     """``import pool`` leaves multiprocessing (25 ms) out; code that names BrokenProcessPool still catches ours."""
     script = _BROKEN_PROCESS_POOL.format(first=first)
-    if first:  # imported before pool: the base is there from the start, and multiprocessing with it
+    if first.startswith("import concurrent"):  # imported before pool: the base is there, multiprocessing with it
         script = script.replace('assert "multiprocessing"', "# assert")
     done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

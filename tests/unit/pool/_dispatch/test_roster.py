@@ -50,14 +50,14 @@ class TestPlainSlots:
 
     @given(st.integers(1, 4), st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=30))
     def test_none_idle_should_say_exactly_when_the_idle_pass_could_offer_no_member(self, members, steps):
-        """Test the O(1) shortcut `Placement.send_plain` takes past the idle pass: true iff every member runs one of ours."""
+        """Test the shortcut `Placement.send_plain` takes past the idle pass: true iff every member runs one of ours."""
         roster = Roster()
         for uid in UIDS[:members]:
             roster.add(SimpleNamespace(metadata=SimpleNamespace(uid=uid)))  # type: ignore[arg-type]
         slots = PlainSlots(roster, depth=2)
         held: dict[uuid.UUID, list[object]] = {}
         for take, index in steps:
-            uid = UIDS[index % members]
+            uid = UIDS[index]  # (beyond the members: a worker that left, its calls not ended yet)
             if take:
                 held.setdefault(uid, []).append(call := _call())
                 slots.taken(uid, call)  # type: ignore[arg-type]

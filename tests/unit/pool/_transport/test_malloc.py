@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import sys
 
 import pytest
 from hypothesis import given
@@ -68,6 +69,7 @@ class TestTrim:
         assert _malloc._done is True
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's soname is Linux's")
 def test_the_c_library_loads_by_its_soname_without_running_ldconfig(monkeypatch: pytest.MonkeyPatch) -> None:
     """``find_library`` forks ``ldconfig -p`` (~5 ms on each worker's start): glibc's soname is tried first."""
     import ctypes.util
