@@ -312,7 +312,7 @@ class _Followed:
         self._loader = loader
         self._hook = hook
 
-    def create_module(self, spec: Any) -> ModuleType | None:
+    def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
