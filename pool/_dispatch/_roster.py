@@ -108,6 +108,8 @@ class PlainSlots:
         self.refusing: set[uuid.UUID] = set()  # turned a plain call of ours away since our last call there ended
         self._views: dict[int, _SlotView] = {}
         self.version = 0  # bumped on every change (views cache their known_full by it)
+        self._holders = 0  # bumped when a worker starts or stops holding calls of ours (a key of `calls` comes or goes)
+        self._none_idle: tuple[tuple[uuid.UUID, ...], int, bool] | None = None  # (members, _holders, answer)
 
     def rooms(self, task: Task) -> tuple[int, ...]:
         """The passes for ``task``: places per worker it may take (1: idle workers only)."""
@@ -127,7 +129,11 @@ class PlainSlots:
 
     def taken(self, uid: uuid.UUID, call: OutgoingCall) -> None:
         """A plain call of this pool went to worker ``uid``."""
-        self.calls.setdefault(uid, []).append(call)
+        calls = self.calls.get(uid)
+        if calls is None:
+            calls = self.calls[uid] = []
+            self._holders += 1
+        calls.append(call)
         self.version += 1
 
     def refuse(self, uid: uuid.UUID | None) -> None:
@@ -148,6 +154,7 @@ class PlainSlots:
             calls.remove(call)
             if not calls:
                 del self.calls[uid]
+                self._holders += 1
             self.version += 1
 
     def none_idle(self) -> bool:
@@ -156,8 +163,13 @@ class PlainSlots:
         Counted over members: a worker that left keeps its calls here until
         they end, and its replacement is idle meanwhile.
         """
+        members, cached = self._roster.ascending_uids, self._none_idle  # (a new tuple on every change of members)
+        if cached is not None and cached[0] is members and cached[1] == self._holders:
+            return cached[2]  # (under load: no worker started or stopped holding ours since the last ask)
         calls = self.calls
-        return len(calls) >= len(self._roster) and all(uid in calls for uid in self._roster.workers)
+        answer = len(calls) >= len(members) and all(uid in calls for uid in members)
+        self._none_idle = (members, self._holders, answer)
+        return answer
 
     def idle(self) -> list[uuid.UUID]:
         """Workers running none of this pool's plain calls that may take one (not refusing, not known full)."""

@@ -64,6 +64,12 @@ class TestPlainSlots:
             elif held.get(uid):
                 slots.freed(uid, held[uid].pop())  # type: ignore[arg-type]
             assert slots.none_idle() == set(roster.workers).issubset(slots.view(1).known_full)
+        for uid in UIDS:  # members come and go (the answer is cached until they do)
+            if uid in roster:
+                roster.remove(uid)
+            else:
+                roster.add(SimpleNamespace(metadata=SimpleNamespace(uid=uid)))  # type: ignore[arg-type]
+            assert slots.none_idle() == set(roster.workers).issubset(slots.view(1).known_full)
 
     def test_rooms_should_be_idle_workers_then_places_in_line_unless_the_call_opts_out(self):
         """Test the two passes: 1 (idle workers), then 1 + depth; a routine's prefetch bounds the second."""
