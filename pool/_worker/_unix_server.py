@@ -32,9 +32,11 @@ _log = logging.getLogger("leakypool.worker")
 REQUEST_TIMEOUT_S: Final[float] = 10.0
 """How long a connection that proved itself may take to send its State/Stop request before it is closed."""
 
-WATCH_READ_S: Final[float] = 0.05
-"""How long the watch thread waits, in all, for a connection's hello and State request (both are sent
-at once, but the dialler may not have run yet when the watch takes its connection)."""
+WATCH_READ_S: Final[float] = 0.25
+"""How long the watch thread waits, in all, for a connection's hello, proof and State request. The
+handshake proves both ends (issue 43): the dialler's proof comes only after its own loop has read the
+worker's challenge, which a loaded machine can delay by tens of milliseconds (at 50 ms, one CI run's
+State call went to the held loop and was not answered). A dialler slower than this is left to the loop."""
 
 ACCEPTS_PER_PASS: Final[int] = 4
 """Connections the watch thread takes in one pass at most."""
