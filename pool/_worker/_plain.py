@@ -137,9 +137,16 @@ class PlainLine:
 
     def settle(self) -> list[tuple[Hosted, Outcome, float]]:
         """The calls that ended on the thread since the last look: (call, outcome, when it ended)."""
+        if not self._done:
+            return []  # (read without the lock: one the thread adds now is the next look's)
         with self.lock:
             done, self._done = self._done, []
         return done
+
+    @property
+    def used(self) -> bool:
+        """Whether this line ever took a call (a worker that runs only ``async def`` routines never does)."""
+        return self._started
 
     @property
     def queued(self) -> int:

@@ -143,6 +143,8 @@ class PlainCalls:
 
     def settle(self) -> None:
         """Count out the calls that ended on the thread (their outcomes are written already)."""
+        if not self.line.used:
+            return  # no plain call yet: nothing ended there, nothing was counted there (the async path's cost)
         for hosted, outcome, ended in self.line.settle():
             if ended == -2.0:  # its outcome carries large buffers: written here, where they cross
                 if not (hosted.settled or hosted.cancelled):

@@ -111,3 +111,31 @@ def test_a_call_whose_accept_is_being_written_should_begin_first_and_only_once_r
         line.stop()
     assert events[:2] == [("started", 1, True), ("ran", 1)]
     assert [event for event in events if event[0] == "ran"] == [("ran", 1), ("ran", 2)]
+
+
+def test_settle_should_report_each_ended_call_once_and_nothing_before_the_line_is_used():
+    """Test the loop's books: a line that never took a call reports nothing; each call that ended, exactly once.
+
+    `settle` looks without the lock when nothing ended (the async path's cost); a call the thread
+    ends meanwhile is the next look's, never lost.
+    """
+    events: list[object] = []
+    session = Session(events)
+    ended = threading.Semaphore(0)
+    line = PlainLine(2, urgent=lambda: True, wake=ended.release)
+    try:
+        assert not line.used
+        assert line.settle() == []
+        calls = [_hosted(session, call_id, events) for call_id in (1, 2, 3)]
+        for hosted in calls:
+            line.add(hosted)
+        assert line.used
+        seen: list[object] = []
+        for _ in range(3):
+            assert ended.acquire(timeout=WAIT_S)
+            seen += [hosted for hosted, _outcome, _when in line.settle()]
+        seen += [hosted for hosted, _outcome, _when in line.settle()]
+    finally:
+        line.stop()
+    assert seen == calls
+    assert line.settle() == []
