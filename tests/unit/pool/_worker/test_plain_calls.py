@@ -190,6 +190,19 @@ class TestPlainCalls:
         assert session.written == [("outcome", 1), ("started", 2), ("outcome", 2)]
         await worker.close()
 
+    async def test_settle_should_leave_the_books_alone_until_the_line_took_a_call(self):
+        """Test that a worker that ran no plain call settles nothing (the async path skips the line), then books one."""
+        worker, session = Worker(), Session()
+        worker.lifecycle.recycler = Recycler(1, 0)
+        worker.plain.settle()
+        assert not worker.plain.line.used
+        assert worker.booked == [] and worker.admission.accepting
+        assert worker.arrive(hosted(session, 1))
+        await worker.until(lambda: worker.booked == [(1, pb.Outcome.RETURN)])
+        assert worker.plain.line.used
+        assert not worker.admission.accepting  # its settle counted the last call of the task limit: retiring
+        await worker.close()
+
     async def test_room_should_refuse_a_call_that_would_start_past_the_task_limit(self):
         """Test that a call that would start at once counts against the task limit, and none starts past it."""
         worker, session = Worker(), Session()
@@ -290,16 +303,20 @@ class TestPlainCalls:
         await worker.close()
 
     async def test_a_running_call_past_its_timeout_should_answer_timeout_error_and_retire_the_worker(self, blocker):
-        """Test that a plain call that cannot be interrupted makes its worker answer for it and leave on purpose."""
+        """Test that a plain call that cannot be interrupted makes its worker answer for it and leave on purpose.
+
+        The timeout leaves the thread time to begin the call and the second call time to queue behind it on a
+        loaded machine (with 50 ms, a CI run once found the deadline passed before the call began: it never ran).
+        """
         worker, session = Worker(), Session()
-        overdue = hosted(session, 1, blocker, timeout=0.05)
+        overdue = hosted(session, 1, blocker, timeout=1.0)
         worker.arrive(overdue)
         await blocker.running()
         worker.arrive(hosted(session, 2))  # queued behind it: handed back, never run here
         await worker.until(lambda: len(worker.booked) == 2)
         assert worker.booked == [(1, pb.Outcome.RAISE), (2, None)]
         (answer,) = [a for a in session.answers if a[:2] == ("outcome", 1)]
-        assert "ran past its timeout of 0.05s" in answer[3]
+        assert "ran past its timeout of 1s" in answer[3]
         assert overdue.cancelled
         assert worker.lifecycle.recycled == "timeout"
         assert not worker.admission.accepting
