@@ -74,9 +74,8 @@ def _q2(backend: str, items: int) -> tuple[float, float]:
     """(q2) on fresh workers for both backends, items/s: the first full-size call after a short warm-up, and the next.
 
     leakypool's reusable pool starts anew for each depth (it reads the depth when it starts), so loky's
-    starts anew too, and each gets the same warm-up. The first call's figure includes what fresh workers
-    pay once (their heaps grow to a batch's size); the second is what a program that calls ``Parallel``
-    again and again sees.
+    starts anew too, and each gets the same warm-up. The first call's figure includes whatever fresh
+    workers pay once; the second is what a program that calls ``Parallel`` again and again sees.
     """
     from joblib import Parallel, delayed, parallel_config
     from joblib.externals.loky import get_reusable_executor
