@@ -37,7 +37,7 @@ from .._base._exit import DRAINING_MESSAGE
 from .._call._connection import WorkerConnection
 from .._call._task import Task
 from .._errors import NoWorkersAvailable, WorkerBroken, WorkerRejected
-from .._transport._outgoing import OutgoingCall
+from .._transport._outgoing import QUEUED, OutgoingCall
 from ._membership import Membership
 from ._roster import PlainSlots, Roster
 from ._sends import pick
@@ -119,6 +119,8 @@ class Placement:
                 if plain:
                     self._plain.taken(uid, call)
                     call.on_finish(functools.partial(self._plain_ended, uid, task))
+                    if call.state == QUEUED:
+                        self.feed_idle()  # a worker went idle while its Accept was on its way: it asks this back
                 try:
                     await delegation.asend(uid)
                 except StopAsyncIteration:
@@ -202,7 +204,10 @@ class Placement:
         """Ask a call still waiting in a busy worker's line back for each worker that runs none of ours (I/O-free).
 
         For a worker that joined (`Membership.joined`) while calls wait in
-        other workers' lines: it would otherwise idle until one of them ends.
+        other workers' lines: it would otherwise idle until one of them ends;
+        and when a call's Accept says queued: a worker that went idle before
+        it came found no call to ask back (the pool counts a call queued
+        only once its Accept says so).
         As when a call ends (`_plain_ended`): only while no call waits for a
         worker in the pool's queue (that one is fed to it instead). The
         worker decides: a call it started meanwhile just runs there.

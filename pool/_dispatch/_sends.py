@@ -22,7 +22,7 @@ from balancer import LoadBalancerLike
 from .._call._calls import rejection
 from .._call._task import Task
 from .._errors import WorkerBroken, WorkerRejected
-from .._transport._outgoing import OutgoingCall
+from .._transport._outgoing import QUEUED, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import TRANSIENT_CODES
 
@@ -86,6 +86,8 @@ class Sender(Protocol):
 
     def refused(self, uid: uuid.UUID, exc: WorkerRejected | WorkerBroken, epoch: int) -> None: ...
 
+    def feed_idle(self) -> None: ...
+
 
 class Sends:
     """The plain calls an admission queue sends without awaiting their answer, and what each answer does.
@@ -131,6 +133,8 @@ class Sends:
                 served.set_result(call)
             elif not call.finished:
                 call.cancel()  # its caller gave up while it was on its way
+            if call.state == QUEUED:  # (its worker's Accept may come late: `_worker._plain_calls.QUEUED_ACCEPT_S`)
+                self._placement.feed_idle()  # a worker that went idle before it came asks it back now
             return not item.HasField("accept")
         if isinstance(item, WorkerBroken) and item.code in TRANSIENT_CODES and call.sent:
             if not served.done():  # the worker went after the call left: it may have started it (see open_call)

@@ -12,6 +12,7 @@ import pytest
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from pool._dispatch._sends import Sends, Suspended, _by_generator, pick
 from pool._errors import WorkerRejected
+from pool._transport._outgoing import QUEUED, SENT
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import RESOURCE_EXHAUSTED
 
@@ -61,12 +62,16 @@ class TestPick:
 class _Placement:
     def __init__(self) -> None:
         self.refusals: list[tuple[uuid.UUID, BaseException]] = []
+        self.fed = 0
 
     def send_plain(self, task: Any) -> Any:
         raise AssertionError("not used here")
 
     def refused(self, uid: uuid.UUID, exc: BaseException, epoch: int) -> None:
         self.refusals.append((uid, exc))
+
+    def feed_idle(self) -> None:
+        self.fed += 1
 
 
 def _frame(body: str) -> pb.Frame:
@@ -86,17 +91,20 @@ class TestAnswers:
         sends = Sends(placement, backs.append, lambda: None)
         loop = asyncio.get_running_loop()
         waiter = SimpleNamespace(served=loop.create_future())
-        call = SimpleNamespace(session=SimpleNamespace(label="w"), name="f", sent=True, finished=False)
+        call = SimpleNamespace(session=SimpleNamespace(label="w"), name="f", sent=True, finished=False, state=SENT)
         assert not sends._answered(waiter, UIDS[0], 0, call, _frame("reject"))  # type: ignore[arg-type]
         assert backs == [waiter] and not waiter.served.done()
         assert isinstance(placement.refusals[0][1], WorkerRejected)
+        assert placement.fed == 0
+        call.state = QUEUED  # (as `OutgoingCall.reply` sets it from the Accept, before this sees it)
         assert not sends._answered(waiter, UIDS[1], 0, call, _frame("accept"))  # type: ignore[arg-type]
         assert waiter.served.result() is call
+        assert placement.fed == 1  # queued: a worker that went idle meanwhile may ask for it back
 
     async def test_an_outcome_that_overtook_its_accept_should_reach_the_caller(self):
         sends = Sends(_Placement(), lambda waiter: None, lambda: None)
         waiter = SimpleNamespace(served=asyncio.get_running_loop().create_future())
-        call = SimpleNamespace(sent=True, finished=False)
+        call = SimpleNamespace(sent=True, finished=False, state=SENT)
         assert sends._answered(waiter, UIDS[0], 0, call, _frame("outcome"))  # type: ignore[arg-type]
         assert waiter.served.result() is call
 
