@@ -1,11 +1,12 @@
 """Plain ``def`` routines: the worker's line of them, run one at a time on a thread of their own.
 
     Call (plain) ──> `room`: the thread idle? ──────────── START: Accept, the thread starts it at once
-         │             busy, fewer than ``depth`` waiting ── QUEUE: Accept(queued), it waits in the line
+         │             busy, fewer than ``depth`` waiting ── QUEUE: Accept(queued) owed, it waits in the line
          │             else (or the call's prefetch=0) ───── BUSY: Reject (transient; the pool places it elsewhere)
          v
     the plain thread: take the next call ──> Started on the wire (a queued one, or one whose Accept had
-                                             not reached the kernel), with the last outcome
+                                             not reached the kernel), with the last outcome and
+                                             the Accepts owed on that stream
                       run it (unpickle, call, pickle) ──> its outcome, straight to the socket
                       ...the next call in line at once: no round trip to the pool, nor to the loop
 
@@ -20,6 +21,10 @@ has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
 writes the call's Started before it begins, and over a unix socket that is
 on the wire when the call begins (``os.write`` returned), so a pool that
 reads a dead worker's socket to its end knows which calls never started. A
+queued call's Accept is owed (`owe`): it leaves with the thread's next
+write to that stream, ahead of the call's Started, so a worker busy with
+short calls sends one message per call, not two (the loop pays what is
+still owed after a few milliseconds: `_plain_calls.QUEUED_ACCEPT_S`). A
 call that starts at once waits in line, first and ``pending``, until the
 loop's turn wrote its Accept (`_plain_calls.PlainCalls._start`); if that did
 not reach the kernel, the thread writes its Started too. The loop learns of finished calls
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -82,6 +88,7 @@ class PlainLine:
         self._urgent = urgent
         self._wake = wake
         self._done: list[tuple[Hosted, Outcome, float]] = []  # ended on the thread, not yet in the loop's books
+        self._owed: list[tuple[Hosted, float]] = []  # queued calls whose Accept has not left, and since when
         self._held = False  # the next call may not start: the worker's task limit is reached
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="leakypool-plain", daemon=True)
@@ -99,14 +106,41 @@ class PlainLine:
             return None
         return QUEUE
 
-    def add(self, hosted: Hosted) -> None:
-        """Put an accepted call in line (``hosted.queued`` says whether its Accept said queued)."""
+    def add(self, hosted: Hosted, *, owed: bool = False) -> None:
+        """Put an accepted call in line (``hosted.queued`` says whether its Accept said queued).
+
+        ``owed``: its Accept(queued) was not written; the thread writes it with its next message
+        to the call's stream, before the call's Started, unless the loop takes it first (`owed`).
+        """
         if not self._started:
             self._started = True
             self._thread.start()
         with self.lock:
             self.waiting.append(hosted)
+            if owed:
+                self._owed.append((hosted, time.monotonic()))
             self.lock.notify()
+
+    def owed(self, session: object | None = None, before: float = math.inf) -> list[Hosted]:
+        """Take the calls whose Accept is owed: on ``session`` (None: any), and owed since before ``before``."""
+        if not self._owed:
+            return []  # (read without the lock: one the loop adds now is the next look's)
+        with self.lock:
+            keep: list[tuple[Hosted, float]] = []
+            taken: list[Hosted] = []
+            for entry in self._owed:
+                if (session is None or entry[0].session is session) and entry[1] <= before:
+                    taken.append(entry[0])
+                else:
+                    keep.append(entry)
+            self._owed = keep
+        return taken
+
+    @property
+    def owed_since(self) -> float | None:
+        """Since when the oldest Accept still owed is (monotonic); None if none is."""
+        owed = self._owed
+        return owed[0][1] if owed else None
 
     def release(self, hosted: Hosted, *, landing: bool) -> None:
         """Let ``hosted`` (``pending``: its Accept was being written) begin; ``landing``: after a Started."""
@@ -212,10 +246,14 @@ class PlainLine:
                 self._ended(hosted, outcome, via_loop=True)  # large buffers cross on the loop (`Session.carry`)
                 last = None
             elif starting is None or hosted.session is not starting.session:
-                hosted.session.write_from_thread(_outcome_frames(hosted, outcome))
+                alone = _outcome_frames(hosted, outcome)
+                self._add_owed(alone, hosted.session)
+                hosted.session.write_from_thread(alone)
             else:
                 _add_outcome(frames, hosted, outcome)
         land = starting is not None and (starting.queued or starting.landing) and start
+        if starting is not None and (land or frames.frames):  # (no message just for them: the next one takes them)
+            self._add_owed(frames, starting.session)  # its own Accept among them, if owed: ahead of its Started
         if land:
             frame = frames.frames.add()
             frame.id = starting.id  # type: ignore[union-attr]  # set when land is
@@ -227,6 +265,14 @@ class PlainLine:
         if last is not None:
             self._ended(*last)
         return landed
+
+    def _add_owed(self, frames: pb.Frames, session: object) -> None:
+        """Add the Accept(queued) owed on ``session`` to ``frames``, about to be written to it."""
+        for hosted in self.owed(session):
+            if not (hosted.cancelled or hosted.settled):
+                frame = frames.frames.add()
+                frame.id = hosted.id
+                frame.accept.queued = True
 
     def _call(self, hosted: Hosted) -> Outcome:
         traced = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)

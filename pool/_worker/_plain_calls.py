@@ -1,6 +1,7 @@
 """The worker service's side of plain calls: accepting them into the line, cancelling, handing back, their books.
 
-    Call (plain, accepted) ──> Accept(queued?) ──> the line (`_plain.PlainLine`); its deadline armed
+    Call (plain, accepted) ──> Accept, or Accept(queued) owed ──> the line (`_plain.PlainLine`); its deadline armed
+    an Accept owed QUEUED_ACCEPT_S ──> written by the loop (the thread had no message to that stream)
     Step CANCEL ───────────> still waiting: out of the line, CANCELLED; running: its result is dropped
     Step HAND_BACK ────────> still waiting: out of the line, Reject (handed back); started: nothing
     drain (retiring, Stop) ─> every call still waiting is handed back (it runs elsewhere, never here)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -29,6 +31,13 @@ from ._plain import QUEUE, START, PlainLine, timed_out
 from ._recycle import report_retiring
 
 _log = logging.getLogger("leakypool.worker")
+
+QUEUED_ACCEPT_S: Final[float] = 0.005
+"""How long a queued call's Accept may wait for the plain thread's next message to its stream; then the loop sends it.
+
+Until its Accept arrives the pool counts the call as sent, not queued, so
+it cannot ask for it back for an idle worker: a few milliseconds late.
+"""
 
 HANDED_BACK: Final[str] = "handed back"
 """What a Reject that hands a queued call back says first (the dispatcher knows it by the call's state)."""
@@ -72,6 +81,7 @@ class PlainCalls:
         self._books = books
         self._lifecycle = lifecycle
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._backstop: asyncio.TimerHandle | None = None  # pays the Accepts owed too long (`_pay_late`)
         self.line = PlainLine(depth, urgent, self._wake, budget=lifecycle.take)
         admission.line = self.line
         lifecycle.on_drain(self.hand_back_all)
@@ -100,19 +110,39 @@ class PlainCalls:
         """``hosted`` was accepted (see `room`): answer Accept, arm its deadline, put it in line.
 
         A call that may begin at once waits in line until the end of the loop's turn, once the
-        turn's frames, its Accept among them, were written in one write (`_start`).
+        turn's frames, its Accept among them, were written in one write (`_start`). A queued
+        call's Accept is owed: the thread's next message to its stream carries it, ahead of
+        the call's Started; one owed `QUEUED_ACCEPT_S` is written here (`_pay_late`).
         """
         session = hosted.session
-        session.accept(hosted.id, queued=hosted.queued)
-        timeout = hosted.task.timeout
+        owed = hosted.queued and session.failure is None
         loop = asyncio.get_running_loop()
+        if not owed:
+            session.accept(hosted.id, queued=hosted.queued)
+        elif self._backstop is None:
+            self._backstop = loop.call_later(QUEUED_ACCEPT_S, self._pay_late)
+        timeout = hosted.task.timeout
         if timeout:
             hosted.deadline = time.monotonic() + timeout  # counted from its arrival: the caller's time left
             hosted.timer = loop.call_later(timeout, self._expire, hosted, timeout)
         if not hosted.queued:
             hosted.pending = True  # first in line, but the thread waits for `_start`
             loop.call_soon(self._start, hosted)  # after the outbox's flush of this turn, scheduled by the Accept
-        self.line.add(hosted)
+        self.line.add(hosted, owed=owed)
+
+    def pay(self, before: float = math.inf) -> None:
+        """Write the Accepts still owed (those owed since before ``before``): before the loop answers a queued call."""
+        for hosted in self.line.owed(before=before):
+            if not (hosted.settled or hosted.cancelled):
+                hosted.session.accept(hosted.id, queued=True)
+
+    def _pay_late(self) -> None:
+        self._backstop = None
+        self.pay(before=time.monotonic() - QUEUED_ACCEPT_S)
+        since = self.line.owed_since
+        if since is not None and self._loop is not None:
+            delay = max(0.0, since + QUEUED_ACCEPT_S - time.monotonic())
+            self._backstop = self._loop.call_later(delay, self._pay_late)
 
     def _start(self, hosted: Hosted) -> None:
         """The turn's write is done: it may begin; if its Accept is not in the kernel yet, after a Started."""
@@ -120,6 +150,7 @@ class PlainCalls:
 
     def cancel(self, hosted: Hosted) -> None:
         """Its caller left: one still waiting never starts; a running one's result is dropped. Answered CANCELLED."""
+        self.pay()
         self.line.take_back(hosted)
         hosted.cancelled = True
         if not hosted.settled:
@@ -127,6 +158,7 @@ class PlainCalls:
 
     def hand_back(self, hosted: Hosted, why: str) -> bool:
         """Give ``hosted`` back to its dispatcher if it has not started (a Reject); True if it had not."""
+        self.pay()  # (its Accept leaves before its Reject)
         if hosted.settled or not hosted.queued or not self.line.take_back(hosted):
             return False
         hosted.session.reject(hosted.id, UNAVAILABLE, f"{HANDED_BACK}: {why}")
@@ -136,6 +168,7 @@ class PlainCalls:
     def hand_back_all(self) -> None:
         """The worker stops accepting: every call still waiting goes back to its dispatcher (on drain)."""
         self.settle()
+        self.pay()
         for hosted in self.line.take_all_back():
             if not hosted.settled:
                 hosted.session.reject(hosted.id, UNAVAILABLE, f"{HANDED_BACK}: the worker is leaving")
@@ -159,6 +192,7 @@ class PlainCalls:
         hosted.timer = None
         if hosted.settled:
             return
+        self.pay()
         if self.line.take_back(hosted):  # still waiting at its deadline: it never starts
             self._books.finish(hosted, timed_out(hosted, timeout, started=False))
         elif self.line.running is hosted:
@@ -180,4 +214,7 @@ class PlainCalls:
 
     def stop(self) -> None:
         """Let the thread end (a call still running there does not hold up the exit: it is a daemon)."""
+        if self._backstop is not None:
+            self._backstop.cancel()
+            self._backstop = None
         self.line.stop()

@@ -22,7 +22,7 @@ from pool._transport._rpc import UNAVAILABLE
 from pool._worker._admission import WorkerAdmission
 from pool._worker._hosted import CANCELLED, Code, Hosted
 from pool._worker._lifecycle import Lifecycle
-from pool._worker._plain_calls import HANDED_BACK, PlainCalls
+from pool._worker._plain_calls import HANDED_BACK, QUEUED_ACCEPT_S, PlainCalls
 from pool._worker._recycle import Recycler
 
 WAIT_S = 5.0
@@ -176,7 +176,10 @@ class TestPlainCalls:
         await worker.close()
 
     async def test_room_should_queue_behind_the_running_call_up_to_the_depth_then_say_no(self, blocker):
-        """Test the line's places: one running, ``depth`` queued (Accept(queued)), then no room."""
+        """Test the line's places: one running, ``depth`` queued (its Accept(queued) owed), then no room.
+
+        The owed Accept leaves with the thread's next message, ahead of the call's Started: one write.
+        """
         worker, session = Worker(depth=1), Session()
         first, second, third = hosted(session, 1, blocker), hosted(session, 2), hosted(session, 3)
         assert worker.arrive(first)
@@ -184,10 +187,29 @@ class TestPlainCalls:
         assert worker.arrive(second)
         assert (second.queued, second.counted) == (True, False)  # counted when it starts, not now
         assert not worker.arrive(third)
-        assert session.answers == [("accept", 1, False), ("accept", 2, True)]
+        assert session.answers == [("accept", 1, False)]
         blocker.go.set()
         await worker.until(lambda: len(worker.booked) == 2)
-        assert session.written == [("outcome", 1), ("started", 2), ("outcome", 2)]
+        assert session.written == [("outcome", 1), ("accept", 2), ("started", 2), ("outcome", 2)]
+        assert session.answers == [("accept", 1, False)]  # the loop wrote no Accept of its own for it
+        await worker.close()
+
+    async def test_an_accept_owed_too_long_should_be_written_by_the_loop(self, blocker):
+        """Test that a queued call behind a long one gets its Accept from the loop (`QUEUED_ACCEPT_S`), once."""
+        worker, session = Worker(), Session()
+        worker.arrive(hosted(session, 1, blocker))
+        await blocker.running()
+        worker.arrive(hosted(session, 2))
+        async with asyncio.timeout(WAIT_S):
+            while ("accept", 2, True) not in session.answers:
+                await asyncio.sleep(QUEUED_ACCEPT_S / 2)
+        worker.arrive(hosted(session, 3))  # owed anew: the backstop is armed again
+        async with asyncio.timeout(WAIT_S):
+            while ("accept", 3, True) not in session.answers:
+                await asyncio.sleep(QUEUED_ACCEPT_S / 2)
+        blocker.go.set()
+        await worker.until(lambda: len(worker.booked) == 3)
+        assert session.written == [("outcome", 1), ("started", 2), ("outcome", 2), ("started", 3), ("outcome", 3)]
         await worker.close()
 
     async def test_settle_should_leave_the_books_alone_until_the_line_took_a_call(self):
@@ -252,7 +274,10 @@ class TestPlainCalls:
         waiting = hosted(session, 2)
         worker.arrive(waiting)
         assert worker.plain.hand_back(waiting, "another worker is idle")
-        assert session.answers[-1] == ("reject", 2, UNAVAILABLE, f"{HANDED_BACK}: another worker is idle")
+        assert session.answers[-2:] == [  # its owed Accept first: the dispatcher sees it queued, then handed back
+            ("accept", 2, True),
+            ("reject", 2, UNAVAILABLE, f"{HANDED_BACK}: another worker is idle"),
+        ]
         assert worker.booked == [(2, None)]  # counted out, never ran
         assert not worker.plain.hand_back(waiting, "again")
         assert not worker.plain.hand_back(running, "started")
