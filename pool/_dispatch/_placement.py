@@ -120,7 +120,7 @@ class Placement:
                     self._plain.taken(uid, call)
                     call.on_finish(functools.partial(self._plain_ended, uid, task))
                     if call.state == QUEUED:
-                        self.feed_idle()  # a worker went idle while its Accept was on its way: it asks this back
+                        self.queued(uid)
                 try:
                     await delegation.asend(uid)
                 except StopAsyncIteration:
@@ -200,14 +200,25 @@ class Placement:
         """Whether some worker may take ``task`` now: False for a plain call while each line is full of ours (I/O-free)."""
         return not task.plain or len(self._plain.view(self._plain.rooms(task)[-1]).known_full) < len(self._roster)
 
+    def queued(self, uid: uuid.UUID) -> None:
+        """A plain call of ours was accepted queued on worker ``uid``: a worker that went idle meanwhile asks one back.
+
+        The pool counts a call queued only once its Accept says so (which a
+        worker sends late: `_worker._plain_calls.QUEUED_ACCEPT_S`), so a
+        worker that went idle before it came found none to ask back. Only
+        behind another call of ours: a call placed on a worker that runs none
+        of ours queued behind someone else's, and asking it back for another
+        such worker could go round and round.
+        """
+        if self._plain.count(uid) > 1:
+            self.feed_idle()
+
     def feed_idle(self) -> None:
         """Ask a call still waiting in a busy worker's line back for each worker that runs none of ours (I/O-free).
 
         For a worker that joined (`Membership.joined`) while calls wait in
         other workers' lines: it would otherwise idle until one of them ends;
-        and when a call's Accept says queued: a worker that went idle before
-        it came found no call to ask back (the pool counts a call queued
-        only once its Accept says so).
+        and when a call's Accept says queued (`queued`).
         As when a call ends (`_plain_ended`): only while no call waits for a
         worker in the pool's queue (that one is fed to it instead). The
         worker decides: a call it started meanwhile just runs there.

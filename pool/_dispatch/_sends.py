@@ -86,7 +86,7 @@ class Sender(Protocol):
 
     def refused(self, uid: uuid.UUID, exc: WorkerRejected | WorkerBroken, epoch: int) -> None: ...
 
-    def feed_idle(self) -> None: ...
+    def queued(self, uid: uuid.UUID) -> None: ...
 
 
 class Sends:
@@ -133,8 +133,8 @@ class Sends:
                 served.set_result(call)
             elif not call.finished:
                 call.cancel()  # its caller gave up while it was on its way
-            if call.state == QUEUED:  # (its worker's Accept may come late: `_worker._plain_calls.QUEUED_ACCEPT_S`)
-                self._placement.feed_idle()  # a worker that went idle before it came asks it back now
+            if call.state == QUEUED:
+                self._placement.queued(uid)  # a worker that went idle before this Accept came may ask for it
             return not item.HasField("accept")
         if isinstance(item, WorkerBroken) and item.code in TRANSIENT_CODES and call.sent:
             if not served.done():  # the worker went after the call left: it may have started it (see open_call)

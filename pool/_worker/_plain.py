@@ -21,10 +21,11 @@ has taken it, a handback (`hand_back`, `hand_back_all`) finds it gone. It
 writes the call's Started before it begins, and over a unix socket that is
 on the wire when the call begins (``os.write`` returned), so a pool that
 reads a dead worker's socket to its end knows which calls never started. A
-queued call's Accept is owed (`owe`): it leaves with the thread's next
-write to that stream, ahead of the call's Started, so a worker busy with
-short calls sends one message per call, not two (the loop pays what is
-still owed after a few milliseconds: `_plain_calls.QUEUED_ACCEPT_S`). A
+queued call's Accept is owed (`add`, `owed`): it leads the thread's next
+message to that stream (as an Accept to start at once, if the call starts
+then), so a worker busy with short calls sends one message per call, not
+two; the loop sends what is still owed after a few milliseconds
+(`_plain_calls.QUEUED_ACCEPT_S`). A
 call that starts at once waits in line, first and ``pending``, until the
 loop's turn wrote its Accept (`_plain_calls.PlainCalls._start`); if that did
 not reach the kernel, the thread writes its Started too. The loop learns of finished calls
@@ -149,12 +150,18 @@ class PlainLine:
             self.lock.notify()
 
     def take_back(self, hosted: Hosted) -> bool:
-        """Take ``hosted`` out of the line if it has not started; True if it was still waiting."""
+        """Take ``hosted`` out of the line if it has not started; True if it was still waiting.
+
+        An Accept it was owed is dropped: the loop's answer (cancelled, timed out, handed back)
+        is then its first, which the pool takes as it would after an Accept.
+        """
         with self.lock:
             try:
                 self.waiting.remove(hosted)
             except ValueError:
                 return False
+            if self._owed:
+                self._owed = [entry for entry in self._owed if entry[0] is not hosted]
             return True
 
     def take_all_back(self) -> list[Hosted]:
@@ -236,8 +243,15 @@ class PlainLine:
                 # as the dispatcher reads it, finds the place its outcome freed
 
     def _send(self, last: tuple[Hosted, Outcome] | None, starting: Hosted | None, start: bool = True) -> bool:
-        """Write ``last``'s outcome and, before ``starting`` begins, its Started; False if the Started could not leave."""
+        """Write ``last``'s outcome and, before ``starting`` begins, its Started; False if the Started could not leave.
+
+        The Accepts owed on a stream go first in the message written to it.
+        ``starting``'s own, if owed, goes as an Accept to start at once: it
+        needs no Started then (the pool never sees it queued).
+        """
         frames = pb.Frames()
+        land = starting is not None and (starting.queued or starting.landing) and start
+        own = False  # starting's own Accept went in ``frames``
         if last is not None:
             hosted, outcome = last
             if hosted.cancelled:
@@ -246,18 +260,19 @@ class PlainLine:
                 self._ended(hosted, outcome, via_loop=True)  # large buffers cross on the loop (`Session.carry`)
                 last = None
             elif starting is None or hosted.session is not starting.session:
-                alone = _outcome_frames(hosted, outcome)
+                alone = pb.Frames()
                 self._add_owed(alone, hosted.session)
+                _add_outcome(alone, hosted, outcome)
                 hosted.session.write_from_thread(alone)
             else:
+                own = self._add_owed(frames, hosted.session, starting if land else None)
                 _add_outcome(frames, hosted, outcome)
-        land = starting is not None and (starting.queued or starting.landing) and start
-        if starting is not None and (land or frames.frames):  # (no message just for them: the next one takes them)
-            self._add_owed(frames, starting.session)  # its own Accept among them, if owed: ahead of its Started
         if land:
-            frame = frames.frames.add()
-            frame.id = starting.id  # type: ignore[union-attr]  # set when land is
-            frame.started.SetInParent()
+            own = self._add_owed(frames, starting.session, starting) or own  # type: ignore[union-attr]  # set when land is
+            if not own:
+                frame = frames.frames.add()
+                frame.id = starting.id  # type: ignore[union-attr]  # set when land is
+                frame.started.SetInParent()
         landed = True
         if frames.frames:
             session = (starting or last[0]).session  # type: ignore[index]  # one of them is set
@@ -266,13 +281,23 @@ class PlainLine:
             self._ended(*last)
         return landed
 
-    def _add_owed(self, frames: pb.Frames, session: object) -> None:
-        """Add the Accept(queued) owed on ``session`` to ``frames``, about to be written to it."""
+    def _add_owed(self, frames: pb.Frames, session: object, starting: Hosted | None = None) -> bool:
+        """Add the Accepts owed on ``session`` to ``frames``, about to be written to it; True if ``starting``'s was one.
+
+        ``starting``'s goes as an Accept to start (it begins once this message is in the kernel).
+        """
+        own = False
         for hosted in self.owed(session):
-            if not (hosted.cancelled or hosted.settled):
-                frame = frames.frames.add()
-                frame.id = hosted.id
+            if hosted.cancelled or hosted.settled:
+                continue
+            frame = frames.frames.add()
+            frame.id = hosted.id
+            if hosted is starting:
+                frame.accept.SetInParent()
+                own = True
+            else:
                 frame.accept.queued = True
+        return own
 
     def _call(self, hosted: Hosted) -> Outcome:
         traced = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
@@ -300,12 +325,6 @@ def _add_outcome(frames: pb.Frames, hosted: Hosted, outcome: Outcome) -> None:
         body.value = outcome[1]
     if outcome[2]:
         body.traceback = outcome[2]
-
-
-def _outcome_frames(hosted: Hosted, outcome: Outcome) -> pb.Frames:
-    frames = pb.Frames()
-    _add_outcome(frames, hosted, outcome)
-    return frames
 
 
 def call_plain(hosted: Hosted) -> Outcome:

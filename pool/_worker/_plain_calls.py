@@ -131,7 +131,7 @@ class PlainCalls:
         self.line.add(hosted, owed=owed)
 
     def pay(self, before: float = math.inf) -> None:
-        """Write the Accepts still owed (those owed since before ``before``): before the loop answers a queued call."""
+        """Write the Accepts still owed (those owed since before ``before``), as the loop's own frames."""
         for hosted in self.line.owed(before=before):
             if not (hosted.settled or hosted.cancelled):
                 hosted.session.accept(hosted.id, queued=True)
@@ -150,7 +150,6 @@ class PlainCalls:
 
     def cancel(self, hosted: Hosted) -> None:
         """Its caller left: one still waiting never starts; a running one's result is dropped. Answered CANCELLED."""
-        self.pay()
         self.line.take_back(hosted)
         hosted.cancelled = True
         if not hosted.settled:
@@ -158,7 +157,6 @@ class PlainCalls:
 
     def hand_back(self, hosted: Hosted, why: str) -> bool:
         """Give ``hosted`` back to its dispatcher if it has not started (a Reject); True if it had not."""
-        self.pay()  # (its Accept leaves before its Reject)
         if hosted.settled or not hosted.queued or not self.line.take_back(hosted):
             return False
         hosted.session.reject(hosted.id, UNAVAILABLE, f"{HANDED_BACK}: {why}")
@@ -168,7 +166,8 @@ class PlainCalls:
     def hand_back_all(self) -> None:
         """The worker stops accepting: every call still waiting goes back to its dispatcher (on drain)."""
         self.settle()
-        self.pay()
+        self.pay()  # their Accepts first: each is then handed back, not turned away (one the thread is writing may
+        # come after its Reject: the pool then takes it as turned away, and places it again all the same)
         for hosted in self.line.take_all_back():
             if not hosted.settled:
                 hosted.session.reject(hosted.id, UNAVAILABLE, f"{HANDED_BACK}: the worker is leaving")
@@ -192,7 +191,6 @@ class PlainCalls:
         hosted.timer = None
         if hosted.settled:
             return
-        self.pay()
         if self.line.take_back(hosted):  # still waiting at its deadline: it never starts
             self._books.finish(hosted, timed_out(hosted, timeout, started=False))
         elif self.line.running is hosted:

@@ -45,7 +45,7 @@ from ._lifecycle import Lifecycle
 from ._metrics import WorkerMetrics
 from ._overrun import Guard, Here, Watch, task_factory, unlocked
 from ._peers import STREAM_END_WAIT_S, Peer, lost_dispatcher, undecodable
-from ._plain_calls import PlainCalls
+from ._plain_calls import QUEUED_ACCEPT_S, PlainCalls
 from ._release import IdleRelease
 from ._runner import RoutineRunner
 from ._signals import ResourceSignals
@@ -169,6 +169,7 @@ class WorkerService:
         since = self._guard.since if self._guard is not None else 0.0
         if since:
             self.signals.lagged(time.monotonic() - since)
+        self._plain.pay(before=time.monotonic() - QUEUED_ACCEPT_S)  # (the loop's backstop for them waits too)
         for session, peer in list(self._peers.items()):
             if peer.through is not None:
                 pull, write_through = peer.through

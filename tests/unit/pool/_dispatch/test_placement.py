@@ -22,7 +22,7 @@ from pool._base._exit import DRAINING_MESSAGE
 from pool._call._task import Task
 from pool._dispatch._membership import Membership
 from pool._dispatch._placement import OVERDUE_GRACE_S, Placement
-from pool._transport._outgoing import QUEUED, STARTED
+from pool._transport._outgoing import QUEUED, SENT, STARTED
 from pool._transport._trust import Trust
 
 WAIT_S = 5.0
@@ -262,6 +262,28 @@ class TestPlainPlacement:
         other.end()
         assert queued.handed_back
         assert placement.placement.may_take(task(plain=True))
+
+    async def test_a_late_queued_accept_should_ask_the_call_back_for_a_worker_that_went_idle_meanwhile(self):
+        """Test the race a worker's late Accept(queued) opens: the idle worker found nothing to ask back, then it came."""
+        placement = Pool(UIDS[:2], plain_prefetch=1)
+        await placement.place(task(plain=True))
+        other = await placement.place(task(plain=True))
+        placement.workers[UIDS[0]].state = SENT  # its Accept has not come yet
+        queued = await placement.place(task(plain=True))
+        other.end()  # UIDS[1] is idle: nothing it knows of is queued
+        assert queued.uid == UIDS[0] and not queued.handed_back
+        queued.state = QUEUED  # the Accept came
+        placement.placement.queued(UIDS[0])
+        assert queued.handed_back
+
+    async def test_a_call_queued_behind_someone_elses_should_not_be_asked_back(self):
+        """Test that a call queued on a worker running none of ours stays: asking it back could go round and round."""
+        placement = Pool(UIDS[:2], plain_prefetch=1)
+        placement.workers[UIDS[0]].state = QUEUED  # (busy with another pool's call)
+        queued = await placement.place(task(plain=True))
+        assert queued.uid == UIDS[0]
+        placement.placement.queued(UIDS[0])  # UIDS[1] is idle, yet this call came in the idle pass
+        assert not queued.handed_back
 
     async def test_feed_idle_should_ask_back_one_queued_call_for_each_worker_that_joined(self):
         """Test that workers joining while calls wait in others' lines each get one asked back, no more."""

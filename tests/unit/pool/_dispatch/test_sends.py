@@ -62,7 +62,7 @@ class TestPick:
 class _Placement:
     def __init__(self) -> None:
         self.refusals: list[tuple[uuid.UUID, BaseException]] = []
-        self.fed = 0
+        self.queued_on: list[uuid.UUID] = []
 
     def send_plain(self, task: Any) -> Any:
         raise AssertionError("not used here")
@@ -70,8 +70,8 @@ class _Placement:
     def refused(self, uid: uuid.UUID, exc: BaseException, epoch: int) -> None:
         self.refusals.append((uid, exc))
 
-    def feed_idle(self) -> None:
-        self.fed += 1
+    def queued(self, uid: uuid.UUID) -> None:
+        self.queued_on.append(uid)
 
 
 def _frame(body: str) -> pb.Frame:
@@ -95,11 +95,11 @@ class TestAnswers:
         assert not sends._answered(waiter, UIDS[0], 0, call, _frame("reject"))  # type: ignore[arg-type]
         assert backs == [waiter] and not waiter.served.done()
         assert isinstance(placement.refusals[0][1], WorkerRejected)
-        assert placement.fed == 0
+        assert placement.queued_on == []
         call.state = QUEUED  # (as `OutgoingCall.reply` sets it from the Accept, before this sees it)
         assert not sends._answered(waiter, UIDS[1], 0, call, _frame("accept"))  # type: ignore[arg-type]
         assert waiter.served.result() is call
-        assert placement.fed == 1  # queued: a worker that went idle meanwhile may ask for it back
+        assert placement.queued_on == [UIDS[1]]  # a worker that went idle meanwhile may ask for it back
 
     async def test_an_outcome_that_overtook_its_accept_should_reach_the_caller(self):
         sends = Sends(_Placement(), lambda waiter: None, lambda: None)

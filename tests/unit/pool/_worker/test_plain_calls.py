@@ -50,7 +50,9 @@ class Session:
         return self.on_wire
 
     def write_from_thread(self, frames: pb.Frames, *, land: bool = False) -> bool:
-        self.written.extend((frame.WhichOneof("body"), frame.id) for frame in frames.frames)
+        for frame in frames.frames:
+            body = frame.WhichOneof("body")
+            self.written.append(("accept(queued)" if body == "accept" and frame.accept.queued else body, frame.id))
         return True
 
 
@@ -176,22 +178,30 @@ class TestPlainCalls:
         await worker.close()
 
     async def test_room_should_queue_behind_the_running_call_up_to_the_depth_then_say_no(self, blocker):
-        """Test the line's places: one running, ``depth`` queued (its Accept(queued) owed), then no room.
+        """Test the line's places: one running, ``depth`` queued (their Accept(queued) owed), then no room.
 
-        The owed Accept leaves with the thread's next message, ahead of the call's Started: one write.
+        The owed Accepts lead the thread's next message: the one that starts then goes as an Accept to
+        start (no Started), the other as Accept(queued), its Started later. The loop writes none of them.
         """
-        worker, session = Worker(depth=1), Session()
+        worker, session = Worker(depth=2), Session()
         first, second, third = hosted(session, 1, blocker), hosted(session, 2), hosted(session, 3)
         assert worker.arrive(first)
         await blocker.running()
-        assert worker.arrive(second)
+        assert worker.arrive(second) and worker.arrive(third)
         assert (second.queued, second.counted) == (True, False)  # counted when it starts, not now
-        assert not worker.arrive(third)
+        assert not worker.arrive(hosted(session, 4))
         assert session.answers == [("accept", 1, False)]
         blocker.go.set()
-        await worker.until(lambda: len(worker.booked) == 2)
-        assert session.written == [("outcome", 1), ("accept", 2), ("started", 2), ("outcome", 2)]
-        assert session.answers == [("accept", 1, False)]  # the loop wrote no Accept of its own for it
+        await worker.until(lambda: len(worker.booked) == 3)
+        assert session.written == [
+            ("accept", 2),  # the message that says 2 starts: no Started needed
+            ("accept(queued)", 3),
+            ("outcome", 1),
+            ("outcome", 2),
+            ("started", 3),
+            ("outcome", 3),
+        ]
+        assert session.answers == [("accept", 1, False)]  # the loop wrote no Accept of its own for them
         await worker.close()
 
     async def test_an_accept_owed_too_long_should_be_written_by_the_loop(self, blocker):
@@ -273,6 +283,7 @@ class TestPlainCalls:
         await blocker.running()
         waiting = hosted(session, 2)
         worker.arrive(waiting)
+        worker.plain.pay()  # its Accept left (the pool asks only for a call it knows is queued)
         assert worker.plain.hand_back(waiting, "another worker is idle")
         assert session.answers[-2:] == [  # its owed Accept first: the dispatcher sees it queued, then handed back
             ("accept", 2, True),
