@@ -152,8 +152,9 @@ class PlainLine:
     def take_back(self, hosted: Hosted) -> bool:
         """Take ``hosted`` out of the line if it has not started; True if it was still waiting.
 
-        An Accept it was owed is dropped: the loop's answer (cancelled, timed out, handed back)
-        is then its first, which the pool takes as it would after an Accept.
+        An Accept it was owed is dropped: the loop's answer is then its first. The pool takes an
+        outcome (cancelled, timed out) as one that overtook its Accept, and a Reject as a call
+        turned away, which it places again as it would one handed back.
         """
         with self.lock:
             try:
