@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import threading
 
 import pytest
@@ -154,8 +155,15 @@ class TestPackException:
         assert 'raise KeyError("missing")' in restored.__cause__.tb
 
     @pytest.mark.parametrize("exc", [Holder(), TwoArgs(1, 2)], ids=["unpicklable", "unloadable"])
-    def test_pack_exception_should_substitute_a_serialization_error_when_the_exception_cannot_cross(self, exc):
-        """Test that an exception that cannot cross becomes a clear SerializationError."""
+    def test_pack_exception_should_substitute_a_serialization_error_when_the_exception_cannot_cross(
+        self, exc, monkeypatch
+    ):
+        """Test that an exception that cannot cross becomes a clear SerializationError.
+
+        Importing wool (the embed test) installs tblib's reducers for every exception class defined
+        by then, which makes TwoArgs loadable; pytest collects this module first in some orders.
+        """
+        monkeypatch.delitem(copyreg.dispatch_table, type(exc), raising=False)
         value, tb = _wire.pack_exception(exc, "f")
         restored = _wire.unpack_exception(value, tb, "f")
         assert isinstance(restored, pool.SerializationError)
