@@ -41,11 +41,13 @@ import uvloop
 import pool
 from backpressure import TaskCountBackpressure
 from balancer import PriorityLoadBalancer
-from bench.plots.occupancy import sample_occupancy
+from bench.plots.occupancy import SAMPLE_S, sample_occupancy
 from bench.support import routines
 
 CAPACITY, MAX_WORKERS, IDLE_TIMEOUT, TASK_S, CLIENTS = 4, 6, 2.0, 0.05, 24
 IDLE_BEFORE_S, BURST_S, DRAIN_LIMIT_S = 2.0, 10.0, 30.0
+EMPTY_SAMPLE_S = 5.0
+"""Once no worker is left, how long the bench waits for the sampler to see the pool empty."""
 
 
 async def run(registry: str, scale: float) -> dict[str, Any]:
@@ -86,7 +88,10 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
             quiet_at = time.monotonic() - t0
             with contextlib.suppress(TimeoutError):
                 await p._layers.membership.until(lambda: not p.workers, DRAIN_LIMIT_S)
-            await asyncio.sleep(1.0)  # a last second of the empty pool on the plot
+                await asyncio.sleep(1.0)  # a last second of the empty pool on the plot
+                async with asyncio.timeout(EMPTY_SAMPLE_S):  # and a sample of it: one State round begun
+                    while samples[-1][1]:  # before the last worker left can take up to its 1 s timeout
+                        await asyncio.sleep(SAMPLE_S)
         finally:
             done.set()
             with contextlib.suppress(Exception):
