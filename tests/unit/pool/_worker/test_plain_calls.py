@@ -19,6 +19,7 @@ from pool._call._task import Task
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import UNAVAILABLE
+from pool._worker import _plain_calls
 from pool._worker._admission import WorkerAdmission
 from pool._worker._hosted import CANCELLED, Code, Hosted
 from pool._worker._lifecycle import Lifecycle
@@ -177,12 +178,14 @@ class TestPlainCalls:
         assert session.written == [("started", 1), ("outcome", 1)]
         await worker.close()
 
-    async def test_room_should_queue_behind_the_running_call_up_to_the_depth_then_say_no(self, blocker):
+    async def test_room_should_queue_behind_the_running_call_up_to_the_depth_then_say_no(self, blocker, monkeypatch):
         """Test the line's places: one running, ``depth`` queued (their Accept(queued) owed), then no room.
 
         The owed Accepts lead the thread's next message: the one that starts then goes as an Accept to
-        start (no Started), the other as Accept(queued), its Started later. The loop writes none of them.
+        start (no Started), the other as Accept(queued), its Started later. The loop writes none of them
+        (its backstop is put out of reach: a loaded machine may not run the thread within 5 ms).
         """
+        monkeypatch.setattr(_plain_calls, "QUEUED_ACCEPT_S", WAIT_S)
         worker, session = Worker(depth=2), Session()
         first, second, third = hosted(session, 1, blocker), hosted(session, 2), hosted(session, 3)
         assert worker.arrive(first)
