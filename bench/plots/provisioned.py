@@ -90,7 +90,7 @@ async def run(registry: str, scale: float) -> dict[str, Any]:
                 await p._layers.membership.until(lambda: not p.workers, DRAIN_LIMIT_S)
                 await asyncio.sleep(1.0)  # a last second of the empty pool on the plot
                 async with asyncio.timeout(EMPTY_SAMPLE_S):  # and a sample of it: one State round begun
-                    while samples[-1][1]:  # before the last worker left can take up to its 1 s timeout
+                    while not samples or samples[-1][1]:  # (one begun before the last worker left can take 1 s)
                         await asyncio.sleep(SAMPLE_S)
         finally:
             done.set()

@@ -252,7 +252,7 @@ class PlainLine:
         """
         frames = pb.Frames()
         land = starting is not None and (starting.queued or starting.landing) and start
-        own = False  # starting's own Accept went in ``frames``
+        together: tuple[Hosted, Outcome] | None = None  # last's outcome, if it goes in ``frames``
         if last is not None:
             hosted, outcome = last
             if hosted.cancelled:
@@ -266,14 +266,16 @@ class PlainLine:
                 _add_outcome(alone, hosted, outcome)
                 hosted.session.write_from_thread(alone)
             else:
-                own = self._add_owed(frames, hosted.session, starting if land else None)
-                _add_outcome(frames, hosted, outcome)
-        if land:
-            own = self._add_owed(frames, starting.session, starting) or own  # type: ignore[union-attr]  # set when land is
-            if not own:
-                frame = frames.frames.add()
-                frame.id = starting.id  # type: ignore[union-attr]  # set when land is
-                frame.started.SetInParent()
+                together = (hosted, outcome)
+        own = False  # starting's own Accept went in ``frames``
+        if land or together is not None:  # (starting is set in both cases)
+            own = self._add_owed(frames, starting.session, starting if land else None)  # type: ignore[union-attr]
+        if together is not None:
+            _add_outcome(frames, *together)
+        if land and not own:
+            frame = frames.frames.add()
+            frame.id = starting.id  # type: ignore[union-attr]  # set when land is
+            frame.started.SetInParent()
         landed = True
         if frames.frames:
             session = (starting or last[0]).session  # type: ignore[index]  # one of them is set

@@ -23,7 +23,7 @@ from pool._worker import _plain_calls
 from pool._worker._admission import WorkerAdmission
 from pool._worker._hosted import CANCELLED, Code, Hosted
 from pool._worker._lifecycle import Lifecycle
-from pool._worker._plain_calls import HANDED_BACK, QUEUED_ACCEPT_S, PlainCalls
+from pool._worker._plain_calls import HANDED_BACK, PlainCalls
 from pool._worker._recycle import Recycler
 
 WAIT_S = 5.0
@@ -37,9 +37,18 @@ class Session:
         self.written: list[tuple[str, int]] = []  # the thread's frames: (body, id)
         self.on_wire = on_wire
         self.failure: BaseException | None = None
+        self.answered = asyncio.Event()  # set on each answer of the loop's
 
     def accept(self, call_id: int, hold_s: float = 0.0, *, queued: bool = False) -> None:
         self.answers.append(("accept", call_id, queued))
+        self.answered.set()
+
+    async def until_answered(self, answer: tuple[Any, ...]) -> None:
+        """Wait (bounded) until the loop has given ``answer``."""
+        async with asyncio.timeout(WAIT_S):
+            while answer not in self.answers:
+                self.answered.clear()
+                await self.answered.wait()
 
     def reject(self, call_id: int, code: int, message: str) -> None:
         self.answers.append(("reject", call_id, code, message))
@@ -213,13 +222,9 @@ class TestPlainCalls:
         worker.arrive(hosted(session, 1, blocker))
         await blocker.running()
         worker.arrive(hosted(session, 2))
-        async with asyncio.timeout(WAIT_S):
-            while ("accept", 2, True) not in session.answers:
-                await asyncio.sleep(QUEUED_ACCEPT_S / 2)
+        await session.until_answered(("accept", 2, True))
         worker.arrive(hosted(session, 3))  # owed anew: the backstop is armed again
-        async with asyncio.timeout(WAIT_S):
-            while ("accept", 3, True) not in session.answers:
-                await asyncio.sleep(QUEUED_ACCEPT_S / 2)
+        await session.until_answered(("accept", 3, True))
         blocker.go.set()
         await worker.until(lambda: len(worker.booked) == 3)
         assert session.written == [("outcome", 1), ("started", 2), ("outcome", 2), ("started", 3), ("outcome", 3)]
