@@ -28,5 +28,11 @@ async def test_plot_occupancy_should_draw_both_balancers_and_report_the_figures(
     for figures in (priority, round_robin):
         assert set(figures) >= {"busy_workers_in_steady_phase", "surplus_exit_s", "grew", "shrank"}
         assert 1 <= figures["max_workers_alive"] <= 6
-    # The leaky bucket's claim: priority keeps no more workers busy than round robin does.
-    assert priority["busy_workers_in_steady_phase"] <= round_robin["busy_workers_in_steady_phase"]
+    # The leaky bucket's claim: priority keeps busy only the workers the load needs (12 clients, 4
+    # each: 3), however many are alive. Half a worker of slack covers a sample caught while a client
+    # is between calls or a call spilled past a full worker on a loaded machine. Not compared with
+    # round robin's figure: that one counts the workers round robin had grown to by then, which a
+    # loaded machine changes (CI once saw round robin at 2.93 beside priority's 3.0).
+    needed = priority["needed_in_steady_phase"]
+    assert needed == 3
+    assert priority["busy_workers_in_steady_phase"] <= needed + 0.5, priority
