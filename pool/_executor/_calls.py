@@ -34,17 +34,24 @@ CACHE_ENTRY_BYTES: Final[int] = 1 << 20
 
 
 class Shipped:
-    """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached."""
+    """``fn`` pickled once (``map`` pickles it once for all its chunks); on the worker it loads as ``fn``, cached.
 
-    __slots__ = ("blob", "mains", "name")
+    ``keep=False``: a callable made for one call that carries its own data
+    (a joblib batch holds its items): the worker loads it for that call and
+    keeps nothing. The cache's bound counts pickles' bytes, and such a
+    pickle loads into many times its size.
+    """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    __slots__ = ("blob", "keep", "mains", "name")
+
+    def __init__(self, fn: Callable[..., Any], *, keep: bool = True) -> None:
         self.name = name_of(fn)  # what its calls are called in errors, logs and metrics (not `_apply`)
         self.blob = _wire.dumps(fn, what=f"the callable {self.name}")
         self.mains = self.blob.count(_MAIN)
+        self.keep = keep
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _load, (self.blob,)
+        return (_load if self.keep else _load_once), (self.blob,)
 
 
 _MAIN: Final[bytes] = b"__main__"
@@ -81,12 +88,17 @@ _LOADED: dict[bytes, Callable[..., Any]] = {}
 _loaded_bytes = 0
 
 
+def _load_once(blob: bytes) -> Callable[..., Any]:
+    """On the worker: the callable ``blob`` is the pickle of, for its call only (never kept)."""
+    loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
+    return loaded
+
+
 def _load(blob: bytes) -> Callable[..., Any]:
     """On the worker: the callable ``blob`` is the pickle of; a small one is kept (least recently used goes first)."""
     global _loaded_bytes
     if len(blob) > CACHE_ENTRY_BYTES:
-        loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
-        return loaded
+        return _load_once(blob)
     fn = _LOADED.pop(blob, None)
     if fn is None:
         fn = _wire.loads(blob, what="a submitted callable")

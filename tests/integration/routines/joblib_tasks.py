@@ -48,3 +48,10 @@ def nested_leakypool(n: int) -> list[int]:
         backend = type(parallel._backend).__name__
         values = parallel(delayed(pid)() for _ in range(n))
     return [backend, len(set(values)), values[0] == os.getpid()]
+
+
+def kept_callables(_: object = None) -> list[str]:
+    """The types of the callables this worker keeps loaded (the executor's cache), after the call that asks."""
+    from pool._executor import _calls
+
+    return sorted({type(fn).__name__ for fn in _calls._LOADED.values()})

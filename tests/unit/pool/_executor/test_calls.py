@@ -42,3 +42,11 @@ def test_the_cache_should_stay_within_its_bytes_dropping_the_least_recently_used
     assert sum(len(b) for b in _calls._LOADED) == _calls._loaded_bytes
     assert _calls._load(blobs[0]) is first
     assert blobs[1] not in _calls._LOADED
+
+
+def test_a_callable_shipped_for_one_call_should_load_and_never_be_kept():
+    """A joblib batch (a callable that carries its items) is shipped with ``keep=False``: nothing stays."""
+    once = pickle.loads(pickle.dumps(_calls.Shipped(len, keep=False)))
+    kept = pickle.loads(pickle.dumps(_calls.Shipped(abs)))
+    assert once is len and kept is abs
+    assert list(_calls._LOADED.values()) == [abs]  # only the one shipped to be kept
