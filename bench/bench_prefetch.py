@@ -114,6 +114,7 @@ def run_q2(depths: list[int], items: int, rounds: int) -> list[dict[str, dict[st
     """(q2) for every depth and for loky, ``rounds`` times, the order rotating each round."""
     names = [*(f"leakypool_{depth}" for depth in depths), "peers"]
     out: list[dict[str, dict[str, float]]] = []
+    before = os.environ.get("LEAKYPOOL_PLAIN_PREFETCH")
     for turn in range(rounds):
         row: dict[str, dict[str, float]] = {}
         for name in names[turn % len(names) :] + names[: turn % len(names)]:
@@ -125,6 +126,10 @@ def run_q2(depths: list[int], items: int, rounds: int) -> list[dict[str, dict[st
                 pool.joblib.shutdown()
             row[name] = {"q2": q2, "q2_again": again}
         out.append(row)
+    if before is None:
+        os.environ.pop("LEAKYPOOL_PLAIN_PREFETCH", None)
+    else:
+        os.environ["LEAKYPOOL_PLAIN_PREFETCH"] = before
     return out
 
 
@@ -142,6 +147,8 @@ def main() -> None:
     parser.add_argument("--depths", default="1,2,4,8")
     parser.add_argument("--quick", action="store_true", help="a quarter of the items and calls")
     args = parser.parse_args()
+    if args.rounds < 1 or args.q2_rounds < 1:
+        parser.error("--rounds and --q2-rounds take 1 or more")
     scale = 4 if args.quick else 1
     sizes = {
         "q1": 20_000 // scale,

@@ -37,8 +37,7 @@ from joblib import ParallelBackendBase, register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
 
 from ._base._role import in_worker
-from ._executor._feed import FeedExecutor
-from ._executor._standalone import Executor
+from ._executor._standalone import Executor, submit_once
 
 if TYPE_CHECKING:
     from multiprocessing.pool import ApplyResult
@@ -204,9 +203,7 @@ class LeakypoolBackend(AutoBatchingMixin, ParallelBackendBase):
         """Run one joblib task (a batch of calls) on a worker; its ``concurrent.futures.Future``."""
         if self._executor is None:
             raise RuntimeError("the leakypool backend was not configured (joblib calls configure first)")
-        executor = self._executor
-        # A batch is made for one call and carries its items: the worker keeps nothing of it.
-        future = executor.submit_once(func) if isinstance(executor, FeedExecutor) else executor.submit(func)
+        future = submit_once(self._executor, func)  # a batch carries its items: its worker keeps nothing of it
         with self._pending_lock:
             self._pending.add(future)
         future.add_done_callback(self._forget)

@@ -268,7 +268,7 @@ def postgres_url(postgres_server, request) -> Iterator[str]:
     # removed in the last test's teardown, which a loaded run was still doing when that test reached
     # 110 s (its timeout is 120 s). A test that stopped the server has nothing left to drop.
     with contextlib.suppress(Exception):
-        postgres_server.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        postgres_server.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", timeout=30)
 
 
 def postgres_server_user() -> str:

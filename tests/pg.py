@@ -44,12 +44,16 @@ class Server:
         self.bindir, self.base, self.port, self._as = bindir, base, port, as_user
         self.data, self.sockets = os.path.join(base, "data"), os.path.join(base, "sockets")
 
-    def run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, tool: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*self._as, os.path.join(self.bindir, tool), *args], check=True, capture_output=True, text=True, timeout=120
+            [*self._as, os.path.join(self.bindir, tool), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
-    def psql(self, sql: str, database: str = "postgres") -> str:
+    def psql(self, sql: str, database: str = "postgres", timeout: float = 120) -> str:
         return self.run(
             "psql",
             "-h",
@@ -64,6 +68,7 @@ class Server:
             "ON_ERROR_STOP=1",
             "-Atc",
             sql,
+            timeout=timeout,
         ).stdout
 
     extra_options = ""  # server options beyond the common ones (a standby names itself)

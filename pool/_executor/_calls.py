@@ -51,7 +51,7 @@ class Shipped:
         self.keep = keep
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_load if self.keep else _load_once), (self.blob,)
+        return (_load, (self.blob,)) if self.keep else (_load, (self.blob, False))
 
 
 _MAIN: Final[bytes] = b"__main__"
@@ -88,17 +88,15 @@ _LOADED: dict[bytes, Callable[..., Any]] = {}
 _loaded_bytes = 0
 
 
-def _load_once(blob: bytes) -> Callable[..., Any]:
-    """On the worker: the callable ``blob`` is the pickle of, for its call only (never kept)."""
-    loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
-    return loaded
+def _load(blob: bytes, keep: bool = True) -> Callable[..., Any]:
+    """On the worker: the callable ``blob`` is the pickle of; a small one is kept (least recently used goes first).
 
-
-def _load(blob: bytes) -> Callable[..., Any]:
-    """On the worker: the callable ``blob`` is the pickle of; a small one is kept (least recently used goes first)."""
+    ``keep=False``: loaded for its call only (see `Shipped`).
+    """
     global _loaded_bytes
-    if len(blob) > CACHE_ENTRY_BYTES:
-        return _load_once(blob)
+    if not keep or len(blob) > CACHE_ENTRY_BYTES:
+        loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
+        return loaded
     fn = _LOADED.pop(blob, None)
     if fn is None:
         fn = _wire.loads(blob, what="a submitted callable")

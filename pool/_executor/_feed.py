@@ -289,14 +289,6 @@ class FeedExecutor(cf.Executor):
         """
         return self._put(runner_for(_apply, fn), lambda: (Shipped(fn), args, kwargs))
 
-    def submit_once(self, fn: Callable[[], Any]) -> cf.Future[Any]:
-        """`submit` ``fn()`` where ``fn`` is made for this one call and carries its data (a joblib batch).
-
-        The worker loads it for the call and keeps nothing of it; `submit`
-        keeps a small callable loaded for the next call that sends it.
-        """
-        return self._put(runner_for(_apply, fn), lambda: (Shipped(fn, keep=False), (), {}))
-
     def map(
         self,
         fn: Callable[..., Any],

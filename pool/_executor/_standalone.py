@@ -9,11 +9,14 @@ Workers start lazily, on the first ``submit``, as the standard library's
 pools start theirs. A pool that cannot start (a worker that does not come
 up, an initializer that raises) ends every future the executor accepted,
 and every later one, with that error instead of leaving them waiting.
+
+`submit_once` is the joblib backend's ``submit``: a batch's worker keeps nothing of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import os
 import threading
 import weakref
@@ -23,6 +26,7 @@ from typing import Any, Final
 from .._base._public import public
 from .._errors import PoolClosed
 from .._pool._worker_pool import WorkerPool, attach_feed
+from ._calls import Shipped, _apply, runner_for
 from ._feed import Feed, FeedExecutor
 
 UNBOUNDED_QUEUE_DEPTH: Final[int] = 2**62
@@ -224,3 +228,16 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 public(Executor)
+
+
+def submit_once(executor: cf.Executor, fn: Callable[[], Any]) -> cf.Future[Any]:
+    """``executor.submit(fn)`` for a callable made for this one call that carries its data (a joblib batch).
+
+    On a leakypool executor the worker loads ``fn`` for its call and keeps
+    nothing of it (``submit`` keeps a small callable loaded for the next call
+    that sends it; the executor's ``submit`` is not called). Any other
+    executor just gets ``submit(fn)``.
+    """
+    if isinstance(executor, FeedExecutor):
+        return executor._put(runner_for(_apply, fn), lambda: (Shipped(fn, keep=False), (), {}))
+    return executor.submit(fn)
