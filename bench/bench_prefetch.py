@@ -38,6 +38,7 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pool
 import pool.joblib
@@ -114,22 +115,18 @@ def run_q2(depths: list[int], items: int, rounds: int) -> list[dict[str, dict[st
     """(q2) for every depth and for loky, ``rounds`` times, the order rotating each round."""
     names = [*(f"leakypool_{depth}" for depth in depths), "peers"]
     out: list[dict[str, dict[str, float]]] = []
-    before = os.environ.get("LEAKYPOOL_PLAIN_PREFETCH")
-    for turn in range(rounds):
-        row: dict[str, dict[str, float]] = {}
-        for name in names[turn % len(names) :] + names[: turn % len(names)]:
-            if name == "peers":
-                q2, again = _q2("loky", items)
-            else:
-                os.environ["LEAKYPOOL_PLAIN_PREFETCH"] = name.removeprefix("leakypool_")  # the backend's pool reads it
-                q2, again = _q2("leakypool", items)
-                pool.joblib.shutdown()
-            row[name] = {"q2": q2, "q2_again": again}
-        out.append(row)
-    if before is None:
-        os.environ.pop("LEAKYPOOL_PLAIN_PREFETCH", None)
-    else:
-        os.environ["LEAKYPOOL_PLAIN_PREFETCH"] = before
+    with mock.patch.dict(os.environ):  # the depth variable set below is gone afterwards
+        for turn in range(rounds):
+            row: dict[str, dict[str, float]] = {}
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                if name == "peers":
+                    q2, again = _q2("loky", items)
+                else:
+                    os.environ["LEAKYPOOL_PLAIN_PREFETCH"] = name.removeprefix("leakypool_")  # the backend's pool
+                    q2, again = _q2("leakypool", items)
+                    pool.joblib.shutdown()
+                row[name] = {"q2": q2, "q2_again": again}
+            out.append(row)
     return out
 
 

@@ -35,4 +35,4 @@ async def test_plot_occupancy_should_draw_both_balancers_and_report_the_figures(
     # loaded machine changes (CI once saw round robin at 2.93 beside priority's 3.0).
     needed = priority["needed_in_steady_phase"]
     assert needed == 3
-    assert priority["busy_workers_in_steady_phase"] <= needed + 0.5, priority
+    assert 1 <= priority["busy_workers_in_steady_phase"] <= needed + 0.5, priority  # (0: no sample in the window)
