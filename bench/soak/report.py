@@ -82,6 +82,7 @@ async def report(
         "completed_twice": sum(1 for j in acked if ends.get(j, 0) > 1),
         "ran_after_its_outcome_committed": len(rerun),
         "outcome_committed_twice": sum(1 for at in outcomes.values() if len(at) > 1),
+        "reruns": [rerun_detail(j, starts[j], pids[j], min(outcomes[j]), events, requeued) for j in rerun[:5]],
         "run_twice_without_chaos": len(unexplained),
         "run_twice_after_a_lease_expired_unkilled": len(after_expiry),
         "suspects": [suspect(j, starts[j], pids[j], requeued) for j in unexplained[:5]],
@@ -125,6 +126,24 @@ def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[fl
         "pids": pids,
         "starts_s": [round(t - first, 3) for t in starts],
         "requeues_near_s": [round(t - first, 3) for t in requeued if abs(t - first) < 10],
+    }
+
+
+def rerun_detail(
+    job_id: str,
+    starts: list[float],
+    pids: list[str],
+    outcome: float,
+    events: list[tuple[float, float]],
+    requeued: list[float],
+) -> dict[str, Any]:
+    """A job started again after its outcome committed: its starts, the chaos and re-queues around, from the outcome."""
+    return {
+        "job": job_id,
+        "pids": pids,
+        "starts_s": [round(t - outcome, 3) for t in starts],
+        "chaos_near_s": [[round(a - outcome, 3), round(b - outcome, 3)] for a, b in events if abs(a - outcome) < 10],
+        "requeues_near_s": [round(t - outcome, 3) for t in requeued if abs(t - outcome) < 10],
     }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from .._base._tasks import TaskOwner
 from .._errors import StoreError
 from ._attempt import Outage
+from ._lease import OwnLease
 from ._store import JobStore, WatchableStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -36,6 +37,7 @@ class Presence:
         cancel: Cancel a running job this process holds.
         pauses_changed: Reread the paused queues.
         ticked: Called at each renewal (every ttl/3).
+        lease: The lease as this process knows it (each renewal's timing goes there).
     """
 
     def __init__(
@@ -48,10 +50,12 @@ class Presence:
         cancel: Callable[[str], None],
         pauses_changed: Callable[[], None] = lambda: None,
         ticked: Callable[[], None] = lambda: None,
+        lease: OwnLease | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
         self._ttl = ttl
+        self.lease = OwnLease(ttl) if lease is None else lease
         self._wake = wake
         self._cancel = cancel
         self._pauses_changed = pauses_changed  # reread paused queues (each tick, and on a "pause" notice)
@@ -62,9 +66,7 @@ class Presence:
 
     async def start(self) -> None:
         """Take the lease and re-queue dead owners' jobs; keep doing both from now on."""
-        now = time.time()
-        await self.store.heartbeat(self.owner, now, self._ttl)
-        _revived(await self.store.recover(now))
+        await self._renew()
         self._tasks.spawn(self._keep(), name="owner lease")
         # The store itself, not its RetryingStore: the wrapper forwards `watch` by __getattr__, which isinstance
         # against a runtime protocol no longer sees from Python 3.12 on (it looks attributes up statically).
@@ -89,9 +91,7 @@ class Presence:
             renew = clock() >= renew_at
             try:
                 if renew:
-                    now = time.time()
-                    await self.store.heartbeat(self.owner, now, self._ttl)
-                    _revived(await self.store.recover(now))
+                    await self._renew()
                     self._wake()  # also jobs a dead owner only held (pending) are free now
                     self._pauses_changed()
                     self._ticked()
@@ -105,6 +105,17 @@ class Presence:
                     self._wake()  # the store was away: what came due meanwhile may have sent no notice
                 if renew:
                     renew_at = clock() + self._ttl / 3
+
+    async def _renew(self) -> None:
+        """Renew the lease (noting when it was answered: `OwnLease`), then re-queue dead owners' jobs."""
+        now = time.time()
+        await self.store.heartbeat(self.owner, now, self._ttl)
+        if self.lease.renewed(now, time.time()):
+            _log.warning(
+                "this process's owner lease may have run out before it was renewed: the jobs it held and had "
+                "not started go back to the store (another process may have run them meanwhile)"
+            )
+        _revived(await self.store.recover(now))
 
     async def _listen(self, store: WatchableStore) -> None:
         while True:

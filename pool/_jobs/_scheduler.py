@@ -41,6 +41,7 @@ from ._codec import decode
 from ._due import NextDue
 from ._holdings import Holdings
 from ._job import Jobs
+from ._lease import OwnLease
 from ._pause import PausedQueues
 from ._periodic import Schedules
 from ._placements import PlacementWindow
@@ -92,7 +93,7 @@ class Scheduler:
         self._tasks = TaskOwner("job scheduler", _log)
         self._wake = asyncio.Event()
         self._window = PlacementWindow()  # how many placements at once; whether to wait for capacity
-        self._claimed = 0  # submissions in flight that will arrive leased to this process
+        self._lease = OwnLease(lease_ttl)  # when a held job may start; kept submissions on their way in
         self._reconcile_wanted = False  # a lease tick passed: check the store holds nothing else for this owner
         self._leased_at = 0.0  # when the last lease looked (Unix seconds): jobs due later, it has not seen
         self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
@@ -109,6 +110,7 @@ class Scheduler:
             cancel=self.cancel_running,
             pauses_changed=self.pauses_changed,
             ticked=self.reconcile,
+            lease=self._lease,
         )
         self.jobs = Jobs(store, self, max_pending=max_pending, default_deadline=default_deadline)
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
@@ -183,16 +185,16 @@ class Scheduler:
         """This process's owner id if it can take one more job into its batch now, else "" (`JobHolder`)."""
         if not self._has_workers() or self.reconcile_due:  # (none on its way in while reconciling: _upkeep)
             return ""  # a submitter without workers leaves its jobs to the processes that have some
-        if self._started and not self._closing and len(self._held.waiting) + self._claimed < LEASE_BATCH:
-            self._claimed += 1
+        if self._started and not self._closing and len(self._held.waiting) + self._lease.in_flight < LEASE_BATCH:
+            self._lease.claim()
             return self.owner
         return ""
 
     def adopt(self, job: JobRecord | None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not; `JobHolder`)."""
-        self._claimed = max(0, self._claimed - 1)
+        epoch = self._lease.arrived()
         if job is not None:
-            self._adopt(job)
+            self._adopt(job, epoch)
             self._wake.set()
 
     def holds(self, job_id: str) -> bool:
@@ -296,7 +298,7 @@ class Scheduler:
             # Only when the store may hold something: a job this process submitted
             # and kept starts without a lease's round trip in front of it.
             self._held.backlog = False  # from here on, anything new in the store comes with a wake
-            now = time.time()
+            now, epoch = time.time(), self._lease.epoch
             try:
                 leased = await self.store.lease(self.owner, room, now)
             except BaseException:
@@ -305,7 +307,7 @@ class Scheduler:
             self._leased_at = now  # what came due by then, this lease has seen
             self._next_due.forget()  # the lease may have set due times (jobs a rate holds back)
             for job in leased:
-                self._adopt(job)
+                self._adopt(job, epoch)
             if len(leased) == room:
                 self._held.backlog = True  # a full lease: more may be due
         elif room <= 0:
@@ -333,7 +335,14 @@ class Scheduler:
             await persist("giving back paused jobs", lambda: self.store.unlease(self.owner, ids))
             for job_id in ids:
                 held.drop(job_id)
-        if self.reconcile_due and not self._claimed:
+        if stale := [a for a in held.waiting if a.epoch != self._lease.epoch]:  # held through a lapse (`_lease`)
+            held.waiting[:] = [a for a in held.waiting if a.epoch == self._lease.epoch]
+            ids = [a.job.id for a in stale]
+            await persist("giving back jobs held through a lapsed lease", lambda: self.store.unlease(self.owner, ids))
+            for job_id in ids:
+                held.drop(job_id)
+            held.backlog = True  # those still pending are the store's to lease again (here too)
+        if self.reconcile_due and not self._lease.in_flight:
             pending, running = await self.store.reconcile(self.owner, list(held.ids), time.time())
             self._reconcile_wanted = False
             if pending:
@@ -343,13 +352,15 @@ class Scheduler:
             if pending or running:
                 held.backlog = True  # in the store again: lease them (this process hears no notice of its own)
 
-    def _adopt(self, job: JobRecord) -> None:
+    def _adopt(self, job: JobRecord, epoch: int) -> None:
         try:
             task, policy = decode(job.payload)
         except SerializationError as exc:
             self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
             return
-        self._held.adopt(_Attempt(job, task, policy))
+        attempt = _Attempt(job, task, policy)
+        attempt.epoch = epoch  # the lease epoch it came in: it starts only in that one (`_lease`)
+        self._held.adopt(attempt)
 
     def _expire(self) -> None:
         """Fail the waiting jobs whose dispatch deadline passed (they never ran)."""
@@ -366,9 +377,14 @@ class Scheduler:
         How many run at once is the `PlacementWindow`'s (a slow start).
         """
         self._expire()
+        if not self._lease.holds(time.time()):
+            return  # the lease may run out before a worker starts it: wait for the next renewal (it wakes us)
         for attempt in list(self._held.waiting):
             if self._closing or not self._window.allows(len(self._held.placing)):
                 return
+            if attempt.epoch != self._lease.epoch:
+                self._wake.set()  # came in before a lapse: `_upkeep` gives it back first
+                continue
             if attempt.blocked_at == self._window.epoch or attempt.job.queue in self.paused.names:
                 continue  # its limit was full, and nothing freed since; or its queue is paused
             self._held.waiting.remove(attempt)

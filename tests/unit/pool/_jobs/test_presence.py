@@ -164,6 +164,22 @@ class TestTick:
                 assert len(wake.calls) == len(pauses.calls) + 1  # what came due meanwhile may have sent no notice
         assert caplog.text.count("store unavailable while renewing the owner lease") == 1
 
+    async def test_a_renewal_answered_after_the_lease_ran_out_should_start_a_new_epoch(self, tmp_path, caplog):
+        """Test that renewals failing past the lease's end make the next answered one a lapse: epoch 1, logged."""
+        ticked = Counter()
+        store = Outages(str(tmp_path / "jobs.db"))
+        with caplog.at_level(logging.WARNING, logger="leakypool.jobs"):
+            async with present(store, TICK_TTL, ticked=ticked) as presence:
+                assert presence.lease.until > time.time() and presence.lease.epoch == 0
+                store.down = True
+                ran_out = presence.lease.until
+                await eventually(lambda: time.time() > ran_out and not presence.lease.holds(time.time()), timeout=5)
+                before = len(ticked.calls)
+                store.down = False
+                await ticked.reach(before + 1)
+                assert presence.lease.epoch == 1 and presence.lease.holds(time.time())
+        assert "owner lease may have run out before it was renewed" in caplog.text
+
 
 class TestNotices:
     async def test_notices_should_turn_into_wakes_pause_rereads_and_cancel_polls(self, tmp_path):
