@@ -7,8 +7,8 @@ the same figures for (l), the floor: two uvloop processes ping-ponging a
 64-byte length-framed message over a unix socket (pipelined 256 deep for
 (b)). CPU time survives a busy machine better than wall-clock time.
 
-Rounds alternate floor / leakypool (/ baseline); each runs in a fresh
-process. Prints one JSON object with every round and the medians::
+Rounds alternate floor / leakypool (/ baseline), the order rotating from
+one round to the next; each runs in a fresh process. Prints one JSON object with every round and the medians::
 
     python -m bench.bench_callpath [--rounds 3] [--calls 20000] [--tp-calls 10000]
     python -m bench.bench_callpath --baseline /work/main   # before/after: another checkout, its own .venv
@@ -252,8 +252,10 @@ def main() -> None:
         base = args.baseline.resolve()
         runs["baseline"] = (str(base / ".venv" / "bin" / "python"), base)
     rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in runs}
-    for _ in range(args.rounds):
-        for kind, (python, cwd) in runs.items():
+    kinds = list(runs)
+    for turn in range(args.rounds):
+        for kind in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:  # the order rotates: no kind always first
+            python, cwd = runs[kind]
             if kind == "baseline" and not (cwd / "bench" / "bench_callpath.py").exists():
                 rounds[kind].append(_round_from(python, cwd, args.calls, args.tp_calls))
             else:
