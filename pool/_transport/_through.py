@@ -68,23 +68,17 @@ class Stream(Protocol):
 class Through:
     """The thread side of one `MessageStream` (its ``through``); the stream's own writes take `lock` too."""
 
-    __slots__ = ("_handed", "_handing", "_stream", "lock")
+    __slots__ = ("_handed", "_stream", "handing", "lock")
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
         self.lock = threading.RLock()  # (the loop takes it again in `connection_lost`, if a write ends there)
-        self._handing = 0  # threads' messages waiting for the loop to hand them to the transport (`_hand`), in order
+        # Threads' messages waiting for the loop to hand them to the transport (`_hand`), in order. A count,
+        # not a flag: while one handed message waits in the loop's queue, the next thread's message must queue
+        # behind it too, even if the transport has just taken (and sent) the first. Non-zero: everything else
+        # waits behind them. (An attribute, not a property: the loop reads it on every write.)
+        self.handing = 0
         self._handed: asyncio.Future[None] | None = None  # the loop's writer waiting for them
-
-    @property
-    def handing(self) -> bool:
-        """Whether a thread's message waits for the loop to hand it to the transport (everything else waits behind it).
-
-        A count, not a flag: while one handed message waits in the loop's
-        queue, the next thread's message must queue behind it too, even if
-        the transport has just taken (and sent) the first.
-        """
-        return self._handing > 0
 
     def pull(self) -> None:
         """Read what waits on the socket now and hand it on, as the loop would (`_overrun`'s watch thread).
@@ -166,11 +160,11 @@ class Through:
             stream.count_out(len(data))
             if not rest:
                 return True
-            self._handing += 1
+            self.handing += 1
             try:
                 loop.call_soon_threadsafe(self._hand, rest)
             except RuntimeError:  # the loop closed: the worker is exiting
-                self._handing -= 1
+                self.handing -= 1
                 return False
         return None
 
@@ -217,8 +211,8 @@ class Through:
         with self.lock:
             if transport is not None and not transport.is_closing():
                 transport.write(rest)
-            self._handing -= 1
-            if self._handing:
+            self.handing -= 1
+            if self.handing:
                 return  # the next one is queued behind this on the loop: `settled` waits for it too
         handed, self._handed = self._handed, None
         if handed is not None and not handed.done():

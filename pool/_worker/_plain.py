@@ -93,7 +93,7 @@ class PlainLine:
         self._held = False  # the next call may not start: the worker's task limit is reached
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="leakypool-plain", daemon=True)
-        self._started = False
+        self.used = False  # whether this line ever took a call (a worker of ``async def`` routines only: never)
 
     # -- the loop's side -------------------------------------------------------------------------------
 
@@ -113,8 +113,8 @@ class PlainLine:
         ``owed``: its Accept(queued) was not written; the thread writes it with its next message
         to the call's stream, before the call's Started, unless the loop takes it first (`owed`).
         """
-        if not self._started:
-            self._started = True
+        if not self.used:
+            self.used = True
             self._thread.start()
         with self.lock:
             self.waiting.append(hosted)
@@ -184,11 +184,6 @@ class PlainLine:
         with self.lock:
             done, self._done = self._done, []
         return done
-
-    @property
-    def used(self) -> bool:
-        """Whether this line ever took a call (a worker that runs only ``async def`` routines never does)."""
-        return self._started
 
     @property
     def queued(self) -> int:
