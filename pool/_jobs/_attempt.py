@@ -45,7 +45,7 @@ T = TypeVar("T")
 class Attempt:
     """One leased job on its way to a worker, and back."""
 
-    __slots__ = ("blocked_at", "cancel_requested", "epoch", "job", "policy", "runner", "started", "task")
+    __slots__ = ("blocked_at", "cancel_requested", "job", "lease_epoch", "policy", "runner", "started", "task")
 
     def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
         self.job = job
@@ -55,7 +55,7 @@ class Attempt:
         self.cancel_requested = False
         self.blocked_at = -1  # the capacity epoch in which its limit was full
         self.started: float | None = None
-        self.epoch = 0  # the owner lease's epoch it came in (`_lease.OwnLease`)
+        self.lease_epoch = 0  # the owner lease's epoch it came in: it starts only in that one (`_lease`)
 
 
 def due_order(attempt: Attempt) -> tuple[int, float, float, str]:

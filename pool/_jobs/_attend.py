@@ -45,6 +45,8 @@ class Attendant:
         has_workers: Whether the pool has (or can start) a worker at all.
         room: Set when placements may go on (the scheduler's loop waits on it).
         wake: Lease and dispatch now (the store may hold jobs a freed slot lets through).
+        may_start: Whether the owner lease lets an attempt start now (`_lease`), asked again just
+            before it is offered: the loop's turn may have come late.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class Attendant:
         has_workers: Callable[[], bool],
         room: asyncio.Event,
         wake: Callable[[], None],
+        may_start: Callable[[Attempt], bool] = lambda attempt: True,
     ) -> None:
         self._held = held
         self._store = store
@@ -71,11 +74,17 @@ class Attendant:
         self._has_workers = has_workers
         self._room = room
         self._wake = wake
+        self._may_start = may_start
 
     async def attend(self, attempt: Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
         held, job = self._held, attempt.job
         epoch = self._window.epoch
+        if not self._may_start(attempt):
+            held.placing.discard(attempt)
+            held.put_back(attempt)  # the loop gives it back (a lapse) or places it after the next renewal
+            self._room.set()
+            return
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable:

@@ -6,9 +6,16 @@ ones given back, and either may then run there to its end. So a job this
 process holds must not start once that may have happened:
 
     renewal answered (sent at s) ──> the lease holds until s + ttl, as written
-    a job may start  ──> now < until - ttl/3           (the worker starts it well before it could run out)
-                     └─> and no lapse since it came    (its `epoch` is the current one)
-    renewal answered at or after the last `until` ──> it may have run out meanwhile: `epoch` + 1
+    a job may start  ──> now < until - ttl/3           (a placement, its worker's start, and another
+                     │                                  process's clock running ahead fit in ttl/3)
+                     └─> and no lapse since it came    (its `lease_epoch` is the current one)
+    renewal answered once a job could no longer start (at or after until - ttl/3)
+                     ──> the lease may have run out meanwhile, as another process's clock saw it: `epoch` + 1
+
+Renewals are sent every ttl/3 from the last one's sending, so a store that
+answers within ttl/3 never stops a start. The fence assumes what a lease
+always does: clocks that agree within a fraction of ttl/3, and a placement
+that reaches its worker within it; the worker itself does not check.
 
 A held job from an earlier epoch goes back to the store (`unlease`: fenced by
 owner, a no-op if it is another's now) and is leased again like any other.
@@ -37,7 +44,7 @@ class OwnLease:
 
     def renewed(self, sent: float, answered: float) -> bool:
         """A renewal written with ``sent`` was answered at ``answered``: True if the lease may have lapsed first."""
-        lapsed = 0 < self.until <= answered
+        lapsed = 0 < self.until - self.ttl / 3 <= answered
         if lapsed:
             self.epoch += 1
         self.until = sent + self.ttl
@@ -46,6 +53,10 @@ class OwnLease:
     def holds(self, now: float) -> bool:
         """Whether a held job may start at ``now``: the lease surely holds for a renewal period more."""
         return now < self.until - self.ttl / 3
+
+    def may_start(self, epoch: int, now: float) -> bool:
+        """Whether a held job that came in ``epoch`` may start at ``now`` (no lapse since, and `holds`)."""
+        return epoch == self.epoch and self.holds(now)
 
     def claim(self) -> None:
         """A submission this process keeps is on its way in (it began in the current epoch)."""

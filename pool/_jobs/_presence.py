@@ -1,6 +1,7 @@
 """A dispatching process's presence on the store: its owner lease, and what it hears from the others.
 
-    every ttl/3:  heartbeat (renew the lease) ─> recover dead owners' jobs ─> poll cancel requests
+    every ttl/3:  heartbeat (renew the lease; its timing tells `OwnLease` until when held jobs may start)
+                  ─> recover dead owners' jobs ─> poll cancel requests
                   ─> `ticked` (the scheduler reconciles what the store has it hold with what it runs)
     on notice:    "due"            -> lease now (another process submitted, gave back, freed a slot)
                   "pause"          -> reread the paused queues now (also every ttl/3)
@@ -88,7 +89,8 @@ class Presence:
             except TimeoutError:
                 pass
             self._poll_cancels.clear()
-            renew = clock() >= renew_at
+            sent = clock()
+            renew = sent >= renew_at
             try:
                 if renew:
                     await self._renew()
@@ -103,8 +105,8 @@ class Presence:
             else:
                 if outage.over():
                     self._wake()  # the store was away: what came due meanwhile may have sent no notice
-                if renew:
-                    renew_at = clock() + self._ttl / 3
+                if renew:  # a period after it was sent, however long its answer took (`OwnLease.holds`)
+                    renew_at = sent + self._ttl / 3
 
     async def _renew(self) -> None:
         """Renew the lease (noting when it was answered: `OwnLease`), then re-queue dead owners' jobs."""

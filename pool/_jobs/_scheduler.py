@@ -14,7 +14,8 @@ memory; the rest stay in the store, so a backlog of 100,000 costs no more
 than one of 100. The process holds an owner lease it renews every
 ``lease_ttl / 3``; on start-up and on every tick it re-queues the jobs of
 owners whose lease expired (their dispatching process died): those jobs
-run again, at least once in all, and their attempt count says so.
+run again, at least once in all, and their attempt count says so. A job
+held here starts only while this process's own lease surely holds (`_lease`).
 
 This module leases and decides when to place; one placement's course, from
 the worker's Accept (or its refusal) to the outcome, is the `Attendant`'s (`_attend`); what it
@@ -126,6 +127,7 @@ class Scheduler:
             has_workers=has_workers,
             room=self._wake,
             wake=self.wake,
+            may_start=lambda attempt: self._lease.may_start(attempt.lease_epoch, time.time()),
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -213,9 +215,7 @@ class Scheduler:
     def capacity_changed(self) -> None:
         """A worker or a limit slot may have freed: try the waiting jobs again (if any wait)."""
         self._window.capacity_changed()
-        if (
-            self._held.waiting or self._held.gave_back or self._held.backlog
-        ):  # else in-memory calls ending cost nothing here
+        if self._held.waiting or self._held.gave_back or self._held.backlog:  # else calls ending cost nothing here
             self._held.gave_back = False
             self._wake.set()
 
@@ -326,22 +326,14 @@ class Scheduler:
         committed: its jobs are this process's in the store but not in
         memory). It waits until no submission this process keeps is on its
         way in (`claim` takes none meanwhile), so every job the store has
-        it hold is in `Holdings.ids` or is a stray.
+        it hold is in `Holdings.ids` or is a stray. First, waiting jobs from before a lapse go back (`_lease`).
         """
         held = self._held
         if paused := await self.paused.refresh(held.waiting):  # leased before their queue was paused
-            held.waiting[:] = [a for a in held.waiting if a not in paused]
-            ids = [a.job.id for a in paused]
-            await persist("giving back paused jobs", lambda: self.store.unlease(self.owner, ids))
-            for job_id in ids:
-                held.drop(job_id)
-        if stale := [a for a in held.waiting if a.epoch != self._lease.epoch]:  # held through a lapse (`_lease`)
-            held.waiting[:] = [a for a in held.waiting if a.epoch == self._lease.epoch]
-            ids = [a.job.id for a in stale]
-            await persist("giving back jobs held through a lapsed lease", lambda: self.store.unlease(self.owner, ids))
-            for job_id in ids:
-                held.drop(job_id)
-            held.backlog = True  # those still pending are the store's to lease again (here too)
+            await self._give_back(paused, "giving back paused jobs")
+        if stale := [a for a in held.waiting if a.lease_epoch != self._lease.epoch]:
+            await self._give_back(stale, "giving back jobs held through a lapsed lease")
+            held.backlog = True  # those still pending (and this process's) are the store's to lease again
         if self.reconcile_due and not self._lease.in_flight:
             pending, running = await self.store.reconcile(self.owner, list(held.ids), time.time())
             self._reconcile_wanted = False
@@ -352,14 +344,25 @@ class Scheduler:
             if pending or running:
                 held.backlog = True  # in the store again: lease them (this process hears no notice of its own)
 
+    async def _give_back(self, attempts: list[_Attempt], what: str) -> None:
+        """Hand waiting ``attempts`` back to the store unstarted (fenced by owner: not one another took)."""
+        gone = set(attempts)
+        self._held.waiting[:] = [a for a in self._held.waiting if a not in gone]
+        ids = [a.job.id for a in attempts]
+        await persist(what, lambda: self.store.unlease(self.owner, ids))
+        for job_id in ids:
+            self._held.drop(job_id)
+
     def _adopt(self, job: JobRecord, epoch: int) -> None:
+        if job.id in self._held.ids:
+            return  # given back by another while its lease lapsed, leased here again: the attempt held stays one
         try:
             task, policy = decode(job.payload)
         except SerializationError as exc:
             self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
             return
         attempt = _Attempt(job, task, policy)
-        attempt.epoch = epoch  # the lease epoch it came in: it starts only in that one (`_lease`)
+        attempt.lease_epoch = epoch  # it starts only in that epoch of the owner lease (`_lease`)
         self._held.adopt(attempt)
 
     def _expire(self) -> None:
@@ -375,14 +378,15 @@ class Scheduler:
         calls do; a job that finds no worker blocks further placements until
         the next capacity event, one whose limit is full waits for one too.
         How many run at once is the `PlacementWindow`'s (a slow start).
+        None starts unless the owner lease lets it (`_lease`; the next renewal wakes the loop).
         """
         self._expire()
         if not self._lease.holds(time.time()):
-            return  # the lease may run out before a worker starts it: wait for the next renewal (it wakes us)
+            return
         for attempt in list(self._held.waiting):
             if self._closing or not self._window.allows(len(self._held.placing)):
                 return
-            if attempt.epoch != self._lease.epoch:
+            if attempt.lease_epoch != self._lease.epoch:
                 self._wake.set()  # came in before a lapse: `_upkeep` gives it back first
                 continue
             if attempt.blocked_at == self._window.epoch or attempt.job.queue in self.paused.names:

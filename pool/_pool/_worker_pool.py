@@ -89,7 +89,8 @@ class WorkerPool:
             (``sqlite:///PATH``, ``postgresql://...``) or a `pool.JobStore`.
             Default: none (``LEAKYPOOL_STORE``); then ``submit`` raises ConfigError.
         lease_ttl: Seconds this process's hold on its jobs lasts without
-            renewal: after a crash, its jobs are re-queued that long later.
+            renewal: after a crash, its jobs are re-queued that long later. Jobs
+            start here only while a third of it is surely left (docs/jobs.md).
         keep_finished: Seconds finished jobs are kept, then purged (default 7 days; 0: forever).
         local_transport: How the pool reaches the workers it spawns:
             ``"unix"`` (default; a unix socket in a private directory, no

@@ -295,7 +295,9 @@ class PostgresStore:
     async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
         await self._call(
             "execute",
-            "INSERT INTO leakypool_owners VALUES ($1, $2) ON CONFLICT (owner) DO UPDATE SET expires_at = $2",
+            # Never backwards: a renewal's try that lands after a later one's cannot shorten the lease (`_lease`).
+            "INSERT INTO leakypool_owners VALUES ($1, $2) "
+            "ON CONFLICT (owner) DO UPDATE SET expires_at = GREATEST(leakypool_owners.expires_at, $2)",
             owner,
             now + ttl,
         )

@@ -283,7 +283,8 @@ class SQLiteStore:
     async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
         await self._run(
             lambda db: db.execute(
-                "INSERT INTO owners VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at",
+                "INSERT INTO owners VALUES (?, ?) "  # never backwards, as on PostgreSQL
+                "ON CONFLICT (owner) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
                 (owner, now + ttl),
             ),
             write=True,

@@ -65,7 +65,7 @@ class Recorder:
 class Scene:
     """One Attendant over one scheduler's state; ``answer`` is what the placement returns or raises."""
 
-    def __init__(self, answer: object = None, *, workers: bool = True) -> None:
+    def __init__(self, answer: object = None, *, workers: bool = True, may_start: bool = True) -> None:
         self.answer = answer
         self.workers = workers
         self.told: list[tuple[str, JobRecord | None]] = []
@@ -91,6 +91,7 @@ class Scene:
             has_workers=lambda: self.workers,
             room=self.room,
             wake=self._wake,
+            may_start=lambda attempt: may_start,
         )
 
     async def _place(self, task: object) -> object:
@@ -205,6 +206,15 @@ class TestNotPlaced:
         await scene.attend(attempt)
         assert (attempt.blocked_at, scene.held.waiting, scene.held.placing) == (3, [attempt], set())
         assert scene.room.is_set() and scene.starved == 0 and scene.held.ids == {"j"}
+
+    async def test_attend_should_offer_nothing_and_put_the_job_back_when_the_owner_lease_forbids_a_start(self):
+        """Test a placement whose turn came after the lease stopped letting jobs start: no offer, back in line."""
+        scene = Scene(None, may_start=False)
+        attempt = scene.leased(record("j"))
+        await scene.attend(attempt)
+        assert not scene.placing.is_set()  # never offered to a worker
+        assert (scene.held.waiting, scene.held.placing, scene.held.ids) == ([attempt], set(), {"j"})
+        assert scene.room.is_set() and scene.store.unleased == []  # the loop decides: give back, or wait
 
     async def test_attend_should_wait_for_a_capacity_event_when_no_worker_had_room(self):
         """Test that a job without a shared limit stays held, one placement at a time, until capacity frees."""

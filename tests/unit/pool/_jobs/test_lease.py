@@ -32,11 +32,13 @@ def test_renewals_on_time_should_keep_the_epoch():
     assert lease.epoch == 0 and lease.until == 105.9
 
 
-def test_a_renewal_answered_at_or_after_the_lease_end_should_start_a_new_epoch():
+def test_a_renewal_answered_once_no_job_could_start_should_start_a_new_epoch():
     lease = renewed_at(100.0)
-    assert lease.renewed(101.0, 103.0)  # sent in time, answered once it may have run out
-    assert lease.epoch == 1 and lease.until == 104.0
-    assert lease.renewed(110.0, 110.1)  # the store was away past 104
+    assert not lease.renewed(101.0, 101.99)  # answered while a job could still start (before 103 - 1)
+    assert lease.epoch == 0 and lease.until == 104.0
+    assert lease.renewed(102.0, 103.0)  # answered at 104 - 1: starts had stopped, another clock may be ahead
+    assert lease.epoch == 1 and lease.until == 105.0
+    assert lease.renewed(110.0, 110.1)  # the store was away past the lease's end
     assert lease.epoch == 2 and lease.holds(110.1)
 
 
