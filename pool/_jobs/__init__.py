@@ -11,6 +11,7 @@ _attend      one placement seen through: Accept, running, outcome (or back to wa
 _holdings    the jobs one process holds, from adoption to their end (the scheduler's and its Attendant's)
 _recorder    what an accepted attempt writes: running, then its outcome or a retry
 _presence    the process's owner lease, dead owners' recovery, other processes' notices
+_lease       when a held job may start, from the owner lease's renewals (I/O-free)
 _attempt     one attempt, and the I/O-free decision on its outcome (retry, fail, succeed)
 _retention   keep_finished: finished jobs purged in bounded batches
 _periodic    WorkerPool.schedule: one job per cron slot, across processes

@@ -237,8 +237,7 @@ class WorkerService:
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
-        if self._plain.line.used:  # (an attribute, looked at before a call: the async path's cost is this one line)
-            self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
+        self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
         peer = self._peers[session]
         routine = frame.call.routine
         if routine.blob:

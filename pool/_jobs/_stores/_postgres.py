@@ -293,14 +293,7 @@ class PostgresStore:
         return record
 
     async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
-        await self._call(
-            "execute",
-            # Never backwards: a renewal's try that lands after a later one's cannot shorten the lease (`_lease`).
-            "INSERT INTO leakypool_owners VALUES ($1, $2) "
-            "ON CONFLICT (owner) DO UPDATE SET expires_at = GREATEST(leakypool_owners.expires_at, $2)",
-            owner,
-            now + ttl,
-        )
+        await self._call("execute", sql.HEARTBEAT, owner, now + ttl)
 
     async def recover(self, now: float) -> builtins.list[str]:
         pool = self._db()

@@ -172,6 +172,12 @@ def giving_back_rates(update: str) -> str:
     )
 
 
+HEARTBEAT: Final[str] = (
+    "INSERT INTO leakypool_owners VALUES ($1, $2) "
+    "ON CONFLICT (owner) DO UPDATE SET expires_at = GREATEST(leakypool_owners.expires_at, $2)"
+)
+"""An owner lease renewed, never backwards: a try that lands after a later renewal cannot shorten it (`_lease`)."""
+
 DEAD: Final[str] = "owner <> '' AND owner NOT IN (SELECT owner FROM leakypool_owners WHERE expires_at >= $1)"
 
 UNLEASE: Final[str] = giving_back_rates(
