@@ -8,7 +8,8 @@ the same figures for (l), the floor: two uvloop processes ping-ponging a
 (b)). CPU time survives a busy machine better than wall-clock time.
 
 Rounds alternate floor / leakypool (/ baseline), the order rotating from
-one round to the next; each runs in a fresh process. Prints one JSON object with every round and the medians::
+one round to the next; each runs in a fresh process. Prints one JSON
+object with every round and the medians::
 
     python -m bench.bench_callpath [--rounds 3] [--calls 20000] [--tp-calls 10000]
     python -m bench.bench_callpath --baseline /work/main   # before/after: another checkout, its own .venv

@@ -118,9 +118,13 @@ def read_log(log: str) -> tuple[dict[str, list[float]], dict[str, list[str]], di
     return starts, pids, ends
 
 
-def suspect(job_id: str, starts: list[float], pids: list[str], requeued: list[float]) -> dict[str, Any]:
-    """A job run twice with no kill or outage near: its starts and the lease re-queues around them."""
-    first = min(starts)
+def suspect(
+    job_id: str, starts: list[float], pids: list[str], requeued: list[float], since: float | None = None
+) -> dict[str, Any]:
+    """A job run twice with no kill or outage near: its starts and the lease re-queues around them.
+
+    Times are seconds from ``since`` (default: its first start)."""
+    first = min(starts) if since is None else since
     return {
         "job": job_id,
         "pids": pids,
@@ -137,14 +141,9 @@ def rerun_detail(
     events: list[tuple[float, float]],
     requeued: list[float],
 ) -> dict[str, Any]:
-    """A job started again after its outcome committed: its starts, the chaos and re-queues around, from the outcome."""
-    return {
-        "job": job_id,
-        "pids": pids,
-        "starts_s": [round(t - outcome, 3) for t in starts],
-        "chaos_near_s": [[round(a - outcome, 3), round(b - outcome, 3)] for a, b in events if abs(a - outcome) < 10],
-        "requeues_near_s": [round(t - outcome, 3) for t in requeued if abs(t - outcome) < 10],
-    }
+    """A job started again after its outcome committed: as a `suspect`, from the outcome, and the chaos around it."""
+    near = [[round(a - outcome, 3), round(b - outcome, 3)] for a, b in events if abs(a - outcome) < 10]
+    return {**suspect(job_id, starts, pids, requeued, since=outcome), "chaos_near_s": near}
 
 
 def chaos_between(events: list[tuple[float, float]], first: float, last: float) -> bool:

@@ -18,11 +18,14 @@ from tests.integration.support.signals import Signals
 pytestmark = pytest.mark.integration
 
 
-def _renewals_fail(store_class: type) -> type:
-    """A subclass of a real store whose owner lease renewals fail, as a lost connection does, while ``away``."""
+async def test_a_job_held_through_a_lapsed_lease_should_never_start_after_another_process_ran_it(tmp_path):
+    """Test a held job (its worker busy) that another process ran while the holder's lease was out: it runs once."""
     import pool
+    from backpressure import TaskCountBackpressure
 
-    class RenewalsFail(store_class):
+    class RenewalsFail(pool.SQLiteStore):
+        """A real SQLite store whose owner lease renewals fail, as a lost connection does, while ``away``."""
+
         away = False
 
         async def heartbeat(self, owner: str, now: float, ttl: float) -> None:
@@ -32,16 +35,8 @@ def _renewals_fail(store_class: type) -> type:
                 raise error
             await super().heartbeat(owner, now, ttl)
 
-    return RenewalsFail
-
-
-async def test_a_job_held_through_a_lapsed_lease_should_never_start_after_another_process_ran_it(tmp_path):
-    """Test a held job (its worker busy) that another process ran while the holder's lease was out: it runs once."""
-    import pool
-    from backpressure import TaskCountBackpressure
-
     path = str(tmp_path / "jobs.db")
-    store = _renewals_fail(pool.SQLiteStore)(path)
+    store = RenewalsFail(path)
     gate = tmp_path / "gate"
     async with Signals() as signals:
         async with pool.WorkerPool(
