@@ -5,6 +5,7 @@
     leakypool jobs URL retry JOB_ID            # a failed or cancelled job runs again, its history kept
     leakypool jobs URL cancel JOB_ID
     leakypool jobs URL purge --older-than 30d  # finished jobs only, in bounded batches
+    leakypool jobs URL sign                    # seal the rows an older release wrote (a migration step)
 
 Tables need rich (the ``status`` extra); ``--json`` prints the data itself.
 A bad argument, an unknown job or an unusable store is one line on stderr
@@ -27,10 +28,14 @@ from typing import Any, Final, NoReturn
 
 from .._base._redact import redacted
 from .._config._parse import indirect
+from .._config._places import default_secret_file
 from .._errors import ConfigError, StoreError
+from .._jobs._codec import reseal
 from .._jobs._retention import PURGE_BATCH
-from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore
+from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore, ResealableStore
 from .._jobs._stores._open import open_store, open_waiting
+from .._transport._seal import Seal
+from .._transport._secret import SecretSource
 from ._columns import Column, one_line_table
 
 _UNITS: Final[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -121,6 +126,18 @@ def _parser() -> argparse.ArgumentParser:
         verbs.add_parser(verb, help=text).add_argument("job_id")
     purge = verbs.add_parser("purge", help="delete finished jobs older than an age")
     purge.add_argument("--older-than", required=True, type=_age, help="e.g. 30d, 12h, 90s")
+    sign = verbs.add_parser(
+        "sign",
+        help="seal the payloads and outcomes an older release wrote (unsealed), vouching for them: "
+        "only after checking that no one else could write the store",
+    )
+    sign.add_argument("--state", choices=sorted(ACTIVE_STATES | TERMINAL_STATES), help="only jobs in this state")
+    sign.add_argument(
+        "--secret-file",
+        default="",
+        help="the secret the pools on this store hold (default: LEAKYPOOL_SECRET, LEAKYPOOL_SECRET_FILE, "
+        "else this user's own secret file)",
+    )
     for sub in verbs.choices.values():
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     return parser
@@ -149,6 +166,8 @@ async def run(args: argparse.Namespace) -> Any:
             while (n := await store.purge(now - args.older_than, PURGE_BATCH)) == PURGE_BATCH:
                 total += n
             return {"purged": total + n, "finished_before": _when(now - args.older_than)}
+        if args.verb == "sign":
+            return await _sign(store, args.state, _seal(args.secret_file))
         record = await store.get(args.job_id)
         if record is None:
             raise _Refused(f"no job {args.job_id!r} in {store!r}")
@@ -163,6 +182,46 @@ async def run(args: argparse.Namespace) -> Any:
         return record
     finally:
         await store.close()
+
+
+SIGN_LIMIT: Final[int] = 1 << 40
+"""Rows ``sign`` reads at most per state (all of them, in practice)."""
+
+
+def _seal(secret_file: str) -> Seal:
+    """The seal of the secret given, else of the one the pools read (``LEAKYPOOL_SECRET``, ``..._FILE``, the user's own)."""
+    environ = os.environ
+    source = (
+        SecretSource(path=secret_file)
+        if secret_file
+        else SecretSource(
+            environ.get("LEAKYPOOL_SECRET", ""),
+            environ.get("LEAKYPOOL_SECRET_FILE", ""),
+            default_path=default_secret_file(),
+        )
+    )
+    # This user's own file is made if missing, as the pools of this user would make it (and then find it).
+    if not source.secrets(create=True):
+        raise ConfigError(f"sign: no secret to seal with ({source.describe()})")
+    return Seal(source.secrets, source.describe())
+
+
+async def _sign(store: MaintainedStore, state: str | None, seal: Seal) -> dict[str, Any]:
+    """Seal every unsealed payload and outcome (of jobs in ``state``, or all); what was done, as a summary."""
+    if not isinstance(store, ResealableStore):
+        raise ConfigError(f"sign: {store!r} cannot rewrite its rows")
+    signed = sealed_already = 0
+    for each in [state] if state else sorted(ACTIVE_STATES | TERMINAL_STATES):
+        for record in await store.select(each, None, SIGN_LIMIT):
+            payload = reseal(record.id, "payload", record.payload, seal)
+            outcome = reseal(record.id, "outcome", record.outcome, seal) if record.outcome else None
+            if payload is None and outcome is None:
+                sealed_already += 1
+                continue
+            was = (record.payload, record.outcome)
+            if await store.reseal(record.id, payload or record.payload, outcome or record.outcome, was):
+                signed += 1
+    return {"signed": signed, "sealed_already": sealed_already, "secret": seal.where}
 
 
 LIST_COLUMNS: Final[tuple[Column, ...]] = (
@@ -188,6 +247,10 @@ def render(result: Any, width: int = 80) -> Any:
     from rich.console import Group
     from rich.text import Text
 
+    if isinstance(result, dict) and "signed" in result:
+        return (
+            f"sealed {result['signed']} job(s) with {result['secret']}; {result['sealed_already']} were sealed already"
+        )
     if isinstance(result, dict):
         return f"purged {result['purged']} finished job(s) that ended before {result['finished_before']}"
     if isinstance(result, JobRecord):

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from .._base._private import private_file
+from .._base._private import SQLITE_COMPANIONS, private_file, trusted_file
 from .._base._redact import redacted as redacted
 from .._errors import ConfigError, StoreError
 
@@ -270,8 +270,12 @@ def _sqlite_connect(path: str) -> sqlite3.Connection:
     """Open ``path`` in WAL mode with the table (on the registry's thread): switching to WAL does not
     wait on a busy file by itself, so a peer switching it at the same moment is retried for `SQLITE_BUSY_S`."""
     deadline = time.monotonic() + SQLITE_BUSY_S
+    # Where workers are is a place that carries trust (issue 51): a file, a -wal or a directory another user
+    # could write is refused, found or made; a new one is 0600, and so SQLite makes its -wal and -shm.
+    trusted_file(path, what=f"registry sqlite://{path}", companions=SQLITE_COMPANIONS)
     with contextlib.suppress(OSError):  # (sqlite3 says why it cannot open it)
-        private_file(path)  # where workers are is a place that carries trust: 0600, and so its -wal and -shm
+        private_file(path)
+    trusted_file(path, what=f"registry sqlite://{path}", companions=SQLITE_COMPANIONS)
     while True:
         try:
             connection = sqlite3.connect(path, timeout=SQLITE_BUSY_S, isolation_level=None, check_same_thread=False)

@@ -3,7 +3,11 @@
 The payload carries what a `Task` carries (the routine's wire form, the
 pickled arguments, the limits) plus the job's retry policy. It is written
 once at submission and read by whichever dispatching process runs the job,
-so its format is versioned.
+so its format is versioned. It is code (a pickle, and a routine a worker
+will run), so it is sealed with the user's secret for its job id
+(`pool._transport._seal`) and its seal is checked before a byte of it is
+unpickled: a row written by a database role that holds no secret never
+runs (docs/stores.md, "Who may write the store").
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Final
 from .._call._task import Task
 from .._errors import SerializationError
 from .._transport import _wire
+from .._transport._seal import Seal, is_sealed
 
 PAYLOAD_VERSION: Final[int] = 1
 """Bumped when the payload's fields change incompatibly."""
@@ -28,11 +33,11 @@ class RetryPolicy:
     retry_on: tuple[type[BaseException], ...] = ()
 
 
-def encode(task: Task, policy: RetryPolicy) -> bytes:
-    """The payload of a job that runs ``task``.
+def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal) -> bytes:
+    """The payload of job ``job_id``, which runs ``task``, sealed for that job.
 
     Raises:
-        SerializationError: a ``retry_on`` type cannot be pickled.
+        SerializationError: a ``retry_on`` type cannot be pickled, or there is no secret to seal with.
     """
     fields: dict[str, Any] = {
         "name": task.name,
@@ -50,18 +55,22 @@ def encode(task: Task, policy: RetryPolicy) -> bytes:
         "retry_backoff": policy.retry_backoff,
         "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
-    return pickle.dumps((PAYLOAD_VERSION, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    return seal.seal(
+        f"job {job_id}", "payload", pickle.dumps((PAYLOAD_VERSION, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    )
 
 
-def decode(payload: bytes) -> tuple[Task, RetryPolicy]:
-    """Inverse of `encode`.
+def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
+    """Inverse of `encode`: nothing is unpickled unless the payload's seal checks for ``job_id``.
 
     Raises:
+        SerializationError: the payload was not sealed for this job under a secret held here.
         SerializationError: the payload is corrupt, from a newer release, or
             its ``retry_on`` types cannot be imported here.
     """
+    opened = seal.open(f"job {job_id}", "payload", payload)
     try:
-        version, fields = pickle.loads(payload)  # noqa: S301 - a payload this pool wrote to the user's own store (docs/stores.md: who may write it may run code)
+        version, fields = pickle.loads(opened)  # noqa: S301 - sealed under the user's secret for this job: checked above
     except Exception as exc:
         raise SerializationError(f"a job's payload cannot be read: {type(exc).__name__}: {exc}") from exc
     if version != PAYLOAD_VERSION:
@@ -83,3 +92,29 @@ def decode(payload: bytes) -> tuple[Task, RetryPolicy]:
         plain=fields.get("plain", False),  # absent from payloads written before plain routines
     )
     return task, RetryPolicy(fields["retry_backoff"], retry_on)
+
+
+def seal_outcome(job_id: str, outcome: bytes, seal: Seal) -> bytes:
+    """A job's outcome (an ``Outcome`` message: a pickled value or exception) as the store keeps it: sealed."""
+    return seal.seal(f"job {job_id}", "outcome", outcome)
+
+
+def open_outcome(job_id: str, stored: bytes, seal: Seal) -> bytes:
+    """The outcome message inside ``stored``, once its seal checks for ``job_id`` (before anything is unpickled).
+
+    Raises:
+        SerializationError: it was not sealed for this job's outcome under a secret held here.
+    """
+    return seal.open(f"job {job_id}", "outcome", stored)
+
+
+def reseal(job_id: str, field: str, stored: bytes, seal: Seal) -> bytes | None:
+    """``stored`` sealed for ``field`` of ``job_id`` if it carries no seal yet (an older release's row), else None.
+
+    The migration step behind ``leakypool jobs STORE_URL sign``: the
+    operator vouches for the rows an older release wrote; rows that already
+    carry a seal are left as they are (a forged seal stays forged).
+    """
+    if is_sealed(stored):
+        return None
+    return seal.seal(f"job {job_id}", field, stored)

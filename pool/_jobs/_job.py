@@ -20,7 +20,8 @@ from .._call._calls import outcome_result
 from .._call._task import Task
 from .._errors import ConfigError
 from .._transport._proto import leakypool_pb2 as pb
-from ._codec import RetryPolicy, encode
+from .._transport._seal import Seal
+from ._codec import RetryPolicy, encode, open_outcome
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 
 POLL_MIN_S: Final[float] = 0.05
@@ -152,8 +153,11 @@ class Job:
         A failed job re-raises the routine's own exception (its type, with
         the worker's traceback as ``__cause__``), or the error of ours that
         ended it (`CapacityTimeout`, `WorkerBroken`, `SerializationError`).
+        The stored outcome is loaded only if its seal checks (it was written
+        by a holder of the secret, for this job).
 
         Raises:
+            SerializationError: the stored outcome's seal does not check (nothing of it is loaded).
             TimeoutError: it is not final within ``timeout`` seconds.
             asyncio.CancelledError: it was cancelled (or cancelling the waiter).
         """
@@ -161,7 +165,8 @@ class Job:
         record = self._record
         if record.state == "cancelled":
             raise asyncio.CancelledError(f"job {record.id} was cancelled: {record.error}")
-        outcome = pb.Outcome.FromString(record.outcome or b"")
+        stored = record.outcome
+        outcome = pb.Outcome.FromString(open_outcome(record.id, stored, self._jobs.seal) if stored else b"")
         ok, value = outcome_result(outcome, record.routine)
         if not ok:
             raise value
@@ -218,12 +223,16 @@ class Jobs:
     Args:
         store: Where jobs live.
         holder: This process's scheduler (its share of the store's jobs).
+        seal: Seals payloads written and opens outcomes read (the user's secret).
         max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
         default_deadline: A job's dispatch deadline unless its options set one.
     """
 
-    def __init__(self, store: JobStore, holder: JobHolder, *, max_pending: int | None, default_deadline: float) -> None:
+    def __init__(
+        self, store: JobStore, holder: JobHolder, seal: Seal, *, max_pending: int | None, default_deadline: float
+    ) -> None:
         self.store = store
+        self.seal = seal
         self._holder = holder
         self._max_pending = max_pending
         self._default_deadline = default_deadline
@@ -269,9 +278,10 @@ class Jobs:
         """The row `submit` writes for ``task`` (``job_id`` and ``due`` override the options': a periodic slot's)."""
         if due is None:
             due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
-        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on))
+        job_id = job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}"
+        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on), job_id, self.seal)
         return NewJob(
-            id=job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}",
+            id=job_id,
             routine=task.name,
             payload=payload,
             created_at=now,

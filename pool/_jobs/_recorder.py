@@ -25,7 +25,9 @@ from .._call._calls import CANCEL_CONFIRM_S
 from .._errors import StoreError, WorkerBroken
 from .._transport._outgoing import OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
+from .._transport._seal import Seal
 from ._attempt import Attempt, decide, describe, persist, raised
+from ._codec import seal_outcome
 from ._store import JobRecord, JobStore
 
 _log = logging.getLogger("leakypool.jobs")
@@ -40,11 +42,13 @@ class Recorder:
     Args:
         store: The job store.
         owner: The process's owner id (every write is fenced by it).
+        seal: Seals each outcome written for its job (the caller's ``result()`` opens it).
     """
 
-    def __init__(self, store: JobStore, owner: str) -> None:
+    def __init__(self, store: JobStore, owner: str, seal: Seal) -> None:
         self.store = store
         self.owner = owner
+        self.seal = seal
 
     async def follow(self, attempt: Attempt, call: OutgoingCall) -> JobRecord | None:
         """Record the accepted attempt: running (unless it ends at once), then its outcome; the final record."""
@@ -79,7 +83,7 @@ class Recorder:
 
     async def fail_pending(self, job: JobRecord, error: BaseException) -> None:
         """A held job that never ran fails (no worker within its deadline, an unreadable payload)."""
-        outcome = raised(error, job.routine).SerializeToString()
+        outcome = seal_outcome(job.id, raised(error, job.routine).SerializeToString(), self.seal)
         await persist(
             f"failing job {job.id}",
             lambda: self.store.fail_pending(job.id, self.owner, time.time(), describe(error), outcome),
@@ -122,7 +126,7 @@ class Recorder:
         self, attempt: Attempt, state: str, outcome: pb.Outcome | None, error: str, marked: bool = True
     ) -> JobRecord | None:
         job = attempt.job
-        data = None if outcome is None else outcome.SerializeToString()
+        data = None if outcome is None else seal_outcome(job.id, outcome.SerializeToString(), self.seal)
         now = time.time()
         started = None if marked else attempt.started  # not marked running: this write does it too
         finished = await persist(

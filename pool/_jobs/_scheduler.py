@@ -35,6 +35,7 @@ from .._base._tasks import TaskOwner
 from .._call._task import Task
 from .._errors import SerializationError, StoreError
 from .._transport._outgoing import OutgoingCall
+from .._transport._seal import Seal
 from ._attempt import Attempt as _Attempt
 from ._attempt import Outage, expired, persist
 from ._attend import Attendant
@@ -54,6 +55,9 @@ from ._stores._retry import retrying_store
 
 _log = logging.getLogger("leakypool.jobs")
 
+SEAL_SAMPLE: Final[int] = 32
+"""Pending jobs whose seals are checked at start, to name a secret that differs from other processes' at once."""
+
 LEASE_BATCH: Final[int] = 256
 """Pending jobs one process holds in memory at most, waiting for a worker."""
 
@@ -71,6 +75,7 @@ class Scheduler:
         default_deadline: Dispatch deadline of jobs without their own.
         max_pending: Active jobs the store may hold (the submit ceiling).
         keep_finished: Seconds finished jobs are kept before they are purged (0: forever).
+        seal: Seals what this process writes to the store and checks what it loads (the user's secret).
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class Scheduler:
         max_pending: int | None,
         keep_finished: float = 0.0,
         store_retry: float = 10.0,
+        seal: Seal,
     ) -> None:
         # Every store call rides over a restart (issue #25); once the store is back, rescan it (issue 40).
         self.store = store = retrying_store(store, store_retry, recovered=self.wake)
@@ -100,7 +106,8 @@ class Scheduler:
         self._next_due = NextDue()  # the earliest future due time (a delayed, retried or rate-held job): sleep until
         self._closing = False
         self._started = False
-        recorder = Recorder(store, self.owner)
+        self.seal = seal
+        recorder = Recorder(store, self.owner, seal)
         self.retention = Retention(store, keep_finished)
         self.paused = PausedQueues(store, wake=self._wake.set)  # the paused queues, as this process last read them
         self._presence = Presence(
@@ -113,7 +120,7 @@ class Scheduler:
             ticked=self.reconcile,
             lease=self._lease,
         )
-        self.jobs = Jobs(store, self, max_pending=max_pending, default_deadline=default_deadline)
+        self.jobs = Jobs(store, self, seal, max_pending=max_pending, default_deadline=default_deadline)
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
         self._held = Holdings(self.jobs.notify_finished)  # what this process holds (its Attendant's too)
         self._attendant = Attendant(
@@ -133,12 +140,39 @@ class Scheduler:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take the owner lease, re-queue dead owners' jobs, start leasing."""
+        """Take the owner lease, re-queue dead owners' jobs, say so if the store holds others' seals, start leasing."""
         await self._presence.start()
+        await self._check_seals()
         self._started = True
         self._tasks.spawn(self._run(), name="schedule")
         if self.retention.enabled:  # every process: the store lets one purge at a time
             self._tasks.spawn(self.retention.run(), name="retention")
+
+    async def _check_seals(self) -> None:
+        """Say loudly, at start, that pending jobs in the store carry no seal of this process's secret.
+
+        They fail without running when leased (`_adopt`): either somebody
+        without the secret wrote them, or another process on the store holds
+        another secret (a misconfiguration, named here at once rather than
+        found job by job), or an older release wrote them.
+        """
+        try:
+            records = await self.store.list("pending", SEAL_SAMPLE)
+        except StoreError:
+            return  # (the store is checked again at every lease)
+        foreign = [r.id for r in records if not self.seal.verifies(f"job {r.id}", "payload", r.payload)]
+        if foreign:
+            _log.error(
+                "%d of the %d oldest pending jobs in %r carry no seal of this process's secret (%s), "
+                "so they will fail without running (first: %s). Processes that share a store must share a secret: "
+                "give each the same secret file (secret_file= or LEAKYPOOL_SECRET_FILE; docs/stores.md). "
+                "Jobs an older release wrote: `leakypool jobs STORE_URL sign`.",
+                len(foreign),
+                len(records),
+                self.store,
+                self.seal.where,
+                foreign[0],
+            )
 
     def stop_leasing(self) -> None:
         """Lease no more jobs (the pool is closing); running ones finish."""
@@ -357,7 +391,7 @@ class Scheduler:
         if job.id in self._held.ids:
             return  # given back by another while its lease lapsed, leased here again: the attempt held stays one
         try:
-            task, policy = decode(job.payload)
+            task, policy = decode(job.id, job.payload, self.seal)
         except SerializationError as exc:
             self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
             return

@@ -395,3 +395,16 @@ class PausableStore(Protocol):
 
 
 public(JobStore)
+
+
+@runtime_checkable
+class ResealableStore(Protocol):
+    """A store whose rows ``leakypool jobs STORE_URL sign`` can seal (both built-in stores; optional for others)."""
+
+    async def reseal(self, job_id: str, payload: bytes, outcome: bytes | None, was: tuple[bytes, bytes | None]) -> bool:
+        """Write ``payload`` and ``outcome`` (sealed now) in place of ``was`` (what the row held); False if it changed.
+
+        The migration step of ``leakypool jobs STORE_URL sign``: compare and set, so a row rewritten
+        meanwhile (an attempt's outcome landing) is left as it is.
+        """
+        ...

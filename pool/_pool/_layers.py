@@ -32,6 +32,7 @@ from .._dispatch._placement import Placement
 from .._dispatch._relay import NestedHost
 from .._fleet._provisioning import Provisioner, pool_capacity
 from .._transport._outgoing import OutgoingCall
+from .._transport._seal import Seal
 from .._transport._secret import SecretSource, spawn_key
 from .._transport._tls import TlsCredentials
 from .._transport._trust import Trust
@@ -127,7 +128,12 @@ class Layers:
             workers=lambda: len(self.roster),
         )
         self.scheduler: Scheduler | None = job_scheduler(
-            store, config, self.path, self.growth.grow, lambda: len(self.roster) > 0 or self.growth.maximum > 0
+            store,
+            config,
+            self.path,
+            self.growth.grow,
+            lambda: len(self.roster) > 0 or self.growth.maximum > 0,
+            seal=Seal(lambda: secret_source.secrets(create=True), secret_source.describe()),
         )
 
     async def start(self) -> None:
@@ -176,6 +182,8 @@ def job_scheduler(
     path: CallPath,
     grow: Callable[[], Any],
     can_run: Callable[[], bool],
+    *,
+    seal: Seal,
 ) -> Scheduler | None:
     """The scheduler of a pool with a store (``store=`` object, or the ``store`` setting), else None.
 
@@ -185,6 +193,7 @@ def job_scheduler(
         path: Where job attempts are placed.
         grow: Asks for one more worker when a job finds none with room.
         can_run: Whether the pool has, or may start, any worker at all.
+        seal: Seals what the store keeps with the user's secret, and checks it before anything is loaded.
     """
     given = store if store is not None and not isinstance(store, str) else config.store
     if not given:
@@ -203,4 +212,5 @@ def job_scheduler(
         max_pending=config.max_pending,
         keep_finished=config.keep_finished,
         store_retry=config.store_retry,
+        seal=seal,
     )

@@ -9,6 +9,7 @@
     _chunks        large buffers in chunks on the stream itself (a peer with no side connection: gRPC)
     _rpc           what both ends share: service name, status codes, the worker record
     _tls           mutual TLS credentials; _secret the secrets both ends hold (per user, or a pool's own)
+    _seal          what a store keeps, sealed with the secret for its row and field, checked before it is loaded
     _handshake     the HMAC challenge both ends answer on every connection; _trust a keyring and the trusted uids
     _peer          the uid at the other end of a unix socket or a loopback connection
     _pieces        gRPC messages kept small: larger ones cross in pieces

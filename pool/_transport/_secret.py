@@ -104,17 +104,26 @@ def load_or_create(path: str) -> str:
 def read_file(path: str, *, strict: bool = False) -> str:
     """The secrets in ``path`` (one per line, or whitespace-separated), one per line.
 
+    Whoever could write the file decides whom this process trusts, so the
+    file and the directories holding it must be writable by no one but this
+    user and root (`trusted_file`: a file or directory of another user's,
+    or one writable by others, a sticky ``/tmp`` included, is refused),
+    on every read, a reload included. A file on a read-only file system
+    that root owns (a mounted Kubernetes secret) is accepted with a warning.
+
     Args:
         path: The file.
         strict: Refuse a file (or a directory holding it) that another user
-            owns or may read (the default secret, which this module creates);
-            otherwise only warn (a file given explicitly, e.g. a mounted
-            Kubernetes secret).
+            may read, too (the default secret, which this module creates);
+            otherwise only warn (a file given explicitly).
 
     Raises:
         FileNotFoundError: there is no such file.
-        ConfigError: it cannot be read, is empty, or (``strict``) is not private.
+        ConfigError: it cannot be read, is empty, could be written by
+            another user, or (``strict``) is not private.
     """
+    from .._base._private import read_only_filesystem, trusted_file
+
     try:
         with open(path, "rb") as f:
             info = os.fstat(f.fileno())
@@ -123,8 +132,13 @@ def read_file(path: str, *, strict: bool = False) -> str:
         raise
     except OSError as exc:
         raise ConfigError(f"cannot read the secret file {path}: {exc.strerror or exc}") from None
+    mounted = not strict and info.st_uid == 0 and read_only_filesystem(path)
+    if mounted:
+        _log.warning("the secret file %s is root's, on a read-only file system (a mounted secret): accepted", path)
+    else:
+        trusted_file(path, what="the secret file", follow=not strict)
     exposed = info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
-    if exposed or info.st_uid != os.getuid():
+    if (exposed or info.st_uid != os.getuid()) and not mounted:
         problem = (
             f"the secret file {path} is readable by other users (mode {stat.S_IMODE(info.st_mode):04o})"
             if exposed

@@ -22,12 +22,13 @@ POOL = ROOT / "pool"
 WORKER = POOL / "_worker"
 PACKAGES = ("pool", "balancer", "backpressure")
 
-MAX_MODULE_LINES = 400
-"""A module is one job (STYLE.md): past this, split it by what it owns, not by a cut at a line number.
+MAX_MODULE_LINES = 1000
+"""A stop for accidents only, far above what a module of one idea needs (docs/architecture.md, "Size").
 
-Measured on the tree as `ruff format` lays it out. The formatter (one argument a line for a call that does
-not fit) pushed four modules past this bound for a while (it stood at 440); they were split along their seams
-instead: PostgreSQL's group-committed writes, a placement's course, a worker's preflight (issue 36)."""
+Size follows the idea: past ~500 lines, look for a second idea and give it an object of its own; never cut
+a class in two, push explanations into end-of-line comments or pay a benchmark to stay under a count. This
+bound used to be 400 and decided an API and slowed a hot path (issue 52): it only catches a file that grew
+by mistake (a paste, a generated table)."""
 
 LEAVES = frozenset(
     {
@@ -272,8 +273,8 @@ def test_the_leaf_packages_should_import_nothing_of_pool():
     [p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if not p.name.endswith("_pb2.py")],
     ids=lambda p: str(p.relative_to(ROOT)),
 )
-def test_a_module_should_stay_one_job(path):
-    """Test that no module grows past MAX_MODULE_LINES (split it by what it owns)."""
+def test_a_module_should_not_grow_by_accident(path):
+    """Test that no module grows past MAX_MODULE_LINES (a stop for accidents, not a size to aim at)."""
     assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES
 
 

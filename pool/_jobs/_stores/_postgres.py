@@ -365,6 +365,18 @@ class PostgresStore:
             await self._notify("due")
         return previous
 
+    async def reseal(self, job_id: str, payload: bytes, outcome: bytes | None, was: tuple[bytes, bytes | None]) -> bool:
+        status = await self._call(
+            "execute",
+            "UPDATE leakypool_jobs SET payload = $2, outcome = $3 "
+            "WHERE id = $1 AND payload = $4 AND outcome IS NOT DISTINCT FROM $5",
+            job_id,
+            payload,
+            outcome,
+            *was,
+        )
+        return bool(status == "UPDATE 1")
+
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         row = await self._call("fetchrow", sql.REQUEUE, job_id, now)
         if row is None:

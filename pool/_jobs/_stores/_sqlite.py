@@ -348,6 +348,16 @@ class SQLiteStore:
 
         return await self._run(op, write=True)
 
+    async def reseal(self, job_id: str, payload: bytes, outcome: bytes | None, was: tuple[bytes, bytes | None]) -> bool:
+        def op(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "UPDATE jobs SET payload = ?, outcome = ? WHERE id = ? AND payload = ? AND outcome IS ?",
+                (payload, outcome, job_id, was[0], was[1]),
+            )
+            return cursor.rowcount == 1
+
+        return await self._run(op, write=True)
+
     async def requeue(self, job_id: str, now: float) -> JobRecord | None:
         def op(db: sqlite3.Connection) -> JobRecord | None:
             row = db.execute(_REQUEUE + " RETURNING " + _COLUMNS, (now, now, job_id)).fetchone()

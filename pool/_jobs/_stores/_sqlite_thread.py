@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from ..._base._private import private_file
+from ..._base._private import SQLITE_COMPANIONS, private_file, trusted_file
 from ..._errors import ConfigError, StoreError
 
 BATCH_OPS: Final[int] = 1024
@@ -66,8 +66,12 @@ class SQLiteThread:
         """Open the file in WAL mode; another process switching it at the same moment is waited for."""
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         if self._path != ":memory:" and not self._path.startswith("file:"):
+            # A job store is code (issue 51): a file, a -wal or a directory another user could write is refused,
+            # found or made, before it is opened; a new one is 0600, and so SQLite makes its -wal and -shm.
+            trusted_file(self._path, what=f"store {self._url}", companions=SQLITE_COMPANIONS)
             with contextlib.suppress(OSError):  # (sqlite3 says why it cannot open it)
-                private_file(self._path)  # jobs hold arguments and errors: 0600, and so its -wal and -shm
+                private_file(self._path)
+            trusted_file(self._path, what=f"store {self._url}", companions=SQLITE_COMPANIONS)
         while True:
             connection = sqlite3.connect(
                 self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -93,7 +97,7 @@ class SQLiteThread:
         error: BaseException | None = None
         try:
             connection = self._connect()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, ConfigError) as exc:
             error = exc
         try:
             while True:

@@ -19,11 +19,15 @@ import pytest
 import pool
 from backpressure import TaskCountBackpressure
 from pool._jobs import _retention, open_store
+from pool._jobs._codec import RetryPolicy, encode
+from pool._jobs._store import NewJob
+from pool._transport._seal import MAC_BYTES, MAGIC
 from tests.integration.observe.test_metrics import scrape
 from tests.integration.routines import common as routines
 from tests.integration.support.child import Child
 from tests.integration.support.helpers import HANG_S, eventually
 from tests.integration.support.signals import Signals
+from tests.sealing import SEAL
 
 pytestmark = pytest.mark.integration
 
@@ -153,6 +157,35 @@ async def test_the_jobs_command_should_list_show_retry_cancel_and_purge_a_real_s
         bad = jobs_command(store, *args)
         assert bad.returncode in (1, 2) and bad.stdout == ""
         assert bad.stderr.count("\n") == 1 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_an_older_releases_rows_should_fail_clearly_until_the_jobs_command_signs_them(store):
+    """Test the migration step (issue 51): rows an older release wrote carry no seal; `leakypool jobs URL sign`
+    seals them (the operator vouches for them), after which they run; one left unsigned fails, naming the step."""
+    raw = open_store(store)
+    await raw.open()
+    try:
+        for job_id in ("old-signed", "old-unsigned"):
+            sealed = encode(routines.add.task((1, 2), {}), RetryPolicy(), job_id, SEAL)
+            now = time.time()
+            legacy = NewJob(job_id, "add", sealed[len(MAGIC) + MAC_BYTES :], now, now + 600, next_at=now)  # as then
+            await raw.submit(legacy, None, "")
+        signed = jobs_command(store, "--json", "sign", "--state", "pending")
+        assert signed.returncode == 0, signed.stderr
+        assert json.loads(signed.stdout)["signed"] == 2
+        again = jobs_command(store, "--json", "sign")
+        assert json.loads(again.stdout) | {"secret": ""} == {"signed": 0, "sealed_already": 2, "secret": ""}
+        # Undo the second: it stands for a row the operator did not sign.
+        record = await raw.get("old-unsigned")
+        await raw.reseal("old-unsigned", record.payload[len(MAGIC) + MAC_BYTES :], None, (record.payload, None))
+    finally:
+        await raw.close()
+    async with pool.WorkerPool(spawn=1, store=store) as p:
+        assert await (await p.jobs.get("old-signed")).result(timeout=30) == 3
+        with pytest.raises(
+            pool.SerializationError, match=r"job old-unsigned is not sealed.*leakypool jobs STORE_URL sign"
+        ):
+            await (await p.jobs.get("old-unsigned")).result(timeout=30)
 
 
 async def test_a_submit_in_the_callers_transaction_should_exist_iff_it_commits_and_wake_another_process(postgres_url):

@@ -10,8 +10,30 @@ from hypothesis import strategies as st
 
 import pool
 from pool._call._task import Task
-from pool._jobs._codec import PAYLOAD_VERSION, RetryPolicy, decode, encode
+from pool._jobs import _codec
+from pool._jobs._codec import PAYLOAD_VERSION, RetryPolicy
 from pool._transport import _side, _wire
+from pool._transport._seal import Seal
+
+SEAL = Seal(lambda: ("a test secret",), "a test secret")
+
+
+def encode(sent: Task, policy: RetryPolicy, job_id: str = "j1") -> bytes:
+    return _codec.encode(sent, policy, job_id, SEAL)
+
+
+def decode(payload: bytes, job_id: str = "j1") -> tuple[Task, RetryPolicy]:
+    return _codec.decode(job_id, payload, SEAL)
+
+
+def reseal(pickled: bytes, job_id: str = "j1") -> bytes:
+    """A payload pickle sealed as a holder of the secret would (for tests that build odd payloads)."""
+    return SEAL.seal(f"job {job_id}", "payload", pickled)
+
+
+def opened(payload: bytes, job_id: str = "j1") -> bytes:
+    return SEAL.open(f"job {job_id}", "payload", payload)
+
 
 KEPT = ("name", "digest", "blob", "args", "timeout", "queue", "concurrency", "total", "key", "workflow")
 """The fields of a Task a payload keeps (with halt_on_error and plain)."""
@@ -83,14 +105,22 @@ class TestEncode:
 class TestDecode:
     @pytest.mark.parametrize("payload", [b"", b"not a pickle", pickle.dumps("just a string")])
     def test_decode_should_raise_serialization_error_when_the_payload_is_corrupt(self, payload):
-        """Test that a payload that cannot be read is one SerializationError, not the unpickler's error."""
+        """Test that a sealed payload that cannot be read is one SerializationError, not the unpickler's error."""
         with pytest.raises(pool.SerializationError, match="a job's payload cannot be read"):
+            decode(reseal(payload))
+
+    @pytest.mark.parametrize("payload", [b"", b"not a pickle", pickle.dumps("just a string")])
+    def test_decode_should_raise_unsealed_when_the_payload_carries_no_seal(self, payload):
+        """Test that an unsealed payload (an older release's, or a writer's without the secret) is refused."""
+        with pytest.raises(
+            pool.SerializationError, match=r"the payload of job j1 is not sealed.*leakypool jobs STORE_URL sign"
+        ):
             decode(payload)
 
     def test_decode_should_raise_serialization_error_when_the_payload_is_from_another_release(self):
         """Test the version check: a newer payload is refused with both versions named."""
-        _, fields = pickle.loads(encode(task(), RetryPolicy()))
-        newer = pickle.dumps((PAYLOAD_VERSION + 1, fields))
+        _, fields = pickle.loads(opened(encode(task(), RetryPolicy())))
+        newer = reseal(pickle.dumps((PAYLOAD_VERSION + 1, fields)))
         with pytest.raises(
             pool.SerializationError,
             match=f"has version {PAYLOAD_VERSION + 1}; this release reads {PAYLOAD_VERSION}",
@@ -99,7 +129,69 @@ class TestDecode:
 
     def test_decode_should_read_a_payload_written_before_plain_routines_as_not_plain(self):
         """Test that a payload without the ``plain`` field still decodes (compatibility)."""
-        version, fields = pickle.loads(encode(task(plain=True), RetryPolicy()))
+        version, fields = pickle.loads(opened(encode(task(plain=True), RetryPolicy())))
         del fields["plain"]
-        got, _ = decode(pickle.dumps((version, fields)))
+        got, _ = decode(reseal(pickle.dumps((version, fields))))
         assert got.plain is False and got.name == "app.f"
+
+
+RAN: list[str] = []
+"""What `Hostile` did when it was unpickled."""
+
+
+def _run_planted(what: str) -> None:
+    RAN.append(what)
+
+
+class Hostile:
+    """Runs code as it is unpickled (what a role with INSERT on the jobs table could write)."""
+
+    def __reduce__(self):
+        return (_run_planted, ("planted code ran",))
+
+
+class TestSeal:
+    def setup_method(self):
+        RAN.clear()
+
+    def test_decode_should_load_nothing_when_the_payload_was_written_without_the_secret(self):
+        """Test that a pickle planted as a payload is refused before a byte of it is unpickled."""
+        planted = pickle.dumps((PAYLOAD_VERSION, Hostile()))
+        with pytest.raises(pool.SerializationError, match="is not sealed"):
+            decode(planted)
+        forged = b"LPS1" + b"\0" * 32 + planted  # the seal's form, without the secret
+        with pytest.raises(pool.SerializationError, match="was not written by a holder of this process's secret"):
+            decode(forged)
+        assert RAN == []
+        pickle.loads(planted)  # (what would have happened)
+        assert RAN == ["planted code ran"]
+
+    def test_decode_should_refuse_a_payload_sealed_for_another_job(self):
+        """Test that a genuine payload moved to another job's row does not check (the job id is in the MAC)."""
+        payload = encode(task(), RetryPolicy(), job_id="a")
+        with pytest.raises(pool.SerializationError, match="job b"):
+            decode(payload, job_id="b")
+
+    def test_open_outcome_should_refuse_a_payload_moved_to_the_outcome_column(self):
+        """Test that the field is in the MAC: a sealed payload is no outcome."""
+        payload = encode(task(), RetryPolicy())
+        with pytest.raises(pool.SerializationError, match="outcome of job j1"):
+            _codec.open_outcome("j1", payload, SEAL)
+        assert _codec.open_outcome("j1", _codec.seal_outcome("j1", b"out", SEAL), SEAL) == b"out"
+
+    def test_decode_should_accept_a_payload_sealed_by_any_secret_held(self):
+        """Test rotation: a row sealed under the old secret still loads where both are held, not where only the new is."""
+        old = Seal(lambda: ("old",), "old")
+        payload = _codec.encode(task(), RetryPolicy(), "j1", old)
+        both = Seal(lambda: ("new", "old"), "new and old")
+        assert _codec.decode("j1", payload, both)[0].name == "app.f"
+        with pytest.raises(pool.SerializationError):
+            _codec.decode("j1", payload, Seal(lambda: ("new",), "new"))
+
+    def test_reseal_should_sign_an_older_releases_payload_once(self):
+        """Test the migration step: an unsealed payload is sealed; a sealed one is left alone."""
+        legacy = pickle.loads(opened(encode(task(), RetryPolicy())))
+        unsealed = pickle.dumps(legacy)
+        sealed = _codec.reseal("j1", "payload", unsealed, SEAL)
+        assert sealed is not None and decode(sealed)[0].name == "app.f"
+        assert _codec.reseal("j1", "payload", sealed, SEAL) is None

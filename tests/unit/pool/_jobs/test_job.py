@@ -16,13 +16,14 @@ import pytest
 import pool
 from pool._call._task import Task
 from pool._jobs._attempt import raised
-from pool._jobs._codec import RetryPolicy, decode
+from pool._jobs._codec import RetryPolicy, decode, seal_outcome
 from pool._jobs._job import Job, Jobs, queue_name
 from pool._jobs._store import JobRecord
 from pool._jobs._stores._sqlite import SQLiteStore
 from pool._routine import CallOptions
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
+from tests.sealing import SEAL
 
 UTC = datetime.UTC
 
@@ -72,7 +73,7 @@ async def book(tmp_path, holder: Holder | None = None, **kwargs) -> AsyncIterato
     kwargs.setdefault("max_pending", None)
     kwargs.setdefault("default_deadline", 600.0)
     try:
-        yield Jobs(store, holder or Holder(), **kwargs)
+        yield Jobs(store, holder or Holder(), SEAL, **kwargs)
     finally:
         await store.close()
 
@@ -92,7 +93,8 @@ async def run_and_finish(jobs: Jobs, job_id: str, state: str, outcome: bytes | N
     await store.heartbeat("other", time.time(), 60)
     assert [r.id for r in await store.lease("other", 10, time.time() + 1)] == [job_id]
     assert await store.mark_running(job_id, "other", time.time())
-    assert await store.finish(job_id, "other", state, time.time(), outcome=outcome, error=error)
+    sealed = None if outcome is None else seal_outcome(job_id, outcome, SEAL)  # it holds the same secret
+    assert await store.finish(job_id, "other", state, time.time(), outcome=sealed, error=error)
 
 
 class TestQueueName:
@@ -141,7 +143,7 @@ class TestNewJob:
             assert (new.routine, new.max_attempts, new.priority) == ("app.add", 3, 3)
             assert (new.queue, new.key, new.workflow, new.concurrency, new.total) == ("db", "tenant", "wf", 2, 5)
             assert (new.rate, new.rate_per) == (10, 60.0)
-            got, policy = decode(new.payload)
+            got, policy = decode(new.id, new.payload, SEAL)
             assert (got.name, got.args, got.queue) == ("app.add", sent.args, "db")
             assert policy == RetryPolicy(0.5, (KeyError,))
             assert (
@@ -381,7 +383,7 @@ class TestPause:
 
     async def test_pause_should_raise_config_error_when_the_store_cannot_pause(self):
         """Test a store without pauses."""
-        jobs = Jobs(Unpausable(), Holder(), max_pending=None, default_deadline=600.0)  # type: ignore[arg-type]
+        jobs = Jobs(Unpausable(), Holder(), SEAL, max_pending=None, default_deadline=600.0)  # type: ignore[arg-type]
         with pytest.raises(pool.ConfigError, match="pausing queues needs a store that keeps them"):
             await jobs.pause("mail")
         with pytest.raises(pool.ConfigError):

@@ -17,7 +17,7 @@ import pytest
 import pool
 from pool._call._task import Task
 from pool._jobs._attempt import Attempt, raised
-from pool._jobs._codec import RetryPolicy
+from pool._jobs._codec import RetryPolicy, open_outcome
 from pool._jobs._recorder import Recorder
 from pool._jobs._store import NewJob
 from pool._jobs._stores._sqlite import SQLiteStore
@@ -25,6 +25,7 @@ from pool._transport import _wire
 from pool._transport._outgoing import OutgoingCall
 from pool._transport._proto import leakypool_pb2 as pb
 from tests.integration.support.helpers import eventually
+from tests.sealing import SEAL
 
 
 class Stream:
@@ -88,7 +89,7 @@ async def leased(
         await store.submit(NewJob("j1", "app.f", b"p", now, now + 60, max_attempts), owner="me")
         record = await store.get("j1")
         task = Task("app.f", False, b"d", b"", b"")
-        yield Recorder(store, "me"), Attempt(record, task, RetryPolicy(retry_backoff=30.0))
+        yield Recorder(store, "me", SEAL), Attempt(record, task, RetryPolicy(retry_backoff=30.0))
     finally:
         await store.close()
 
@@ -106,7 +107,7 @@ class TestFollow:
             final = await asyncio.wait_for(recorder.follow(attempt, call), 5)
             stored = await recorder.store.get("j1")
             assert (stored.state, stored.attempts, stored.started_at) == ("succeeded", 1, attempt.started)
-            assert pb.Outcome.FromString(stored.outcome) == returned(3)
+            assert pb.Outcome.FromString(open_outcome("j1", stored.outcome, SEAL)) == returned(3)
             assert (final.state, final.attempts, final.started_at, final.outcome) == (
                 "succeeded",
                 1,
@@ -212,4 +213,4 @@ class TestFailPending:
             await recorder.fail_pending(attempt.job, pool.CapacityTimeout("app.f() found no worker within 60s"))
             stored = await recorder.store.get("j1")
             assert (stored.state, stored.error) == ("failed", "CapacityTimeout: app.f() found no worker within 60s")
-            assert pb.Outcome.FromString(stored.outcome).kind == pb.Outcome.RAISE
+            assert pb.Outcome.FromString(open_outcome("j1", stored.outcome, SEAL)).kind == pb.Outcome.RAISE

@@ -10,6 +10,7 @@ from pool._jobs._scheduler import Scheduler
 from pool._jobs._stores._sqlite import SQLiteStore
 from tests.integration.routines import common as routines
 from tests.integration.support.helpers import HANG_S, eventually
+from tests.sealing import SEAL
 
 
 class Script:
@@ -37,6 +38,7 @@ async def test_capacity_freed_during_a_refused_placement_should_retry_at_once(tm
         lease_ttl=600,
         default_deadline=600,
         max_pending=None,
+        seal=SEAL,
     )
     await scheduler.store.open()
     try:
@@ -70,11 +72,20 @@ async def test_a_lease_that_failed_should_be_tried_again_once_the_store_is_back(
         return await lease(owner, limit, now)
 
     monkeypatch.setattr(store, "lease", failing_once)
-    scheduler = Scheduler(store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
+    scheduler = Scheduler(
+        store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None, seal=SEAL
+    )
     await store.open()
     try:
         other = Scheduler(
-            store, script.place, lambda: None, lambda: False, lease_ttl=600, default_deadline=600, max_pending=None
+            store,
+            script.place,
+            lambda: None,
+            lambda: False,
+            lease_ttl=600,
+            default_deadline=600,
+            max_pending=None,
+            seal=SEAL,
         )
         await other.jobs.submit(routines.add.task((1, 2), {}), routines.add.call_options)  # in the store, not kept
         await scheduler.start()  # its first lease fails; the tick is 200 s away
@@ -93,7 +104,9 @@ async def test_a_job_the_store_has_running_here_but_nobody_runs_should_run_again
     script = Script()
     store = SQLiteStore(str(tmp_path / "jobs.db"))
     # lease_ttl 0.3: a tick every 0.1 s; the wait below only ends a hung run
-    scheduler = Scheduler(store, script.place, lambda: None, lease_ttl=0.3, default_deadline=600, max_pending=None)
+    scheduler = Scheduler(
+        store, script.place, lambda: None, lease_ttl=0.3, default_deadline=600, max_pending=None, seal=SEAL
+    )
     await store.open()
     try:
         await scheduler.start()
@@ -124,7 +137,9 @@ async def test_a_store_back_after_an_outage_should_be_rescanned_at_once(tmp_path
             raise error
         return await get(job_id)
 
-    scheduler = Scheduler(store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
+    scheduler = Scheduler(
+        store, script.place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None, seal=SEAL
+    )
     await store.open()
     try:
         due = time.time()
@@ -158,7 +173,9 @@ async def test_a_store_with_notices_should_be_listened_to_through_its_retry_wrap
     """Test that the scheduler listens to a store that has `watch` (the RetryingStore around it forwards `watch`
     by __getattr__, which isinstance against a runtime protocol does not see from Python 3.12 on)."""
     store = WatchedSQLiteStore(str(tmp_path / "jobs.db"))
-    scheduler = Scheduler(store, Script().place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None)
+    scheduler = Scheduler(
+        store, Script().place, lambda: None, lease_ttl=600, default_deadline=600, max_pending=None, seal=SEAL
+    )
     await store.open()
     try:
         await scheduler.start()

@@ -27,6 +27,7 @@ from pool._jobs._stores._sqlite import SQLiteStore
 from pool._transport._proto import leakypool_pb2 as pb
 from tests.integration.routines import common as routines
 from tests.integration.support.helpers import eventually
+from tests.sealing import SEAL
 
 
 class Call:
@@ -97,7 +98,7 @@ class WakeMachine(RuleBasedStateMachine):
     def scheduler(self, place, has_workers) -> Scheduler:
         store = SQLiteStore(f"{self.directory.name}/jobs.db")
         scheduler = Scheduler(
-            store, place, lambda: None, has_workers, lease_ttl=3600, default_deadline=3600, max_pending=None
+            store, place, lambda: None, has_workers, lease_ttl=3600, default_deadline=3600, max_pending=None, seal=SEAL
         )
         self.run(store.open())
         self.run(scheduler.start())

@@ -18,9 +18,10 @@ import sys
 import pytest
 
 import pool
-from pool._jobs._codec import decode
+from pool._jobs._codec import decode, reseal
 from pool._transport import _wire
 from tests.fixtures.wire_2026_11 import routines
+from tests.sealing import SEAL
 
 FIXTURES = pathlib.Path(routines.__file__).parent
 FIXTURE_PYTHON = (3, 11)
@@ -60,8 +61,13 @@ class TestOlderRelease:
 
     @pytest.mark.parametrize("name", ["job_payload", "job_payload_variant"])
     def test_a_stored_job_payload_should_decode_to_a_task_whose_routine_loads(self, name):
-        """Test a job payload as a store keeps it decodes, and the routine blob inside it loads."""
-        task, policy = decode(_fixture(name))
+        """Test a job payload as that release kept it (unsealed) is refused until the migration step seals it,
+        then decodes, and the routine blob inside it loads."""
+        with pytest.raises(pool.SerializationError, match="not sealed"):
+            decode("old", _fixture(name), SEAL)
+        sealed = reseal("old", "payload", _fixture(name), SEAL)
+        assert sealed is not None
+        task, policy = decode("old", sealed, SEAL)
         routine = _wire.loads(task.blob, what="fixture")
         args, kwargs = _wire.unpack_args(task.args, task.name)
         assert callable(routine.__wrapped__) and kwargs == {} and args in ((1,), (1, 2))

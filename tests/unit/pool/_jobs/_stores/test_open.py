@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 
@@ -37,6 +38,47 @@ class TestSQLiteFiles:
                 await store.open()
             assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
         assert threading.active_count() >= 1  # (and no store thread left behind: the autouse check)
+
+    @pytest.mark.parametrize(
+        ("plant", "message"),
+        [
+            ("mode_db", r"jobs\.db is writable by other users \(mode 0666\): chmod go-w"),
+            ("mode_wal", r"jobs\.db-wal is writable by other users"),
+            ("mode_dir", r"the directory .* is writable by other users \(mode 1777\).*not /tmp"),
+            ("owner_dir", r"the directory .* belongs to uid 65534"),
+            ("owner_db", r"jobs\.db belongs to uid 65534, neither this user"),
+            ("link", r"jobs\.db is not a regular file"),
+        ],
+    )
+    async def test_open_should_refuse_a_file_or_directory_another_user_could_write(self, tmp_path, plant, message):
+        """Test issue 51 finding 3: a store, its -wal or its directory that another user made or may write is
+        refused before it is opened (what the other user could have planted there runs as this user)."""
+        place = tmp_path / "place"
+        place.mkdir(mode=0o700)
+        path = place / "jobs.db"
+        async with opened("sqlite", place):  # a genuine store first, so the planted part is the only fault
+            pass
+        if plant == "mode_db":
+            path.chmod(0o666)
+        elif plant == "mode_wal":
+            (place / "jobs.db-wal").write_bytes(b"")
+            (place / "jobs.db-wal").chmod(0o666)
+        elif plant == "mode_dir":
+            place.chmod(0o1777)
+        elif plant == "owner_dir":
+            if os.getuid() != 0:
+                pytest.skip("only root can give a directory to another user")
+            os.chown(place, 65534, 65534)
+        elif plant == "owner_db":
+            if os.getuid() != 0:
+                pytest.skip("only root can give a file to another user")
+            os.chown(path, 65534, 65534)
+        else:
+            path.rename(place / "real.db")
+            path.symlink_to(place / "real.db")
+        store = SQLiteStore(str(path))
+        with pytest.raises(pool.ConfigError, match=message):
+            await store.open()
 
     async def test_open_should_refuse_a_newer_schema_and_leave_it_untouched(self, tmp_path):
         """Test that a database from a newer release is refused, not damaged."""
