@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pool._transport._seal import Seal
 
-SECRET = "a test secret"
+SECRET = "a-test-secret"
 """The secret every hand-built scheduler and job book of the tests holds (so they read each other's rows)."""
 
 SEAL = Seal(lambda: (SECRET,), "the tests' secret")

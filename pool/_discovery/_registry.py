@@ -25,11 +25,12 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from .._base._private import SQLITE_COMPANIONS, private_file, trusted_file
 from .._base._redact import redacted as redacted
 from .._errors import ConfigError, StoreError
+from .._transport._seal import MAC_BYTES, MAGIC, Seal
 
 CHANNEL: Final[str] = "leakypool_workers"
 """The PostgreSQL NOTIFY channel for arrivals and departures."""
@@ -42,6 +43,44 @@ SQLITE_BUSY_S: Final[float] = 5.0
 
 DATA_VERSION_POLL_S: Final[float] = 0.1
 """How often an SQLite reader checks ``PRAGMA data_version`` (one cheap read; no table scan)."""
+
+MAX_ROWS: Final[int] = 4096
+"""Live rows one read takes at most (a fleet is far smaller; a role that floods the table cannot grow a pool past it)."""
+
+RECORD_MAX_BYTES: Final[int] = 4096
+"""The longest record read (a genuine one is ~300 bytes); longer ones stay in the database, unread (issue 51)."""
+
+
+class Rows(NamedTuple):
+    """What one read of the registry found: the live rows within bounds, and how many it left unread."""
+
+    records: dict[str, str]
+    """uid -> record: at most `MAX_ROWS`, none over `RECORD_MAX_BYTES`."""
+    oversize: int = 0
+    """Live rows longer than `RECORD_MAX_BYTES` (left unread)."""
+
+
+RECORD_FIELD: Final[str] = "worker record"
+"""The field a record's seal is bound to (beside the worker's uid)."""
+
+
+def seal_record(seal: Seal, uid: str, record: str) -> str:
+    """``record`` as the registry keeps it: ``LPS1 <MAC, hex> <record>``, sealed for worker ``uid``."""
+    return f"{MAGIC.decode()} {seal.mac(uid, RECORD_FIELD, record.encode()).hex()} {record}"
+
+
+def open_record(seal: Seal, uid: str, stored: str) -> str | None:
+    """The record inside ``stored`` if it was sealed for ``uid`` under a secret held, else None (nothing parsed)."""
+    magic, _, rest = stored.partition(" ")
+    mac, _, record = rest.partition(" ")
+    if magic != MAGIC.decode() or len(mac) != 2 * MAC_BYTES:
+        return None
+    try:
+        raw = bytes.fromhex(mac)
+    except ValueError:
+        return None
+    return record if seal.checks(uid, RECORD_FIELD, record.encode(), raw) else None
+
 
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS leakypool_workers (
@@ -69,8 +108,8 @@ class Registry(Protocol):
         """Delete a worker's row."""
         ...
 
-    async def live(self) -> dict[str, str]:
-        """Rows not expired, uid -> record (expired ones are deleted)."""
+    async def live(self) -> Rows:
+        """Rows not expired, within `MAX_ROWS` and `RECORD_MAX_BYTES` (expired ones are deleted)."""
         ...
 
     async def listen(self, changed: Callable[[], None]) -> None:
@@ -155,10 +194,19 @@ class _Postgres:
             CHANNEL,
         )
 
-    async def live(self) -> dict[str, str]:
+    async def live(self) -> Rows:
         await self._run("DELETE FROM leakypool_workers WHERE expires_at <= now()")
-        rows = await self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > now()")
-        return {row["uid"]: row["record"] for row in rows}
+        rows = await self._run(
+            "SELECT uid, record FROM leakypool_workers WHERE expires_at > now() AND octet_length(record) <= $1 "
+            "ORDER BY uid LIMIT $2",
+            RECORD_MAX_BYTES,
+            MAX_ROWS,
+        )
+        oversize = await self._run(
+            "SELECT count(*) AS n FROM leakypool_workers WHERE expires_at > now() AND octet_length(record) > $1",
+            RECORD_MAX_BYTES,
+        )
+        return Rows({row["uid"]: row["record"] for row in rows}, oversize[0]["n"])
 
     async def listen(self, changed: Callable[[], None]) -> None:
         self._lost = asyncio.Event()
@@ -231,10 +279,22 @@ class _Sqlite:
     async def remove(self, uid: str) -> None:
         await self._run("DELETE FROM leakypool_workers WHERE uid = ?", uid)
 
-    async def live(self) -> dict[str, str]:
+    async def live(self) -> Rows:
         now = time.time()
         await self._run("DELETE FROM leakypool_workers WHERE expires_at <= ?", now)
-        return dict(await self._run("SELECT uid, record FROM leakypool_workers WHERE expires_at > ?", now))
+        rows = await self._run(
+            "SELECT uid, record FROM leakypool_workers WHERE expires_at > ? AND length(CAST(record AS BLOB)) <= ? "
+            "ORDER BY uid LIMIT ?",
+            now,
+            RECORD_MAX_BYTES,
+            MAX_ROWS,
+        )
+        oversize = await self._run(
+            "SELECT count(*) FROM leakypool_workers WHERE expires_at > ? AND length(CAST(record AS BLOB)) > ?",
+            now,
+            RECORD_MAX_BYTES,
+        )
+        return Rows(dict(rows), oversize[0][0])
 
     async def listen(self, changed: Callable[[], None]) -> None:
         self._changed = changed

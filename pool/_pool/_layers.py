@@ -70,7 +70,9 @@ class Layers:
     ) -> None:
         self.config = config
         self.tasks = TaskOwner("pool", _log)  # every background task of the pool: cancelled and awaited on exit
-        secret_source = SecretSource(config.secret, config.secret_file, default_path=default_secret_file())
+        self.secret_source = secret_source = SecretSource(
+            config.secret, config.secret_file, default_path=default_secret_file()
+        )
         own_key = spawn_key()  # the workers this pool spawns prove themselves with it, and it to them
         self.membership = Membership(
             NestedHost(self, self.tasks),

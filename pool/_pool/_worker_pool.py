@@ -241,6 +241,9 @@ class WorkerPool:
             await self._shutdown()
             raise
         if self._discovery is not None:
+            adopt = getattr(self._discovery, "adopt_secret", None)
+            if adopt is not None:  # a StoreDiscovery admits only records sealed with the pool's secret (issue 51)
+                adopt(layers.secret_source.secrets, layers.secret_source.describe())
             layers.tasks.spawn(layers.membership.follow(self._discovery), name="discovery")
         layers.path.state = "open"
         self._token = set_dispatcher(self)

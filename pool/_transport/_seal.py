@@ -101,6 +101,14 @@ class Seal:
             f"it is not loaded; processes that share a store must share a secret file (docs/stores.md)"
         )
 
+    def mac(self, row: str, field: str, data: bytes) -> bytes:
+        """The MAC `seal` puts before ``data`` (for a text column that keeps it beside the data)."""
+        return self.seal(row, field, data)[len(MAGIC) : len(MAGIC) + MAC_BYTES]
+
+    def checks(self, row: str, field: str, data: bytes, mac: bytes) -> bool:
+        """Whether ``mac`` is ``data``'s for ``field`` of ``row`` under a secret held."""
+        return any(hmac.compare_digest(mac, _mac(raw, row, field, data)) for raw in self._held())
+
     def verifies(self, row: str, field: str, sealed: bytes) -> bool:
         """Whether `open` would return (for checks that load nothing)."""
         try:

@@ -18,15 +18,16 @@ from .._config._places import default_secret_file
 from .._config._settings import ConfigError, WorkerConfig
 from .._transport._handshake import Keyring
 from .._transport._peer import trusted_uids
+from .._transport._seal import Seal
 from .._transport._secret import SecretSource
 from .._transport._trust import Trust
 
 
-def worker_trust(config: WorkerConfig) -> Trust:
-    """The worker's keys and the uids it lets connect (its own, plus ``--peer-uids``).
+def worker_secrets(config: WorkerConfig) -> SecretSource:
+    """Where the worker's secrets come from: ``LEAKYPOOL_SECRET``, else ``--secret-file``, else this user's own.
 
     Raises:
-        ConfigError: the secret file cannot be read or made, or is not private.
+        ConfigError: the secret file cannot be read or made, or is not private, or holds none.
     """
     if config.secret:
         source = SecretSource(config.secret)
@@ -36,7 +37,27 @@ def worker_trust(config: WorkerConfig) -> Trust:
         source = SecretSource(default_path=default_secret_file())
     if not source.secrets(create=True):
         raise ConfigError(f"no secret to prove this worker with: {source.describe()} holds none")
+    return source
+
+
+def worker_trust(config: WorkerConfig) -> Trust:
+    """The worker's keys and the uids it lets connect (its own, plus ``--peer-uids``).
+
+    Raises:
+        ConfigError: the secret file cannot be read or made, or is not private.
+    """
+    source = worker_secrets(config)
     return Trust(Keyring((), source, create=not (config.secret or config.secret_file)), trusted_uids(config.peer_uids))
+
+
+def worker_seal(config: WorkerConfig) -> Seal:
+    """What the worker seals its registry record with (the pools that admit it check it with their secret).
+
+    Raises:
+        ConfigError: as `worker_secrets`.
+    """
+    source = worker_secrets(config)
+    return Seal(lambda: source.secrets(create=not (config.secret or config.secret_file)), source.describe())
 
 
 def forget_secret() -> None:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any, Final
 from .._base._lost import lost_connection
 from .._base._tasks import TaskOwner
 from .._discovery._local import record_to_json
-from .._discovery._registry import Registry, connect, redacted
+from .._discovery._registry import Registry, connect, redacted, seal_record
 from .._errors import ConfigError, StoreError
 from .._transport._rpc import WorkerMetadata, bind_address
+from .._transport._seal import Seal
+from ._keys import worker_seal
 
 if TYPE_CHECKING:
     from .._config._settings import WorkerConfig
@@ -50,13 +52,14 @@ class RegistryRecord:
         worker: The record.
         ttl: Seconds the row lives without a refresh.
         retry: Seconds `start` waits for a registry out of reach (``--store-retry``; 0: one try).
+        seal: What the record is sealed with: pools admit only records sealed under a secret they hold.
     """
 
-    def __init__(self, url: str, worker: WorkerMetadata, ttl: float, retry: float = 0.0) -> None:
+    def __init__(self, url: str, worker: WorkerMetadata, ttl: float, retry: float = 0.0, *, seal: Seal) -> None:
         self._url = url
         self._retry = retry
         self._uid = str(worker.uid)
-        self._record = record_to_json(worker)
+        self._record = seal_record(seal, self._uid, record_to_json(worker))
         self._ttl = ttl
         self._registry: Registry | None = None
         self._withdrawn = False
@@ -188,7 +191,7 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
         capacity=info["capacity"],
         tls=config.tls,
     )
-    record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry)
+    record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry, seal=worker_seal(config))
     try:
         await record.start(service.tasks)
     except StoreError as exc:

@@ -11,10 +11,12 @@ keep running beside it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import pickle
 import time
+import uuid
 
 import pytest
 
@@ -22,6 +24,7 @@ import pool
 from pool._transport._proto import leakypool_pb2 as pb
 from tests.integration.routines import common as routines
 from tests.integration.support.strangers import NOBODY, needs_root, run_as_nobody, shared_directory
+from tests.integration.support.workers import worker
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +169,31 @@ async def test_a_sqlite_store_another_user_made_first_should_be_refused(tmp_path
             async with pool.WorkerPool(spawn=1, store=f"sqlite:///{shared}/not-yet.db"):
                 pass
         assert not os.path.exists(os.path.join(shared, "not-yet.db"))
+
+
+async def test_a_registry_flooded_by_a_role_with_insert_alone_should_admit_only_the_genuine_worker(
+    postgres_server, postgres_url, caplog
+):
+    """Test finding 6, scaled down (the full size is bench/): never-expiring unsealed rows and one 52 MB row from a
+    role with INSERT alone add no member and are named in one log line; the genuine worker serves at once."""
+    caplog.set_level(logging.WARNING, logger="leakypool.discovery")
+    async with worker("--port", "0", "--registry", postgres_url) as w:
+        planter = await as_role(postgres_server, postgres_url, ["INSERT ON leakypool_workers"])
+        try:
+            record = {"address": "127.0.0.1:9", "pid": 1, "tls": False}
+            await planter.executemany(
+                "INSERT INTO leakypool_workers (uid, record, expires_at) VALUES ($1, $2, 'infinity')",
+                [(str(u), json.dumps(record | {"uid": str(u)})) for u in (uuid.UUID(int=i) for i in range(1, 501))],
+            )
+            await planter.execute(
+                "INSERT INTO leakypool_workers (uid, record, expires_at) VALUES ('big', $1, 'infinity')",
+                "x" * (52 << 20),
+            )
+        finally:
+            await planter.close()
+        async with pool.WorkerPool(discovery=pool.StoreDiscovery(postgres_url, poll_interval=0.1)) as p:
+            await p.wait_for_workers(1, timeout=WAIT_S)
+            assert await routines.pid() == w.pid
+            assert list(p.workers) == [uuid.UUID(w.uid)]
+        (line,) = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert "skipped 500 row(s) not sealed" in line and "1 over 4096 bytes" in line

@@ -26,6 +26,8 @@ import pytest
 import pool
 from balancer import PriorityLoadBalancer
 from pool._config._places import default_registry, default_secret_file
+from pool._discovery._registry import seal_record
+from pool._transport._seal import Seal
 from pool._transport._secret import load_or_create
 from tests.integration.routines import common as routines
 from tests.integration.support.child import Child
@@ -82,14 +84,22 @@ def impostor_log(log: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def copy_row(url: str, of: str, **changes: object) -> None:
-    """Copy worker ``of``'s registry row with ``changes`` to its record: what anyone who can write the table can do."""
+def copy_row(url: str, of: str, *, sealed: bool, **changes: object) -> None:
+    """Copy worker ``of``'s registry row with ``changes`` to its record.
+
+    Unsealed, it is what anyone who can write the table can do (issue 51: such a row is never admitted).
+    Sealed with the user's secret, it stands for a record a holder of the secret wrote that points at the wrong
+    place (a stale or mistaken one): the handshake is what stops it then (issue 43).
+    """
     with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db, db:
-        (record,) = db.execute("SELECT record FROM leakypool_workers WHERE uid = ?", (of,)).fetchone()
-        data = json.loads(record) | changes
+        (stored,) = db.execute("SELECT record FROM leakypool_workers WHERE uid = ?", (of,)).fetchone()
+        data = json.loads(stored.split(" ", 2)[2]) | changes
+        record = json.dumps(data)
+        if sealed:
+            record = seal_record(Seal(lambda: (secret(),), "the user's secret"), data["uid"], record)
         db.execute(
             "INSERT OR REPLACE INTO leakypool_workers (uid, record, expires_at) VALUES (?, ?, ?)",
-            (data["uid"], json.dumps(data), time.time() + 3600),
+            (data["uid"], record, time.time() + 3600),
         )
 
 
@@ -102,7 +112,7 @@ async def test_a_row_copied_into_a_store_registry_should_get_no_call_no_secret_a
     caplog.set_level(logging.INFO, logger="leakypool.pool")
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     async with worker("--port", "0", "--registry", url) as w, impostor(tmp_path) as (address, log, marker):
-        copy_row(url, w.uid, uid=str(LOWEST), address=address)
+        copy_row(url, w.uid, sealed=True, uid=str(LOWEST), address=address)
         discovery = pool.StoreDiscovery(url, poll_interval=0.1)
         async with pool.WorkerPool(discovery=discovery, loadbalancer=PriorityLoadBalancer()) as p:
             await p.wait_for_workers(2, timeout=WAIT_S)
@@ -117,6 +127,35 @@ async def test_a_row_copied_into_a_store_registry_should_get_no_call_no_secret_a
     assert logged(caplog, "failed the handshake")
 
 
+async def test_a_row_written_without_the_secret_should_never_be_admitted_nor_dialled(tmp_path, caplog):
+    """Test issue 51: a row copied without the secret (the lowest uid, pointing at a fake worker) is skipped before
+    anything is dialled, with one log line, and so is the genuine worker's row rewritten to move it."""
+    caplog.set_level(logging.INFO, logger="leakypool.discovery")
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    async with (
+        worker("--port", "0", "--registry", url, "--registry-ttl", "600") as w,
+        impostor(tmp_path) as (
+            address,
+            log,
+            marker,
+        ),
+    ):
+        copy_row(url, w.uid, sealed=False, uid=str(LOWEST), address=address)
+        async with pool.WorkerPool(
+            discovery=pool.StoreDiscovery(url, poll_interval=0.1), loadbalancer=PriorityLoadBalancer()
+        ) as p:
+            await p.wait_for_workers(1, timeout=WAIT_S)
+            assert await routines.add(1, 2) == 3
+            assert list(p.workers) == [uuid.UUID(w.uid)]
+            copy_row(url, w.uid, sealed=False, address=address)  # the genuine row, moved: its seal breaks
+            await until(lambda: len(logged(caplog, "skipped")) >= 2, "both rows named")
+            await until(lambda: not p.workers, "the member whose row lost its seal gone (a writer can delay calls)")
+        assert impostor_log(log) == []  # never dialled
+    (first, *_) = logged(caplog, "skipped")
+    assert "not sealed with" in first and str(LOWEST) in first
+    assert not os.path.exists(marker)
+
+
 async def test_a_row_that_moves_a_worker_should_not_evict_it_unless_the_new_address_proves_it(tmp_path, caplog):
     """Test that a row naming the genuine worker's uid and another address (once: "moved to", evicted) leaves
     the genuine worker where it is, and calls keep going there."""
@@ -128,7 +167,7 @@ async def test_a_row_that_moves_a_worker_should_not_evict_it_unless_the_new_addr
     ):
         async with pool.WorkerPool(discovery=pool.StoreDiscovery(url, poll_interval=0.1)) as p:
             await p.wait_for_workers(1, timeout=WAIT_S)
-            copy_row(url, w.uid, address=address)
+            copy_row(url, w.uid, sealed=True, address=address)
             await until(lambda: logged(caplog, "no worker there proved to be it"), "the move refused")
             (member,) = p.workers.values()
             assert member.address == f"127.0.0.1:{w.port}"
@@ -275,16 +314,20 @@ async def test_a_failed_jobs_password_should_reach_no_other_user(caplog):
     the right Host it shows the error without the password, as ``leakypool jobs`` does; and that the job's own
     error keeps the full text for its owner."""
     with shared_directory() as shared:
-        store = f"sqlite:///{shared}/jobs.db"
+        # The store's own directory: this user's, which nobody may enter but not write (a store in the shared,
+        # world-writable directory itself is refused: another user could plant its -wal there first).
+        place = os.path.join(shared, "app")
+        os.mkdir(place, 0o755)
+        store = f"sqlite:///{place}/jobs.db"
         async with pool.WorkerPool(spawn=1, store=store, metrics_port=0) as p:
             job = await routines.fail.submit(f"cannot reach {URL}")
             with pytest.raises(ValueError):
                 await job.result(timeout=WAIT_S)
             assert URL in (job.error or "")  # the owner's own record: the full text
             for suffix in ("", "-wal", "-shm"):
-                assert stat.S_IMODE(os.stat(f"{shared}/jobs.db{suffix}").st_mode) == 0o600, suffix
+                assert stat.S_IMODE(os.stat(f"{place}/jobs.db{suffix}").st_mode) == 0o600, suffix
             out = os.path.join(shared, "read.out")
-            assert await run_as_nobody(shared, "read.py", READ_FILE, f"{shared}/jobs.db", out) == 0
+            assert await run_as_nobody(shared, "read.py", READ_FILE, f"{place}/jobs.db", out) == 0
             with open(out, "rb") as f:
                 assert f.read() == b"refused: Permission denied"
             _, port = p.metrics_address

@@ -15,6 +15,7 @@ import pytest
 from pool._base._tasks import TaskOwner
 from pool._discovery._registry import connect
 from pool._errors import StoreError
+from tests.sealing import SEAL
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -35,7 +36,7 @@ async def test_a_write_to_a_locked_sqlite_registry_should_wait_off_the_event_loo
             await asyncio.sleep(0)  # the writes start: on the loop, they would block it right here
         holder.execute("COMMIT")
         _, live = await asyncio.wait_for(writes, 30)
-        assert live == {"w1": "{}"}
+        assert live.records == {"w1": "{}"}
     finally:
         holder.close()
         await registry.close()
@@ -51,7 +52,7 @@ async def test_watch_should_report_a_commit_by_another_connection(tmp_path):
         with contextlib.closing(sqlite3.connect(path)) as other, other:  # (`with connect()` commits, never closes)
             other.execute("INSERT INTO leakypool_workers VALUES ('w2', '{}', 1e12)")
         await asyncio.wait_for(changed.wait(), 30)
-        assert await registry.live() == {"w2": "{}"}
+        assert (await registry.live()).records == {"w2": "{}"}
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
@@ -77,7 +78,7 @@ async def test_a_second_withdraw_should_return_only_once_the_record_is_removed(t
     worker = WorkerMetadata(
         uid=uuid.uuid4(), address="127.0.0.1:1", pid=1, version="0", tags=frozenset(), capacity=1, tls=False
     )
-    record = RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0)
+    record = RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0, seal=SEAL)
     tasks = TaskOwner("test", logging.getLogger("test"))
     await record.start(tasks)
     holder = sqlite3.connect(path, isolation_level=None)
@@ -110,7 +111,7 @@ class TestConnectionsClosed:
         url = f"sqlite:///{tmp_path / 'registry.db'}" if kind == "sqlite" else request.getfixturevalue("postgres_url")
         registry = await connect(url)
         await registry.put("w1", "{}", 60.0)
-        assert await registry.live() == {"w1": "{}"}
+        assert (await registry.live()).records == {"w1": "{}"}
         await registry.close()
         assert connections.closed_and_collected() == 1
 
@@ -165,7 +166,7 @@ class TestConnectionsClosed:
         tasks = TaskOwner("test", logging.getLogger("test"))
         try:
             with pytest.raises(StoreError, match="record"):
-                await RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0).start(tasks)
+                await RegistryRecord(f"sqlite:///{path}", worker, ttl=60.0, seal=SEAL).start(tasks)
         finally:
             await tasks.aclose()
         assert connections.closed_and_collected() == 2

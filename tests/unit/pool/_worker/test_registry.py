@@ -21,11 +21,13 @@ import pytest
 from pool._base._tasks import TaskOwner
 from pool._config._settings import WorkerConfig
 from pool._discovery._local import record_from_json
+from pool._discovery._registry import open_record
 from pool._errors import ConfigError, StoreError
 from pool._transport._rpc import WorkerMetadata
 from pool._worker._registry import REFRESHES_PER_TTL, RegistryRecord, start_registry
 from pool._worker._service import WorkerService
 from tests.integration.support.helpers import eventually
+from tests.sealing import SEAL, SECRET
 
 WAIT_S = 5.0
 TTL_S = 0.3
@@ -67,12 +69,12 @@ class TestRegistryRecord:
     async def test_start_should_write_the_row_with_its_ttl_when_the_registry_answers(self, path):
         """Test that a started worker is in the registry at once, as its record, living TTL past the write."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=60.0)
+        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=60.0, seal=SEAL)
         try:
             await record.start(tasks)
             ((uid, (text, expires)),) = rows(path).items()
             assert uid == str(UID)
-            assert record_from_json(text) == WORKER
+            assert record_from_json(open_record(SEAL, str(UID), text)) == WORKER
             assert 50.0 < expires - time.time() <= 60.0
         finally:
             await record.withdraw()
@@ -83,7 +85,7 @@ class TestRegistryRecord:
         """Test that the row is rewritten every TTL / REFRESHES_PER_TTL: one removed behind its back returns."""
         assert REFRESHES_PER_TTL >= 2
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S)
+        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S, seal=SEAL)
         try:
             await record.start(tasks)
             change(path, "DELETE FROM leakypool_workers")
@@ -95,7 +97,7 @@ class TestRegistryRecord:
     async def test_refresh_should_reconnect_and_write_the_row_back_when_a_write_failed(self, path, caplog):
         """Test that a failed refresh (the table gone) is logged, the connection dropped, and a new one rewrites it."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S)
+        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S, seal=SEAL)
         try:
             await record.start(tasks)
             change(path, "DROP TABLE leakypool_workers")
@@ -111,7 +113,7 @@ class TestRegistryRecord:
     async def test_withdraw_should_remove_the_row_and_stop_refreshing_when_the_worker_drains(self, path):
         """Test that a drained worker's row goes at once and is never written back (pools stop sending it work)."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S)
+        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=TTL_S, seal=SEAL)
         try:
             await record.start(tasks)
             await record.withdraw()
@@ -124,7 +126,7 @@ class TestRegistryRecord:
     async def test_withdraw_should_return_once_the_first_removal_is_done_when_called_again(self, path):
         """Test that a second withdraw (the worker's exit) waits for the one its drain started."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=60.0)
+        record = RegistryRecord(f"sqlite:///{path}", WORKER, ttl=60.0, seal=SEAL)
         try:
             await record.start(tasks)
             first = asyncio.ensure_future(record.withdraw())
@@ -137,7 +139,7 @@ class TestRegistryRecord:
 
     async def test_withdraw_should_log_and_return_when_the_registry_cannot_be_reached(self, unreachable, caplog):
         """Test that a removal that fails is not an error: logged (without the password), the row expires."""
-        record = RegistryRecord(unreachable, WORKER, ttl=60.0)
+        record = RegistryRecord(unreachable, WORKER, ttl=60.0, seal=SEAL)
         await asyncio.wait_for(record.withdraw(), WAIT_S)
         assert "it expires by itself" in caplog.text
         assert "secret" not in caplog.text
@@ -145,7 +147,7 @@ class TestRegistryRecord:
     async def test_start_should_try_again_until_retry_ends_when_the_registry_is_out_of_reach(self, unreachable, caplog):
         """Test that a registry out of reach at start is waited for ``retry`` s, a log line per try, then raises."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(unreachable, WORKER, ttl=60.0, retry=0.4)
+        record = RegistryRecord(unreachable, WORKER, ttl=60.0, retry=0.4, seal=SEAL)
         began = time.monotonic()
         with pytest.raises(StoreError):
             await asyncio.wait_for(record.start(tasks), WAIT_S * 2)
@@ -158,7 +160,9 @@ class TestRegistryRecord:
     async def test_start_should_raise_at_once_when_the_registry_refuses(self, tmp_path, caplog):
         """Test that a refusal (here a file that cannot be made) is not waited out, whatever ``retry``."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
-        record = RegistryRecord(f"sqlite:///{tmp_path}/missing/folder/registry.db", WORKER, ttl=60.0, retry=60.0)
+        record = RegistryRecord(
+            f"sqlite:///{tmp_path}/missing/folder/registry.db", WORKER, ttl=60.0, retry=60.0, seal=SEAL
+        )
         with pytest.raises(StoreError):
             await asyncio.wait_for(record.start(tasks), WAIT_S)
         assert "--store-retry" not in caplog.text
@@ -168,7 +172,7 @@ class TestRegistryRecord:
         """Test that a URL of no registry kind is a configuration error, not a store outage."""
         tasks = TaskOwner("test worker", logging.getLogger("test"))
         with pytest.raises(ConfigError):
-            await RegistryRecord("redis://localhost/0", WORKER, ttl=60.0, retry=60.0).start(tasks)
+            await RegistryRecord("redis://localhost/0", WORKER, ttl=60.0, retry=60.0, seal=SEAL).start(tasks)
         await tasks.aclose()
 
 
@@ -186,13 +190,15 @@ class TestStartRegistry:
     async def test_start_registry_should_record_the_advertised_address_and_withdraw_it_when_draining(self, path):
         """Test the row a --registry worker writes (its --advertise address, tags, capacity) and its removal on drain."""
         service = WorkerService(uid=str(UID), backpressure=None)
-        config = WorkerConfig(host="0.0.0.0", advertise="::1", tags=("a", "b"), registry=f"sqlite:///{path}")
+        config = WorkerConfig(
+            host="0.0.0.0", advertise="::1", tags=("a", "b"), registry=f"sqlite:///{path}", secret=SECRET
+        )
         record = None
         try:
             record = await start_registry(config, service, INFO)
             assert record is not None
             (text, _) = rows(path)[str(UID)]
-            written = record_from_json(text)
+            written = record_from_json(open_record(SEAL, str(UID), text))
             assert (written.address, written.pid, written.version, written.capacity) == ("[::1]:7001", 4321, "1.2.3", 2)
             assert written.tags == frozenset({"a", "b"})
             await asyncio.wait_for(service.drain("test", 0.0), WAIT_S)
