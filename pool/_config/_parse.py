@@ -184,6 +184,11 @@ def text(raw: str) -> str:
     return raw
 
 
+def secret_text(raw: str) -> str:
+    """A secret given on a command line by reference (``@FILE``, ``env:NAME``; see `indirect`), or as itself."""
+    return indirect(raw)
+
+
 def store_url(raw: str) -> str:
     """A job store URL (``sqlite:///PATH``, ``postgresql://...``), or empty for "no store"; see `indirect`."""
     url = indirect(raw)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
 from ._framing import MESSAGE_MAX_BYTES, ProtocolError
 from ._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
-from ._handshake import TIMEOUT_S, Dialler, Refused
+from ._handshake import TIMEOUT_S, Dialler, Refused, printable
 from ._peer import check_tcp_listener, loopback_host
 from ._pieces import Assembler, pieces
 from ._proto import leakypool_pb2 as pb
@@ -72,6 +72,8 @@ class GrpcChannel:
         call = self._methods[method]()
         try:
             async with asyncio.timeout(TIMEOUT_S):
+                if self._loopback is not None:  # first: nothing, not even a challenge, goes to another user's socket
+                    check_tcp_listener(self._loopback, self._port, self._trust.uids, f"the worker at {self._address}")
                 dialler = Dialler(self._trust.keyring, method, self.uid)
                 await call.write(dialler.challenge())
                 answer = await call.read()
@@ -80,8 +82,6 @@ class GrpcChannel:
                 if len(answer) > HANDSHAKE_MAX_BYTES:
                     raise Refused(f"it answered the challenge with {len(answer)} bytes (not a leakypool worker)")
                 proof = dialler.proof(answer)
-                if self._loopback is not None:
-                    check_tcp_listener(self._loopback, self._port, self._trust.uids, f"the worker at {self._address}")
                 self.uid = dialler.uid
                 await call.write(proof)
         except BaseException:
@@ -124,8 +124,8 @@ class GrpcChannel:
     @staticmethod
     def failure(reason: BaseException) -> tuple[str, str]:
         """The status code and detail of what ended a stream."""
-        if isinstance(reason, grpc.aio.AioRpcError):
-            return reason.code().name, reason.details() or ""
+        if isinstance(reason, grpc.aio.AioRpcError):  # its details are the worker's words: escaped and cut (issue 51)
+            return reason.code().name, printable((reason.details() or "").encode(), DETAIL_MAX_BYTES)
         if isinstance(reason, Refused):
             return reason.code, str(reason)
         if isinstance(reason, ProtocolError):
@@ -158,6 +158,10 @@ class GrpcChannel:
     async def close(self) -> None:
         """Close the channel now."""
         await self._channel.close(grace=None)
+
+
+DETAIL_MAX_BYTES: Final[int] = 1000
+"""The most of a worker's status details kept (they end up in errors and logs)."""
 
 
 async def _status(call: Any) -> grpc.aio.AioRpcError:

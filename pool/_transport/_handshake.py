@@ -7,15 +7,22 @@ does, each end answers a fresh challenge of the other's with an HMAC; the
 secret never crosses the wire, not even to a genuine peer::
 
     dialler (the pool)                                worker
-    Challenge  "LPC1" nonce_p, ids of its keys  ──>   picks the first of its keys the pool holds too
+    Challenge  "LPC2" nonce_p, ids of its keys  ──>   picks the first of its keys the pool holds too
                                                 <──   Answer "LPA1" nonce_w, key id, uid, proof_w
     checks proof_w (and that the uid is the one           (or Refusal "LPR1" why, then it hangs up)
     it dialled), then, and only then:
     Proof      "LPP1" proof_p                   ──>   checks proof_p; until then it reads nothing else
     (the method's own messages follow at once)
 
+    key id  = HMAC-SHA256(key, "leakypool/1 key id" nonce_p)[:8]       (salted by the challenge's nonce)
     proof_w = HMAC-SHA256(key, "leakypool/1 worker" method nonce_p nonce_w key_id uid)
     proof_p = HMAC-SHA256(key, "leakypool/1 pool"   method nonce_p nonce_w key_id uid)
+
+A key's id is salted with the pool's fresh nonce (issue 51): an id that
+were a fixed function of the secret would let anyone who saw one
+challenge test guesses at a human-chosen secret offline. A worker still
+answers the older ``LPC1`` challenge (fixed ids) of a pool of an earlier
+release, so workers can be upgraded before pools; a pool sends only ``LPC2``.
 
 Both nonces are fresh, so a proof cannot be replayed; the two directions
 are labelled apart, so a worker's proof cannot be reflected back as a
@@ -46,7 +53,7 @@ NONCE_BYTES: Final[int] = 32
 """Random bytes in each challenge."""
 
 KEY_ID_BYTES: Final[int] = 8
-"""Bytes of a key's id (an HMAC of a fixed label: it says which key, and nothing of it)."""
+"""Bytes of a key's id (an HMAC of the challenge's nonce: it says which key, and nothing of it)."""
 
 MAX_KEYS: Final[int] = 4
 """Keys one challenge may offer (a current secret and one being rotated in or out, and the spawn key)."""
@@ -60,7 +67,9 @@ TIMEOUT_S: Final[float] = 10.0
 REASON_MAX_BYTES: Final[int] = 200
 """The longest reason a refusal carries."""
 
-_CHALLENGE: Final[bytes] = b"LPC1"
+_CHALLENGE: Final[bytes] = b"LPC2"
+_CHALLENGE_FIXED_IDS: Final[bytes] = b"LPC1"
+"""An earlier release's challenge: the same, with key ids that do not depend on the nonce."""
 _ANSWER: Final[bytes] = b"LPA1"
 _REFUSAL: Final[bytes] = b"LPR1"
 _PROOF: Final[bytes] = b"LPP1"
@@ -93,9 +102,14 @@ class Key(NamedTuple):
 
 
 def key(secret: str) -> Key:
-    """The `Key` of ``secret``."""
+    """The `Key` of ``secret`` (its id unsalted: what an earlier release's challenge names it by)."""
     raw = secret.encode()
     return Key(hmac.new(raw, b"leakypool/1 key id", hashlib.sha256).digest()[:KEY_ID_BYTES], raw)
+
+
+def salted(k: Key, nonce: bytes) -> Key:
+    """``k`` with its id for the challenge of ``nonce`` (a different id in every handshake)."""
+    return Key(hmac.new(k.secret, b"leakypool/1 key id" + nonce, hashlib.sha256).digest()[:KEY_ID_BYTES], k.secret)
 
 
 class Keyring:
@@ -159,11 +173,11 @@ class Dialler:
     """
 
     def __init__(self, keyring: Keyring, method: str, uid: uuid.UUID | None) -> None:
-        self._keys = {k.id: k for k in keyring.held()}
+        self._nonce = secrets.token_bytes(NONCE_BYTES)
+        self._keys = {k.id: k for k in (salted(k, self._nonce) for k in keyring.held())}
         if not self._keys:
             raise Refused(f"this pool holds no secret to prove itself with ({keyring.describe()})")
         self._method = method
-        self._nonce = secrets.token_bytes(NONCE_BYTES)
         self.uid = uid
 
     def challenge(self) -> bytes:
@@ -178,8 +192,7 @@ class Dialler:
         """
         answer = bytes(answer)
         if answer.startswith(_REFUSAL):
-            why = answer[len(_REFUSAL) : len(_REFUSAL) + REASON_MAX_BYTES].decode("utf-8", "replace")
-            raise Refused(f"it refused this pool: {why}")
+            raise Refused(f"it refused this pool: {printable(answer[len(_REFUSAL) :])}")
         if len(answer) != _ANSWER_BYTES or not answer.startswith(_ANSWER):
             raise Refused(
                 f"it did not answer the challenge (a {len(answer)}-byte reply that is not a leakypool worker's)"
@@ -226,13 +239,16 @@ class Responder:
         head = len(_CHALLENGE) + NONCE_BYTES
         count = challenge[head] if len(challenge) > head else 0
         if (
-            not challenge.startswith(_CHALLENGE)
+            not challenge.startswith((_CHALLENGE, _CHALLENGE_FIXED_IDS))
             or not 0 < count <= MAX_KEYS
             or len(challenge) != head + 1 + count * KEY_ID_BYTES
         ):
             raise Refused("the peer did not open with a challenge", refusal("not a leakypool challenge"))
         offered = {challenge[at : at + KEY_ID_BYTES] for at in range(head + 1, len(challenge), KEY_ID_BYTES)}
-        chosen = next((k for k in self._keyring.held() if k.id in offered), None)
+        held = self._keyring.held()
+        if challenge.startswith(_CHALLENGE):
+            held = tuple(salted(k, challenge[len(_CHALLENGE) : head]) for k in held)
+        chosen = next((k for k in held if k.id in offered), None)
         if chosen is None:
             raise Refused(
                 "the peer holds no secret in common with this worker",
@@ -262,3 +278,9 @@ class Responder:
 def refusal(why: str) -> bytes:
     """A refusal message saying ``why``."""
     return _REFUSAL + why.encode()[:REASON_MAX_BYTES]
+
+
+def printable(sent: bytes, limit: int = REASON_MAX_BYTES) -> str:
+    """What a peer sent, cut to ``limit`` bytes and escaped (no newline, no control character) to go in a log."""
+    text = sent[:limit].decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -52,8 +52,24 @@ def peer_address(peer: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def handler(service: WorkerService, trust: Trust) -> grpc.GenericRpcHandler:
-    """The generic handler serving `SERVICE` with ``service``: every call proves itself with ``trust``'s keys."""
+def local_ends(host: str, port: int, peer_host: str) -> list[tuple[str, int]]:
+    """The addresses a loopback caller at ``peer_host`` may have reached this server at (bound to ``host:port``).
+
+    A server bound to one address was reached there; one bound to a wildcard, at a loopback address: the
+    caller's own first (a connection from 127.0.0.1 usually goes to 127.0.0.1), then the usual two.
+    """
+    bound = host.strip("[]")
+    if bound not in ("", "0.0.0.0", "::"):  # noqa: S104 - compared with, not bound to
+        return [(bound, port)]
+    return list(dict.fromkeys([(peer_host, port), ("127.0.0.1", port), ("::1", port)]))
+
+
+def handler(service: WorkerService, trust: Trust, bound: dict[str, Any]) -> grpc.GenericRpcHandler:
+    """The generic handler serving `SERVICE` with ``service``: every call proves itself with ``trust``'s keys.
+
+    ``bound`` holds the server's ``host`` and ``port`` once it listens (a loopback caller's connection is found
+    by its four-tuple).
+    """
     uid = uuid.UUID(service.uid)
 
     async def admit(method: str, context: grpc.aio.ServicerContext) -> None:
@@ -62,7 +78,8 @@ def handler(service: WorkerService, trust: Trust) -> grpc.GenericRpcHandler:
             address = peer_address(context.peer())
             loopback = None if address is None else loopback_host(address[0])
             if address is not None and loopback is not None:
-                check_tcp_peer(loopback, address[1], trust.uids, f"the caller at {context.peer()}")
+                ends = local_ends(bound["host"], bound["port"], loopback)
+                check_tcp_peer((loopback, address[1]), ends, trust.uids, f"the caller at {context.peer()}")
             responder = Responder(trust.keyring, method, uid)
             async with asyncio.timeout(TIMEOUT_S):
                 challenge = await context.read()
@@ -148,7 +165,8 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
     """
     trust = worker_trust(config)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((handler(service, trust),))
+    bound: dict[str, Any] = {"host": config.host, "port": 0}
+    server.add_generic_rpc_handlers((handler(service, trust, bound),))
     address = bind_address(config.host, config.port)
     try:
         credentials = _credentials(config)
@@ -161,6 +179,7 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
             port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
+    bound["port"] = port
     await server.start()
     _log.debug("callers must prove they hold %s", trust.keyring.describe())
     return server.stop, port

@@ -318,3 +318,18 @@ class TestIsLoopback:
     def test_is_loopback_should_be_false_when_others_can_reach_the_host(self, host):
         """Test wildcards, other addresses and names."""
         assert not is_loopback(host)
+
+
+class TestSecretText:
+    def test_secret_text_should_read_a_file_or_a_variable_so_no_command_line_carries_it(self, tmp_path, monkeypatch):
+        """Test issue 51 finding 9: --metrics-token @FILE and env:NAME, as for the store and registry URLs."""
+        from pool._config._parse import secret_text
+
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        monkeypatch.setenv("LP_TEST_TOKEN", "from-env")
+        assert secret_text(f"@{token}") == "s3cret"
+        assert secret_text("env:LP_TEST_TOKEN") == "from-env"
+        assert secret_text("plain") == "plain" and secret_text("") == ""
+        with pytest.raises(ValueError, match="is not set"):
+            secret_text("env:LP_TEST_TOKEN_MISSING")

@@ -27,6 +27,28 @@ class TestHandshake:
         """Test that a pool and a worker holding one secret get through, and the pool learns the worker's uid."""
         assert shake(["s"], ["s"], expect=None).uid == WORKER
 
+    def test_key_ids_should_differ_in_every_challenge_and_name_no_fixed_function_of_the_secret(self):
+        """Test issue 51 finding 9: a challenge's key ids are salted by its nonce, so none is a fingerprint of
+        the secret to test guesses against offline; both ends still agree on the key."""
+        first, second = (Dialler(Keyring(["s"]), "Dispatch", WORKER).challenge() for _ in range(2))
+        ids = [c[-8:] for c in (first, second)]
+        assert ids[0] != ids[1] and key("s").id not in ids
+        assert shake(["s"], ["s"]).uid == WORKER
+
+    def test_a_worker_should_answer_an_earlier_releases_challenge(self):
+        """Test that a worker answers the LPC1 challenge (fixed key ids) of a pool of the release before."""
+        responder = Responder(Keyring(["s"]), "Dispatch", WORKER)
+        legacy = b"LPC1" + bytes(32) + b"\x01" + key("s").id
+        assert responder.answer(legacy).startswith(b"LPA1")
+
+    def test_a_refusal_should_reach_the_log_escaped_and_cut(self):
+        """Test that a peer's refusal text cannot forge log lines: control characters escaped, length bounded."""
+        dialler = Dialler(Keyring(["s"]), "Dispatch", WORKER)
+        with pytest.raises(Refused) as refused:
+            dialler.proof(b"LPR1" + b"line one\n2026-12-07 ERROR forged\x1b[31m" + b"x" * 1000)
+        text = str(refused.value)
+        assert "\n" not in text and "\x1b" not in text and "\\n" in text and len(text) < 300
+
     def test_a_worker_without_the_secret_should_be_refused_with_a_reason(self):
         """Test that a worker holding no secret in common refuses, and says why, so the pool can log it."""
         dialler = Dialler(Keyring(["mine"]), "Dispatch", WORKER)
