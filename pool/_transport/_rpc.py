@@ -18,6 +18,9 @@ SERVICE: Final[str] = "leakypool.v2.Worker"
 """The gRPC service name; methods are /leakypool.v2.Worker/<Method>, each a stream of bytes that opens with
 the handshake (`_handshake`; v1 had unary State and Stop, and a secret in the metadata)."""
 
+MAX_STREAMS_PER_CONNECTION: Final[int] = 32
+"""Concurrent streams a worker serves on one connection (more wait for one to end)."""
+
 CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.max_send_message_length", -1),
     # Checked against a message's announced length before it is buffered: nothing larger is read, not even
@@ -41,8 +44,11 @@ SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     *CHANNEL_OPTIONS,
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
     ("grpc.so_reuseport", 0),
+    # Streams one connection may hold open at once (a pool needs its Dispatch stream and a few State, Stop
+    # and nested calls): what one connection can make the worker hold is bounded (issue 51).
+    ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
 )
-"""Server options: the channel's, plus accepting its keepalive pings."""
+"""Server options: the channel's, plus accepting its keepalive pings and a cap on streams per connection."""
 
 _NAMES: Final[tuple[str, ...]] = (
     "OK",

@@ -7,6 +7,7 @@
     _gate        a unix-socket connection until its dialler proved itself (the handshake, bounded reads)
     _keys        the worker's secret and the uids it lets in
     _grpc_server the service over gRPC on TCP (the only worker module importing grpc)
+    _door        the TCP port: each connection judged (uid, caps per peer, a deadline to prove itself), then relayed to gRPC
     _admission   worker-side admission: the backpressure verdict and "room" notices (no I/O)
     _lifecycle   idle timeout, max lifetime, drains
     _runner      where routines run: unpickle, run, pickle the outcome

@@ -2,17 +2,19 @@
 
 The only worker module that imports grpc, so a worker on a unix socket
 (`_unix_server`) never loads it. Every call (Dispatch, State, Stop) is a
-stream of bytes that opens with the handshake (`pool._transport._handshake`);
-a caller on loopback must also run as a trusted uid (`_peer`). Nothing a
-caller sends is read before it proved itself, except its challenge, and no
-gRPC message larger than `GRPC_MESSAGE_MAX_BYTES` is read at all (`_pieces`).
+stream of bytes that opens with the handshake (`pool._transport._handshake`).
+The TCP port is the `Door`'s: it judges each connection (a caller on loopback
+must run as a trusted uid), caps them per peer and in all, closes one that
+does not prove itself within seconds, and relays the rest to this server on
+a unix socket of its own. Nothing a caller sends is read before it proved
+itself, except its challenge, and no gRPC message larger than
+`GRPC_MESSAGE_MAX_BYTES` is read at all (`_pieces`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,11 +24,11 @@ import grpc
 from .._config._settings import ConfigError, WorkerConfig
 from .._transport._framing import MESSAGE_MAX_BYTES, ProtocolError
 from .._transport._handshake import TIMEOUT_S, Refused, Responder
-from .._transport._peer import check_tcp_peer, loopback_host
 from .._transport._pieces import Assembler, pieces
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
 from .._transport._trust import Trust
+from ._door import Door
 from ._keys import worker_trust
 from ._peers import undecodable
 from ._service import WorkerService
@@ -37,49 +39,14 @@ REQUEST_MAX_BYTES = 1 << 10
 """The largest State or Stop request read (the one is empty, the other a float)."""
 
 
-def peer_address(peer: str) -> tuple[str, int] | None:
-    """gRPC's name of a peer (``ipv4:127.0.0.1:5000``, ``ipv6:%5B::1%5D:5000``) as (host, port); None if not IP.
-
-    Raises:
-        Refused: an IP peer whose address does not parse (it is not let in unchecked).
-    """
-    kind, _, rest = peer.partition(":")
-    if kind not in ("ipv4", "ipv6"):
-        return None
-    host, _, port = urllib.parse.unquote(rest).rpartition(":")
-    if not port.isdigit() or not host:
-        raise Refused(f"cannot read the caller's address {peer!r}")
-    return host.strip("[]"), int(port)
-
-
-def local_ends(host: str, port: int, peer_host: str) -> list[tuple[str, int]]:
-    """The addresses a loopback caller at ``peer_host`` may have reached this server at (bound to ``host:port``).
-
-    A server bound to one address was reached there; one bound to a wildcard, at a loopback address: the
-    caller's own first (a connection from 127.0.0.1 usually goes to 127.0.0.1), then the usual two.
-    """
-    bound = host.strip("[]")
-    if bound not in ("", "0.0.0.0", "::"):  # noqa: S104 - compared with, not bound to
-        return [(bound, port)]
-    return list(dict.fromkeys([(peer_host, port), ("127.0.0.1", port), ("::1", port)]))
-
-
-def handler(service: WorkerService, trust: Trust, bound: dict[str, Any]) -> grpc.GenericRpcHandler:
-    """The generic handler serving `SERVICE` with ``service``: every call proves itself with ``trust``'s keys.
-
-    ``bound`` holds the server's ``host`` and ``port`` once it listens (a loopback caller's connection is found
-    by its four-tuple).
-    """
+def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpcHandler:
+    """The generic handler serving `SERVICE` with ``service``: every call proves itself with ``trust``'s keys;
+    the first that does on a connection tells ``door`` (which then keeps no deadline for it)."""
     uid = uuid.UUID(service.uid)
 
     async def admit(method: str, context: grpc.aio.ServicerContext) -> None:
         """The handshake; returns once the caller proved itself, else ends the call (UNAUTHENTICATED)."""
         try:
-            address = peer_address(context.peer())
-            loopback = None if address is None else loopback_host(address[0])
-            if address is not None and loopback is not None:
-                ends = local_ends(bound["host"], bound["port"], loopback)
-                check_tcp_peer((loopback, address[1]), ends, trust.uids, f"the caller at {context.peer()}")
             responder = Responder(trust.keyring, method, uid)
             async with asyncio.timeout(TIMEOUT_S):
                 challenge = await context.read()
@@ -95,8 +62,9 @@ def handler(service: WorkerService, trust: Trust, bound: dict[str, Any]) -> grpc
                 if not isinstance(proof, bytes):
                     raise Refused("it hung up before its proof")
                 responder.check(proof)
+            door.proven(context.peer())
         except (Refused, TimeoutError) as exc:
-            _log.warning("refused a caller at %s: %s", context.peer(), exc)
+            _log.warning("refused a caller at %s: %s", door.describe(context.peer()), exc)
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"this worker runs calls only for callers that prove "
@@ -133,7 +101,9 @@ def handler(service: WorkerService, trust: Trust, bound: dict[str, Any]) -> grpc
             for piece in pieces(frames.SerializeToString()):
                 await context.write(piece)
 
-        reason = await service.serve_stream(read, write, f"dispatcher {context.peer()}", benign=(grpc.RpcError,))
+        reason = await service.serve_stream(
+            read, write, f"dispatcher {door.describe(context.peer())}", benign=(grpc.RpcError,)
+        )
         if undecodable(reason, (grpc.RpcError,)):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable frames: {reason}")
 
@@ -164,25 +134,40 @@ async def start(config: WorkerConfig, service: WorkerService) -> tuple[Callable[
         ConfigError: the address cannot be bound, or the TLS files read.
     """
     trust = worker_trust(config)
+    door = Door(trust.uids)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    bound: dict[str, Any] = {"host": config.host, "port": 0}
-    server.add_generic_rpc_handlers((handler(service, trust, bound),))
-    address = bind_address(config.host, config.port)
+    server.add_generic_rpc_handlers((handler(service, trust, door),))
     try:
         credentials = _credentials(config)
     except OSError as exc:
+        await door.close()
         raise ConfigError(f"--tls-cert/--tls-key/--tls-client-ca: cannot read: {exc}") from None
+    inner = "unix:" + door.inner_path
     try:
         if credentials is None:
-            port = server.add_insecure_port(address)
+            server.add_insecure_port(inner)
         else:
-            port = server.add_secure_port(address, credentials)
+            server.add_secure_port(inner, credentials)
     except RuntimeError as exc:
-        raise ConfigError(f"--host/--port: cannot bind {address}: {exc}") from None
-    bound["port"] = port
+        await door.close()
+        raise ConfigError(f"cannot serve gRPC at {inner}: {exc}") from None
     await server.start()
+    address = bind_address(config.host, config.port)
+    try:
+        port = await door.start(config.host, config.port)
+    except OSError as exc:
+        await server.stop(None)
+        await door.close()
+        raise ConfigError(f"--host/--port: cannot bind {address}: {exc.strerror or exc}") from None
     _log.debug("callers must prove they hold %s", trust.keyring.describe())
-    return server.stop, port
+
+    async def stop(grace: float | None) -> None:
+        try:
+            await server.stop(grace)
+        finally:
+            await door.close()
+
+    return stop, port
 
 
 def _credentials(config: WorkerConfig) -> grpc.ServerCredentials | None:

@@ -48,6 +48,7 @@ COVERED_ELSEWHERE: Mapping[str, str] = {
     # _worker: the worker process, run for real.
     "pool/_worker/_main.py": f"worker_main.py as an operator runs it: {IT}fleet/test_worker_main.py",
     "pool/_worker/_template.py": f"the forking template: {IT}fleet/test_template.py",
+    "pool/_worker/_grpc_server.py": f"a worker on TCP, behind its door: {IT}trust/test_door.py, {IT}trust/test_worker_secret.py",
 }
 """Modules with no unit test module at the mirrored path (tests/unit/<package path>/test_<name>.py), and where
 they are tested instead. Only what needs real processes, sockets or stores, or is a thin wiring of parts
