@@ -12,7 +12,7 @@ and every accepted job still runs.
 
 Needs the web extra: ``pip install 'leakypool[web]'``. Run it::
 
-    python examples/jobs_api.py --store /tmp/jobs.db --workers 2 --port 8000
+    python examples/jobs_api.py --store jobs.db --workers 2 --port 8000
     curl -X POST 'http://127.0.0.1:8000/jobs?file=report.pdf&seconds=2'
     curl 'http://127.0.0.1:8000/jobs/convert:report.pdf'
 """

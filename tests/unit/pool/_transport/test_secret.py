@@ -200,6 +200,57 @@ class TestSecretSource:
             assert source.secrets() == ("old",)
         assert "is empty" in caplog.text
 
+    @pytest.mark.parametrize(
+        ("fault", "message"),
+        [
+            ("file_writable", r"the secret file .* is writable by other users"),
+            ("dir_writable", r"the directory .* is writable by other users"),
+            ("dir_sticky", r"the directory .* is writable by other users \(mode 1777\)"),
+            ("dir_owner", r"the directory .* belongs to uid 65534"),
+            ("file_owner", r"belongs to uid 65534, neither this user"),
+        ],
+    )
+    def test_read_file_should_refuse_a_secret_file_another_user_could_write(self, tmp_path, fault, message):
+        """Test issue 51 finding 7: a --secret-file whose file or directory another user owns or may write is
+        refused (it decides whom the process trusts), not merely warned about."""
+        place = tmp_path / "place"
+        place.mkdir(mode=0o700)
+        path = written(place / "secret", "s\n")
+        if fault == "file_writable":
+            os.chmod(path, 0o622)
+        elif fault == "dir_writable":
+            place.chmod(0o770)
+        elif fault == "dir_sticky":
+            place.chmod(0o1777)
+        elif os.getuid() != 0:
+            pytest.skip("only root can give a file to another user")
+        elif fault == "dir_owner":
+            os.chown(place, 65534, 65534)
+        else:
+            os.chown(path, 65534, 65534)
+        with pytest.raises(ConfigError, match=message):
+            read_file(path)
+
+    def test_secrets_should_keep_the_old_ones_when_another_user_replaced_the_file(self, tmp_path, monkeypatch, caplog):
+        """Test the reload: a replacement that another user could have written is refused too (the finding: it
+        was loaded within a second), and the secrets read before stay in use."""
+        monkeypatch.setattr(_secret, "RELOAD_S", 0.0)
+        path = written(tmp_path / "secret", "mine\n")
+        source = SecretSource(path=path)
+        written(tmp_path / "secret", "theirs\n", mode=0o666)
+        with caplog.at_level(logging.ERROR, logger="leakypool.pool"):
+            assert source.secrets() == ("mine",)
+        assert "writable by other users" in caplog.text
+
+    def test_read_file_should_follow_a_link_and_hold_its_target_to_the_same_rules(self, tmp_path):
+        """Test a secret reached through a link (a Kubernetes Secret volume's ..data): read, and checked."""
+        target = written(tmp_path / "real", "s\n")
+        (tmp_path / "link").symlink_to(target)
+        assert read_file(str(tmp_path / "link")) == "s"
+        os.chmod(target, 0o666)
+        with pytest.raises(ConfigError, match="writable by other users"):
+            read_file(str(tmp_path / "link"))
+
     def test_secrets_should_be_empty_when_nothing_is_given_and_there_is_no_default(self):
         """Test that a source with neither secret nor file holds nothing (and reads nothing)."""
         source = SecretSource()
