@@ -19,6 +19,7 @@ from ._errors import CapacityTimeout as CapacityTimeout
 from ._errors import ConfigError as ConfigError
 from ._errors import Deadlock as Deadlock
 from ._errors import NoWorkersAvailable as NoWorkersAvailable
+from ._errors import PicklingError as PicklingError
 from ._errors import PoolClosed as PoolClosed
 from ._errors import PoolError as PoolError
 from ._errors import PoolWarning as PoolWarning
@@ -79,6 +80,7 @@ __all__ = [
     "LanDiscovery",
     "LocalDiscovery",
     "NoWorkersAvailable",
+    "PicklingError",
     "PoolClosed",
     "PoolError",
     "PoolStats",

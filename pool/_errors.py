@@ -12,6 +12,7 @@
     ├── Deadlock              the call waits on a limit its own caller holds
     ├── WorkflowHalted        an earlier call of its workflow failed (halt_on_error)
     ├── SerializationError    a value could not cross (also a TypeError)
+    │   └── PicklingError     ...it could not be pickled (also a pickle.PicklingError)
     ├── StoreError            the job store failed (disk full, database gone)
     ├── ProvisionError        a provisioner could not start a worker (the pool asks again later)
     └── ConfigError           a bad setting (also a ValueError)
@@ -29,6 +30,7 @@ and names its public module, ``pool``.
 from __future__ import annotations
 
 import functools
+import pickle
 import sys
 import warnings
 from collections.abc import Callable
@@ -49,6 +51,7 @@ __all__ = [
     "ConfigError",
     "Deadlock",
     "NoWorkersAvailable",
+    "PicklingError",
     "PoolClosed",
     "PoolError",
     "PoolWarning",
@@ -228,6 +231,16 @@ class SerializationError(PoolError, TypeError):
     Raised at the call site for an argument (nothing is sent), or at the
     caller for a result or exception the worker could not send back. The
     message names the value and the reason. Retrying cannot succeed.
+    """
+
+
+class PicklingError(SerializationError, pickle.PicklingError):
+    """A value could not be pickled (an argument, at the call site; a result, on the worker).
+
+    Both a `SerializationError` (what leakypool's users catch) and a
+    ``pickle.PicklingError`` (what ``concurrent.futures`` code catches: the
+    standard library's pools raise one). The original error is the cause.
+    Retrying cannot succeed.
     """
 
 

@@ -184,6 +184,12 @@ def text(raw: str) -> str:
     return raw
 
 
+def hex_text(raw: str) -> str:
+    """Bytes written in hexadecimal (empty: none)."""
+    bytes.fromhex(raw)  # (raises ValueError, named by the caller)
+    return raw
+
+
 def secret_text(raw: str) -> str:
     """A secret given on a command line by reference (``@FILE``, ``env:NAME``; see `indirect`), or as itself."""
     return indirect(raw)

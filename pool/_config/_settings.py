@@ -25,6 +25,7 @@ from ._parse import (
     boolean,
     choice,
     dns_sd_type,
+    hex_text,
     import_path,
     integer,
     ipv4_list,
@@ -70,6 +71,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("max_tasks", integer(0), "an integer >= 0", 0, "recycle after this many calls (drawn once in [N, 1.1 N]): stop accepting, finish, exit; 0 = never"),
     Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls accepted to wait behind the running one (0: a busy worker turns them away)"),
     Setting("max_memory", size_or_zero, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", 0, "recycle once a call leaves the worker this much above its resident memory when ready; 0 = never"),
+    Setting("max_threads", integer(0), "an integer >= 0", 0, "native threads (BLAS, OpenMP) the worker's libraries may use; OMP_NUM_THREADS and the like, when set, win; 0 = leave them alone"),
     Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
     Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
     Setting("interfaces", ipv4_list, "comma-separated IPv4 addresses", (), "interfaces for LAN discovery (default: all)", True),
@@ -110,6 +112,7 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
 # fmt: off
 WORKER_ENV_ONLY: Final[tuple[Setting, ...]] = (
     Setting("secret", text, "a token", "", "the secret itself, instead of --secret-file (a variable only: every user can read a command line)"),
+    Setting("mp_authkey", hex_text, "hex bytes", "", "internal: the spawning process's multiprocessing authkey, so its Manager proxies work in workers (a variable only)"),
 )
 # fmt: on
 """Settings read only from ``LEAKYPOOL_*`` variables, never from flags."""
@@ -142,6 +145,7 @@ class WorkerConfig:
     max_tasks: int = 0
     plain_prefetch: int = PLAIN_PREFETCH
     max_memory: int = 0
+    max_threads: int = 0
     discovery: str = "none"
     advertise: str = ""
     interfaces: tuple[str, ...] = ()
@@ -168,6 +172,7 @@ class WorkerConfig:
     backpressure: str = ""
     initializer_file: str = ""
     secret: str = dataclasses.field(default="", repr=False)
+    mp_authkey: str = dataclasses.field(default="", repr=False)
 
     @property
     def tls(self) -> bool:
@@ -313,6 +318,7 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
     Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls a busy worker holds accepted behind the one it runs (0: none; a routine's prefetch=0 opts out)"),
     Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
+    Setting("max_threads_per_worker", integer(0), "an integer >= 0", None, "native threads (BLAS, OpenMP) each spawned worker's libraries may use (default: CPUs // workers, as joblib's loky; 0: no cap); OMP_NUM_THREADS and the like, set in this process's environment, win"),
     Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
     Setting("secret", text, "a token", "", "the secret(s) this pool proves itself with to workers it did not spawn (default: read from secret_file)"),
     Setting("secret_file", path_or_empty, "a readable file", "", "file holding that secret, one per line (default: this user's own)"),
@@ -352,6 +358,7 @@ class PoolConfig:
     max_tasks_per_worker: int | None = None
     plain_prefetch: int = PLAIN_PREFETCH
     max_memory_per_worker: int | None = None
+    max_threads_per_worker: int | None = None
     secret: str = dataclasses.field(default="", repr=False)
     secret_file: str = ""
     insecure: bool = False

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from .._call._task import Task
 from .._config._settings import PLAIN_PREFETCH
-from .._errors import NoWorkersAvailable, PoolClosed, SerializationError
+from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, WorkerBroken
 from .._routine import Routine
 from .._transport import _wire
 from ._calls import Shipped, _apply, _apply_chunk, name_of, runner_for, task_for
@@ -260,6 +260,10 @@ class Feed:
                 raise
             except Exception as exc:  # noqa: BLE001  # a lost worker, a refused call: that future's outcome
                 future.set_exception(exc)
+            except BaseException as exc:  # noqa: BLE001  # (SystemExit, KeyboardInterrupt from user data): the future's, not the feed's end
+                broken = WorkerBroken(f"{task.name}() ended in {type(exc).__name__} on its way back: {exc!r}")
+                broken.__cause__ = exc
+                future.set_exception(broken)
             else:
                 if ok:
                     future.set_result(value)
@@ -267,6 +271,17 @@ class Feed:
                     future.set_exception(value)  # SystemExit, CancelledError ... as the standard library does
             self._room.set()
             return
+
+
+_exiting = False
+"""Whether the interpreter is exiting (`interpreter_exiting`): then no executor takes new work."""
+
+
+def interpreter_exiting() -> None:
+    """The interpreter is exiting (the main thread ended): ``submit`` from now on raises, as the standard
+    library's executors do, ``RuntimeError('cannot schedule new futures after interpreter shutdown')``."""
+    global _exiting
+    _exiting = True
 
 
 class FeedExecutor(cf.Executor):
@@ -347,6 +362,9 @@ class FeedExecutor(cf.Executor):
             future.set_exception(exc)
             return future
         with self._shutdown_lock:
+            if _exiting:
+                self._shut = True  # as the standard library: an executor at interpreter exit is shut down
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if self._shut:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._start()

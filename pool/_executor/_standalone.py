@@ -27,7 +27,7 @@ from .._base._public import public
 from .._errors import PoolClosed
 from .._pool._worker_pool import WorkerPool, attach_feed
 from ._calls import Shipped, _apply, runner_for
-from ._feed import Feed, FeedExecutor
+from ._feed import Feed, FeedExecutor, interpreter_exiting
 
 UNBOUNDED_QUEUE_DEPTH: Final[int] = 2**62
 """The pool's ``queue_depth`` when no ``queue_depth`` is given: calls the executor hands over never find it full."""
@@ -209,6 +209,7 @@ _RUNNING: weakref.WeakSet[_Runtime] = weakref.WeakSet()
 
 
 def _close_all_at_exit() -> None:
+    interpreter_exiting()
     for runtime in list(_RUNNING):
         runtime.stop(True)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -252,7 +253,7 @@ def pool_capacity(
             "and this pool reads none; give discovery=pool.StoreDiscovery(URL)"
         )
     worker_tls = tuple(getattr(provisioner, "worker_tls", None) or ())
-    env = worker_env(backpressure, config, spawn_key)
+    env = worker_env(backpressure, config, spawn_key, workers=minimum)
     ceiling = max(minimum, config.max_workers or 0)
     fleet = LocalFleet(
         env=env,
@@ -292,8 +293,11 @@ def pool_capacity(
     return fleet, growth
 
 
-def worker_env(backpressure: BackpressureLike | None, config: PoolConfig, spawn_key: str = "") -> dict[str, str]:
-    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables (``spawn_key``: the secret they require)."""
+def worker_env(
+    backpressure: BackpressureLike | None, config: PoolConfig, spawn_key: str = "", *, workers: int = 1
+) -> dict[str, str]:
+    """Settings for the workers a pool spawns, as ``LEAKYPOOL_*`` variables (``spawn_key``: the secret they require;
+    ``workers``: how many the pool keeps, which share the CPUs' native threads)."""
     if isinstance(backpressure, TaskCountBackpressure):
         capacity, shipped = backpressure.threshold, ""
     elif backpressure is None:
@@ -311,5 +315,28 @@ def worker_env(backpressure: BackpressureLike | None, config: PoolConfig, spawn_
         hold_slot_while_waiting=config.hold_slot_while_waiting,
         log_level="WARNING",
         secret=spawn_key,  # in the environment only; the worker removes it from there at start
+        mp_authkey=_mp_authkey(),
+        max_threads=native_threads(config.max_threads_per_worker, workers),
     )
     return worker.to_env()
+
+
+def native_threads(per_worker: int | None, workers: int) -> int:
+    """Native threads (BLAS, OpenMP) each spawned worker may use: ``per_worker`` if given, else the CPUs shared
+    among the ``workers`` the pool keeps (at least one each), as joblib's loky gives ``cpu_count() // n_jobs``."""
+    if per_worker is not None:
+        return per_worker
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def _mp_authkey() -> str:
+    """This process's multiprocessing authkey (hex), which its spawned workers take as theirs (issue 53).
+
+    A ``multiprocessing.Manager()`` proxy made here authenticates with it, so the workers this
+    pool spawns (same host, same user) can use the proxies they are sent, as a
+    ``ProcessPoolExecutor``'s children can. It goes in their environment only (never a command
+    line), and the worker removes it from there at start.
+    """
+    import multiprocessing.process  # (about a millisecond, once a pool spawns workers)
+
+    return multiprocessing.process.current_process().authkey.hex()

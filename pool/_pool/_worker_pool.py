@@ -129,6 +129,11 @@ class WorkerPool:
         max_memory_per_worker: A spawned worker recycles the same way once a
             call leaves it this far above its resident memory when it became
             ready: bytes, or a string such as ``"512MiB"``, ``"2GiB"``, ``"500MB"``.
+        max_threads_per_worker: Native threads (BLAS, OpenMP) each spawned
+            worker's libraries may use (``LEAKYPOOL_MAX_THREADS_PER_WORKER``;
+            default: CPUs // ``spawn``, as joblib's loky does; 0: no cap).
+            ``OMP_NUM_THREADS`` and the like, set in this process's
+            environment, win for their library.
         plain_prefetch: Plain calls a busy worker holds accepted behind the one
             it runs, so it starts the next without a round trip (default 2; 0:
             a busy worker turns them away). A routine's ``prefetch=0`` opts out.
@@ -187,6 +192,7 @@ class WorkerPool:
         initargs: Iterable[Any] = (),
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | str | None = None,
+        max_threads_per_worker: int | None = None,
         plain_prefetch: int | None = None,
         secret: str | None = None,
         secret_file: str | None = None,

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import cloudpickle
 
-from .._errors import RemoteTraceback, SerializationError
+from .._errors import PicklingError, RemoteTraceback, SerializationError, WorkerBroken
 from . import _buffers, _malloc, _side
 
 DIGEST_BYTES: Final[int] = 16
@@ -45,8 +45,9 @@ def dumps(value: Any, *, what: str, oob: bool = False) -> bytes:
     goes through `Session.carry`. Without, everything is in the pickle.
 
     Raises:
-        SerializationError: ``value`` cannot be pickled; the message says
-            what ``value`` was (``what``) and why.
+        PicklingError: ``value`` cannot be pickled (a `SerializationError` and a
+            ``pickle.PicklingError``); the message says what ``value`` was
+            (``what``) and why.
     """
     if value is None:
         return _EMPTY
@@ -54,7 +55,7 @@ def dumps(value: Any, *, what: str, oob: bool = False) -> bytes:
     try:
         data = _plain(value, search=type(value) not in _ATOMIC, buffers=buffers) or _cloud(value, buffers)
     except Exception as exc:
-        raise SerializationError(f"{what} cannot be pickled: {_describe(exc)}") from exc
+        raise PicklingError(f"{what} cannot be pickled: {_describe(exc)}") from exc
     if buffers:
         return _buffers.pack(data, buffers)
     if len(data) >= _malloc.LARGE_BYTES:
@@ -149,6 +150,11 @@ def loads(data: bytes, *, what: str) -> Any:
     Raises:
         SerializationError: ``data`` cannot be unpickled here (often: a
             module the sender could import and this process cannot).
+        WorkerBroken: unpickling it raised a ``BaseException`` that is not an
+            ``Exception`` (``SystemExit``, ``KeyboardInterrupt``): as the standard
+            library's pools do, the call ends in a ``BrokenProcessPool`` (the
+            original as its cause), never in the bare exception, which would end
+            the program that waits for it (issue 53).
     """
     if not data:
         return None
@@ -170,6 +176,10 @@ def loads(data: bytes, *, what: str) -> Any:
                 raise first from None
     except Exception as exc:
         raise SerializationError(f"{what} cannot be unpickled: {_describe(exc)}") from exc
+    except BaseException as exc:
+        # A CancelledError included: a synchronous unpickler is never interrupted by a task's cancellation (that
+        # arrives at an await), so one raised here came from the data, and must not pass for a cancelled task.
+        raise WorkerBroken(f"{what} raised {type(exc).__name__} as it was unpickled: {exc!r}") from exc
 
 
 _ALIASES: Final[dict[tuple[str, str], tuple[str, str]]] = {
@@ -321,7 +331,7 @@ def pack_exception(exc: BaseException, name: str) -> tuple[bytes, str]:
         value = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(value)  # noqa: S301 - our own bytes, just made: an exception whose __init__ cannot take its args fails here
     except Exception as err:  # noqa: BLE001 - an unpicklable user exception crosses as a SerializationError stand-in
-        stand_in = SerializationError(
+        stand_in = PicklingError(
             f"{name}() raised {type(exc).__qualname__}: {_safe_str(exc)}; "
             f"it cannot be sent back to the caller: {_describe(err)}"
         )
@@ -333,7 +343,7 @@ def unpack_exception(value: bytes, tb: str, name: str) -> BaseException:
     """The exception a RAISE outcome carries, with the remote traceback as cause."""
     try:
         exc = loads(value, what=f"the exception raised by {name}()")
-    except SerializationError as err:
+    except (SerializationError, WorkerBroken) as err:
         exc = err
     if not isinstance(exc, BaseException):
         exc = SerializationError(f"{name}() raised a non-exception: {exc!r}")

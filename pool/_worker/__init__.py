@@ -20,6 +20,7 @@
     _peers       the dispatchers a worker serves: one Peer per stream
     _state       what a worker says about itself (the State RPC); _signals the resource signals hooks read
     _recycle     the initializer, task and memory limits, retiring on purpose
+    _native_threads  BLAS and OpenMP thread pools capped at what the pool gives each worker (as loky does)
     _release     memory a large call left behind, given back once the worker is idle
     _template    the worker template: imports once, forks workers on request
     _registry    --registry: the worker's row in a store registry; _metrics --metrics-port; _trace its spans

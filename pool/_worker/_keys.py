@@ -61,5 +61,16 @@ def worker_seal(config: WorkerConfig) -> Seal:
 
 
 def forget_secret() -> None:
-    """Remove ``LEAKYPOOL_SECRET`` from this process's environment (routines, and their children, see it no more)."""
+    """Remove ``LEAKYPOOL_SECRET`` (and the pool's multiprocessing authkey) from this process's environment:
+    routines, and their children, see them no more."""
     os.environ.pop("LEAKYPOOL_SECRET", None)
+    os.environ.pop("LEAKYPOOL_MP_AUTHKEY", None)
+
+
+def adopt_authkey(config: WorkerConfig) -> None:
+    """Take the spawning pool's multiprocessing authkey (``LEAKYPOOL_MP_AUTHKEY``), so the ``Manager()``
+    proxies its caller sends work here (issue 53); a worker started by hand keeps its own."""
+    if config.mp_authkey:
+        import multiprocessing.process
+
+        multiprocessing.process.current_process().authkey = bytes.fromhex(config.mp_authkey)

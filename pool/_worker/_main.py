@@ -29,7 +29,8 @@ from .._observe._http import ObservationServer
 from .._transport import _malloc
 from .._transport._rpc import WorkerMetadata, bind_address
 from .._version import __version__
-from ._keys import forget_secret, worker_trust
+from ._keys import adopt_authkey, forget_secret, worker_trust
+from ._native_threads import cap_native_threads
 from ._preflight import check_registry, check_security, count_cap, load_backpressure, runs_inline
 from ._recycle import InitializerFailed, load_initializer, report_ready, set_up
 from ._service import WorkerService
@@ -52,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = WorkerConfig.from_argv(sys.argv[1:] if argv is None else argv)
         forget_secret()  # read into the config: gone from the environment before any routine (or initializer) runs
+        adopt_authkey(config)
+        cap_native_threads(config.max_threads)  # before the initializer, which may load a BLAS
         setup = load_initializer(config)
         hook = load_backpressure(config)
         check_security(config)

@@ -93,3 +93,93 @@ def test_recycling_should_log_no_startup_warning_at_shutdown(capfd):
     with pool.Executor(2, max_tasks_per_child=2) as ex:
         assert len([f.result(timeout=60) for f in [ex.submit(calls.pid) for _ in range(20)]]) == 20
     assert "stopped waiting for this worker to start" not in capfd.readouterr().err
+
+
+# -- issue 53: what CPython's own tests found (Lib/test/test_concurrent_futures/test_deadlock.py and others) ------
+
+
+def test_exit_as_a_worker_unpickles_the_arguments_should_be_a_broken_pool_not_system_exit():
+    """Test 53.2 (test_exit_at_task_unpickle): the caller gets BrokenProcessPool, never SystemExit; it goes on."""
+    with pool.Executor(1) as ex:
+        failed = ex.submit(calls.identity, calls.ExitAtUnpickle())
+        with pytest.raises(BrokenProcessPool, match="raised SystemExit as it was unpickled"):
+            failed.result(timeout=60)
+        assert ex.submit(calls.square, 3).result(timeout=60) == 9
+
+
+def test_exit_as_the_pool_unpickles_a_result_should_end_that_future_not_hang():
+    """Test 53.1 (test_exit_during_result_unpickle_in_result_handler): the future ends (it hung for ever), in
+    BrokenProcessPool with the SystemExit as its cause; the executor goes on."""
+    with pool.Executor(1) as ex:
+        failed = ex.submit(calls.make, "result_exit")
+        with pytest.raises(BrokenProcessPool, match="raised SystemExit as it was unpickled") as info:
+            failed.result(timeout=60)
+        assert isinstance(info.value.__cause__, SystemExit)
+        assert ex.submit(calls.square, 4).result(timeout=60) == 16
+
+
+def test_pickling_errors_should_be_pickling_errors_as_well():
+    """Test 53.3 (test_error_at_task_pickle, test_error_during_result_pickle_on_worker): except pickle.PicklingError
+    catches them, and except pool.SerializationError still does; SystemExit while a worker pickles a result stays
+    that future's own outcome (test_exit_during_result_pickle_on_worker)."""
+    import pickle
+
+    with pool.Executor(1) as ex:
+        at_submit = ex.submit(calls.identity, calls.RaiseAtPickle())
+        on_worker = ex.submit(calls.make, "pickle_error")
+        exit_on_worker = ex.submit(calls.make, "pickle_exit")
+        for future in (at_submit, on_worker):
+            error = future.exception(timeout=60)
+            assert isinstance(error, pickle.PicklingError) and isinstance(error, pool.SerializationError), error
+        assert isinstance(exit_on_worker.exception(timeout=60), SystemExit)
+
+
+def test_a_manager_proxy_made_by_the_caller_should_work_on_a_worker():
+    """Test 53.4 (test_ressources_gced_in_workers): local workers share the caller's multiprocessing authkey, so a
+    Manager's Event can be set there (before: AuthenticationError, digest sent was rejected)."""
+    import multiprocessing
+
+    with multiprocessing.Manager() as manager, pool.Executor(1) as ex:
+        event = manager.Event()
+        assert ex.submit(calls.set_event, event).result(timeout=60) is True
+        assert event.is_set()
+        assert ex.submit(os.environ.get, "LEAKYPOOL_MP_AUTHKEY").result(timeout=60) is None  # not left in the env
+
+
+SUBMIT_AT_EXIT = """
+import atexit, sys
+import pool
+executor = pool.Executor(1)
+def late():
+    try:
+        executor.submit(print, "ran")
+    except RuntimeError as exc:
+        print(type(exc).__name__, exc, executor._shut)
+atexit.register(late)
+executor.submit(print, "first").result(timeout=60)
+"""
+
+
+def test_submit_after_interpreter_shutdown_should_raise_the_standard_librarys_error():
+    """Test 53.5 (test_submit_after_interpreter_shutdown): a plain RuntimeError with its message; shut down."""
+    run = subprocess.run(
+        [sys.executable, "-c", SUBMIT_AT_EXIT], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "RuntimeError cannot schedule new futures after interpreter shutdown True" in run.stdout, run.stdout
+
+
+def test_workers_should_cap_native_threads_as_loky_does_and_let_the_users_variable_win(monkeypatch):
+    """Test 53.8: each of N workers gets CPUs // N BLAS threads (at least one); 0 caps nothing; a variable set in
+    the caller's environment wins for its library."""
+    pytest.importorskip("numpy")
+    cpus = os.cpu_count() or 1
+    with pool.Executor(2) as ex:
+        openblas, omp, blas = ex.submit(calls.blas_threads).result(timeout=60)
+    assert openblas == omp == str(max(1, cpus // 2)) and set(blas) <= {max(1, cpus // 2)}
+    with pool.Executor(2, max_threads_per_worker=0) as ex:
+        assert ex.submit(calls.blas_threads).result(timeout=60)[:2] == (None, None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with pool.Executor(2) as ex:
+        openblas, omp, _ = ex.submit(calls.blas_threads).result(timeout=60)
+    assert (openblas, omp) == (str(max(1, cpus // 2)), "3")

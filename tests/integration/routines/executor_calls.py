@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 
 import pool
 
@@ -157,3 +158,66 @@ def unpicklable_result() -> object:
     import threading
 
     return threading.Lock()
+
+
+# -- CPython's failure matrix (Lib/test/test_concurrent_futures/test_deadlock.py), as issue 53 runs it ----------
+
+
+def _exit_now():
+    sys.exit()
+
+
+def _raise_error(kind):
+    raise {"error": RuntimeError, "exit": SystemExit, "interrupt": KeyboardInterrupt}[kind]("raised on purpose")
+
+
+class ExitAtUnpickle:
+    """Raises SystemExit as it is unpickled (on the worker, as an argument)."""
+
+    def __reduce__(self):
+        return _exit_now, ()
+
+
+class RaiseAtPickle:
+    """Raises as it is pickled: ``kind`` says what (on the caller, as an argument; on the worker, as a result)."""
+
+    def __init__(self, kind="error"):
+        self.kind = kind
+
+    def __reduce__(self):
+        _raise_error(self.kind)
+
+
+class ExitAtResultUnpickle:
+    """A result that raises SystemExit as the pool unpickles it (in the pool's loop thread)."""
+
+    def __reduce__(self):
+        return _exit_now, ()
+
+
+def identity(x):
+    return x
+
+
+def make(kind):
+    """A result of ``kind``: pickling or unpickling it raises."""
+    if kind == "pickle_error":
+        return RaiseAtPickle("error")
+    if kind == "pickle_exit":
+        return RaiseAtPickle("exit")
+    return ExitAtResultUnpickle()
+
+
+def set_event(event):
+    """Set a Manager Event (a proxy the caller made) on the worker; return whether it is set there."""
+    event.set()
+    return event.is_set()
+
+
+def blas_threads():
+    """(OPENBLAS_NUM_THREADS and OMP_NUM_THREADS here, the threads numpy's BLAS runs) in the worker."""
+    import numpy  # noqa: F401 - loads the BLAS, which reads the variables
+    from threadpoolctl import threadpool_info
+
+    blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    return os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"), blas

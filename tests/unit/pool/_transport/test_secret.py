@@ -217,7 +217,7 @@ class TestSecretSource:
         place.mkdir(mode=0o700)
         path = written(place / "secret", "s\n")
         if fault == "file_writable":
-            os.chmod(path, 0o622)
+            os.chmod(path, 0o622)  # noqa: S103 - the fault under test
         elif fault == "dir_writable":
             place.chmod(0o770)
         elif fault == "dir_sticky":
@@ -247,7 +247,7 @@ class TestSecretSource:
         target = written(tmp_path / "real", "s\n")
         (tmp_path / "link").symlink_to(target)
         assert read_file(str(tmp_path / "link")) == "s"
-        os.chmod(target, 0o666)
+        os.chmod(target, 0o666)  # noqa: S103 - the fault under test
         with pytest.raises(ConfigError, match="writable by other users"):
             read_file(str(tmp_path / "link"))
 
