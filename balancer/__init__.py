@@ -15,12 +15,14 @@ from ._priority import PriorityLoadBalancer as PriorityLoadBalancer
 from ._protocol import LoadBalancerContextView as LoadBalancerContextView
 from ._protocol import LoadBalancerLike as LoadBalancerLike
 from ._protocol import NoWorkersAvailable as NoWorkersAvailable
+from ._protocol import OrderedBalancer as OrderedBalancer
 from ._round_robin import RoundRobinLoadBalancer as RoundRobinLoadBalancer
 
 __all__ = [
     "LoadBalancerContextView",
     "LoadBalancerLike",
     "NoWorkersAvailable",
+    "OrderedBalancer",
     "PriorityLoadBalancer",
     "RoundRobinLoadBalancer",
 ]

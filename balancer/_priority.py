@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from ._protocol import LoadBalancerContextView, iter_ascending, known_full
@@ -63,12 +64,25 @@ class PriorityLoadBalancer:
             if accepted is not None:
                 return
 
-    def first(self, task: Any, *, context: LoadBalancerContextView) -> uuid.UUID | None:
-        """The worker `delegate` would offer first (None: none), without a generator: for a pool that places
-        without a round trip (it reports nothing back; the next dispatch starts afresh, as `delegate` would)."""
-        workers = context.workers
-        full = known_full(context)
-        return next((uid for uid in iter_ascending(context) if uid in workers and uid not in full), None)
+    def order(self, task: Any, *, context: LoadBalancerContextView) -> Iterator[uuid.UUID]:
+        """The workers `delegate` would offer, in the same order, without a generator to drive (`OrderedBalancer`).
+
+        A lazy iterator of C code (itertools over the pool's ascending snapshot):
+        a dispatch that the first worker takes costs no per-worker work.
+
+        Args:
+            task: The task being routed; ignored.
+            context: Read-only view of the pool.
+
+        Returns:
+            Worker uids, lowest first, skipping the known full.
+        """
+        ordered = getattr(context, "ascending_uids", None)
+        if ordered is None:
+            workers = context.workers
+            ordered = (uid for uid in iter_ascending(context) if uid in workers)
+        full = getattr(context, "known_full", None)
+        return itertools.filterfalse(full.__contains__, ordered) if full else iter(ordered)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 import uuid
-from collections.abc import AsyncGenerator, Container, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -70,6 +70,29 @@ class LoadBalancerLike(Protocol):
 
     def delegate(self, task: Any, *, context: LoadBalancerContextView) -> AsyncGenerator[uuid.UUID, uuid.UUID | None]:
         """Yield candidate uids for ``task`` from ``context.workers``."""
+        ...
+
+
+@runtime_checkable
+class OrderedBalancer(Protocol):
+    """A balancer that can also say its order without a generator to drive: what a pool MAY use instead of
+    `LoadBalancerLike.delegate`.
+
+    ``order(task, context=...)`` MUST yield the candidates ``delegate`` would
+    yield for the same task and context, in the same order, each once,
+    skipping the workers the context knows are full, and MUST have the same
+    effect on the balancer's own state (a round-robin cursor moves on once
+    per dispatch). It is iterated lazily: the pool offers the task to each
+    candidate in turn (skipping one that left the pool meanwhile) and stops
+    at the first that accepts; it reports nothing back. A pool that finds
+    this method calls it instead of ``delegate``, which spares an async
+    generator and its drive per dispatch; ``delegate`` stays the contract
+    every pool (wool's) drives, and the one a balancer without ``order`` is
+    driven by. Both built-in balancers offer it.
+    """
+
+    def order(self, task: Any, *, context: LoadBalancerContextView) -> Iterable[uuid.UUID]:
+        """The candidate uids for ``task``, in preference order (see the class)."""
         ...
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from ._protocol import LoadBalancerContextView, known_full, snapshot_ascending
@@ -60,20 +61,33 @@ class RoundRobinLoadBalancer:
             if accepted is not None:
                 return
 
-    def first(self, task: Any, *, context: LoadBalancerContextView) -> uuid.UUID | None:
-        """The worker `delegate` would offer first (None: none), without a generator; moves the cursor on as it does
-        (for a pool that places without a round trip: it reports nothing back)."""
-        workers = context.workers
-        full = known_full(context)
-        order = snapshot_ascending(context)
-        if not order:
-            return None
-        start = self._advance(context, len(order))
-        for offset in range(len(order)):
-            uid = order[(start + offset) % len(order)]
-            if uid in workers and uid not in full:
-                return uid
-        return None
+    def order(self, task: Any, *, context: LoadBalancerContextView) -> Iterator[uuid.UUID]:
+        """The workers `delegate` would offer, in the same order, without a generator to drive (`OrderedBalancer`);
+        the cursor moves on as it does, once per dispatch.
+
+        A lazy iterator of C code (itertools over the pool's ascending snapshot).
+
+        Args:
+            task: The task being routed; ignored.
+            context: Read-only view of the pool.
+
+        Returns:
+            Worker uids, one turn from this context's cursor, skipping the known full.
+        """
+        order = getattr(context, "ascending_uids", None)
+        if order is None:
+            order = snapshot_ascending(context)
+        size = len(order)
+        if not size:
+            return iter(())
+        cursor = self._cursors.get(context)
+        if cursor is None:
+            cursor = self._cursors[context] = [0]
+        start = cursor[0] % size
+        cursor[0] = start + 1
+        turn = itertools.chain(itertools.islice(order, start, None), itertools.islice(order, start))
+        full = getattr(context, "known_full", None)
+        return itertools.filterfalse(full.__contains__, turn) if full else turn
 
     def _advance(self, context: Any, size: int) -> int:
         """This context's cursor (mod ``size``), moved one on."""

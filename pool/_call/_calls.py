@@ -38,21 +38,29 @@ from ._dispatcher import Dispatches
 from ._task import Task
 
 
-async def open_call(session: Session, task: Task) -> OutgoingCall:
-    """Open a call for ``task`` on ``session`` and wait for the callee's verdict.
+def start_call(session: Session, task: Task) -> OutgoingCall:
+    """Open a call for ``task`` on ``session`` now, without waiting for the callee's answer (`judge_first` reads it).
 
-    A worker answers in milliseconds even while its routines hog the CPU;
-    one that says nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a
-    stopped process) is treated as busy, so the balancer moves on. A
-    stream that fails with a transient code before the call's frame left
-    is an unreachable worker (`WorkerRejected`). Once it left, on any
-    transport, the worker may have started it before its Accept could
-    leave (a worker starts a routine at once, and over a unix socket holds
-    a quick call's Accept for its outcome): a stream that then fails with
-    a transient code (the worker is gone) makes the call accepted and then
-    lost (`WorkerBroken` for its caller), never run twice. A hard code is
-    the peer refusing the stream itself (not a leakypool worker, not our
-    protocol): `WorkerBroken` here, and the pool evicts it and moves on.
+    A call that is not plain is watched (`AnswerWatch`): a callee that says
+    nothing for `ACCEPT_TIMEOUT_S` (a host gone dark, a stopped process) is
+    treated as busy, so the pool moves on. An unanswered plain call waits: a
+    worker that may yet start it must not see it again elsewhere.
+
+    Raises:
+        BaseException: the error that already ended the stream.
+    """
+    call, message = session.open(task.name, plain=task.plain)
+    task.fill(message, session)
+    if not task.plain:
+        watch = session.watch
+        if watch is None:
+            watch = session.watch = AnswerWatch(session)
+        watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+    return call
+
+
+async def open_call(session: Session, task: Task) -> OutgoingCall:
+    """Open a call for ``task`` on ``session`` and wait for the callee's verdict (`start_call`, then `judge_first`).
 
     Raises:
         WorkerRejected: the callee declined it (busy or draining), or did not
@@ -60,32 +68,40 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
         WorkerBroken: the callee refused it for good (a protocol error).
         BaseException: what ended the stream, if it ended first.
     """
-    call, message = session.open(task.name, plain=task.plain)
-    task.fill(message, session)
-    if not task.plain:  # an unanswered plain call waits: a worker that may yet start it must not see it again elsewhere
-        watch = session.watch
-        if watch is None:
-            watch = session.watch = AnswerWatch(session)
-        watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
-    try:
-        frame = await call.receive()
-    except BaseException as exc:
-        if exc is session.failure and isinstance(exc, WorkerBroken) and exc.code in TRANSIENT_CODES:
-            if call.sent:
-                # The worker may have started it (it starts routines at once, before their
-                # Accept leaves): accepted, then lost, as if the Accept had come. Its caller
-                # gets WorkerBroken; no other worker gets it.
-                call.put_back(exc)
-                return call
-            call.cancel()
-            raise WorkerRejected(str(exc), exc.code) from exc  # it never left: the worker is unreachable, for now
-        call.cancel()
-        raise
-    if frame.HasField("reject"):
-        raise rejection(frame.reject, session.label, task.name)
-    if not frame.HasField("accept"):
-        call.put_back(frame)  # its outcome overtook its Accept (a worker's plain thread writes its own)
+    call = start_call(session, task)
+    judge_first(call, await call.next_item(), task.name)
     return call
+
+
+def judge_first(call: OutgoingCall, item: pb.Frame | BaseException, name: str) -> None:
+    """What the first answer to a call just sent means: return if the worker took it, raise if it did not.
+
+    An outcome that overtook its Accept is put back for the caller to read,
+    and so is the end of a stream the call had already left on with a
+    transient code: the worker may have started it (it starts routines at
+    once, before their Accept leaves), so the call counts as accepted and
+    then lost (`WorkerBroken` for its caller), never run twice. The same end
+    before the call left is an unreachable worker (`WorkerRejected`).
+
+    Raises:
+        WorkerRejected: it declined (busy, draining), or was unreachable.
+        WorkerBroken: it refused for good (a protocol error), or a stream failure.
+        BaseException: what ended the stream otherwise.
+    """
+    if isinstance(item, BaseException):
+        session = call.session
+        if isinstance(item, WorkerBroken) and item.code in TRANSIENT_CODES and item is session.failure:
+            if call.sent:
+                call.put_back(item)
+                return
+            call.cancel()
+            raise WorkerRejected(str(item), item.code) from item
+        call.cancel()
+        raise item
+    if item.HasField("reject"):
+        raise rejection(item.reject, call.session.label, name)
+    if not item.HasField("accept"):
+        call.put_back(item)  # its outcome overtook its Accept (a worker's plain thread writes its own)
 
 
 class AnswerWatch:

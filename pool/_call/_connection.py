@@ -9,7 +9,7 @@ first use and re-opened on the next call after it fails. The first failure
 of a stream fails every call in flight on it with `WorkerBroken`. A call
 whose Call frame had not left yet when its stream failed with a transient
 code (the worker is unreachable, for now) gets `WorkerRejected` instead
-(see `open_call`): the pool keeps the worker and moves on; any other
+(see `judge_first`): the pool keeps the worker and moves on; any other
 failure is `WorkerBroken`, and the pool evicts the worker.
 """
 
@@ -30,7 +30,7 @@ from .._transport._session import CallHost, Session
 from .._transport._tls import TlsCredentials
 from .._transport._trust import Trust
 from .._transport._unix_channel import UnixChannel
-from ._calls import open_call
+from ._calls import start_call
 from ._task import Task
 
 if TYPE_CHECKING:
@@ -97,25 +97,16 @@ class WorkerConnection:
         """Whether its last stream failed (the worker may be unreachable)."""
         return self._session is not None and self._session.failure is not None
 
-    async def dispatch(self, task: Task) -> OutgoingCall:
-        """Send ``task`` to the worker; return once it accepted.
+    def open(self, task: Task) -> OutgoingCall:
+        """Send ``task`` to the worker now; its first answer (`judge_first`) says whether the worker took it.
 
         Raises:
-            WorkerRejected: it declined (busy, draining, or unreachable for
-                now): keep the worker, try another.
-            WorkerBroken: it failed for good (a hard gRPC status): evict it.
+            BaseException: what ended a stream that cannot be opened again.
         """
-        return await open_call(self._live_session(), task)
-
-    def send(self, task: Task) -> OutgoingCall:
-        """Send ``task`` without waiting for the worker's answer (the pool already counts a place for it there).
-
-        Its answer reaches ``OutgoingCall.first`` (set it before yielding to the loop).
-        """
-        session = self._live_session()
-        call, message = session.open(task.name, plain=task.plain)
-        task.fill(message, session)
-        return call
+        session = self._session
+        if session is None or session.failure is not None:
+            session = self._live_session()
+        return start_call(session, task)
 
     def retire(self, on_idle: Callable[[WorkerConnection], None]) -> None:
         """Take no more calls; once the calls in flight have ended, hand itself to ``on_idle`` to close.

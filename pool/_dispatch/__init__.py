@@ -1,11 +1,9 @@
 """Decisions of the dispatching process: which call goes where, when, and whether at all.
 
-    _path        one pool's call path: ceiling, limits, queue, placement; the tickets in flight
-    _admission   the admission ceiling and the FIFO queue for a worker (and its pump)
+    _path        one pool's call path, one owner for every decision: ceiling, limits, the balancer's order,
+                 who has room, the line for a worker; a coroutine routine's call end to end
     _limits      queues, concurrency keys, workflows: FIFO gates, slot lending, Deadlock
     _rates       RateLimit on a Queue, and the in-process book calls wait in for their rate
-    _placement   the balancer loop: offer, rotate on WorkerRejected, evict on WorkerBroken
-    _sends       plain calls sent without awaiting their answer; a refused one back in its place
     _membership  who joins and leaves (keeps the Roster; returns what to close)
     _route       how a worker is dialled: the pool decides (TLS off loopback), not its record
     _roster      the read-only view balancers see

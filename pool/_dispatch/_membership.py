@@ -61,6 +61,7 @@ class Membership:
         broken_local: Called with the uid of a spawned worker that failed
             hard, so its process is replaced rather than left running unused.
         spawn: Runs a coroutine the membership needs (proving a moved worker) in a task the pool owns.
+        joined: Called with the uid of a worker just admitted (after ``changed``).
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Membership:
         is_local: Callable[[uuid.UUID], bool],
         broken_local: Callable[[uuid.UUID], None],
         spawn: Callable[[Coroutine[Any, Any, None], str], object] | None = None,
+        joined: Callable[[uuid.UUID], object] | None = None,
     ) -> None:
         self.roster = Roster()
         self._host = host
@@ -91,10 +93,10 @@ class Membership:
         self._is_local = is_local
         self._broken_local = broken_local
         self._waiters: list[asyncio.Future[None]] = []
-        self._unreachable: dict[uuid.UUID, float] = {}
+        self.unreachable_since: dict[uuid.UUID, float] = {}
         self._set_aside: dict[uuid.UUID, asyncio.TimerHandle] = {}
         self._retiring: set[WorkerConnection] = set()
-        self.joined: Callable[[uuid.UUID], object] | None = None  # a worker was admitted (after `changed`)
+        self._joined = joined
 
     def admit(self, metadata: WorkerMetadata) -> None:
         """Add a worker (a new connection to it), unless the pool will not dial it as its record asks (logged)."""
@@ -104,8 +106,8 @@ class Membership:
             if metadata.local:
                 connection.connect()  # the pool's own: it will be used; prove both ends while others start
             self._notify()
-            if self.joined is not None:
-                self.joined(metadata.uid)
+            if self._joined is not None:
+                self._joined(metadata.uid)
 
     def _connect(self, metadata: WorkerMetadata) -> WorkerConnection | None:
         way = route(metadata, self._credentials, insecure=self._insecure)
@@ -155,7 +157,7 @@ class Membership:
         if aside is not None:
             aside.cancel()
         if event.kind == "dropped":
-            self._unreachable.pop(worker.uid, None)
+            self.unreachable_since.pop(worker.uid, None)
             self._close(self.evict(worker.uid, "withdrawn from discovery"))
             return
         if not self._tags <= worker.tags:
@@ -215,7 +217,7 @@ class Membership:
 
     def reachable(self, uid: uuid.UUID) -> None:
         """A call reached worker ``uid``."""
-        self._unreachable.pop(uid, None)
+        self.unreachable_since.pop(uid, None)
 
     def unreachable(self, worker: WorkerMetadata, exc: BaseException) -> None:
         """A discovered worker that stays unreachable is set aside for a while.
@@ -227,13 +229,13 @@ class Membership:
         fleet sees their process exit.
         """
         if worker.local or worker.uid not in self.roster:
-            self._unreachable.pop(worker.uid, None)  # (gone already, withdrawn say: nothing to bring back later)
+            self.unreachable_since.pop(worker.uid, None)  # (gone already, withdrawn say: nothing to bring back later)
             return
         now = time.monotonic()
-        since = self._unreachable.setdefault(worker.uid, now)
+        since = self.unreachable_since.setdefault(worker.uid, now)
         if now - since < UNREACHABLE_EVICT_S:
             return
-        del self._unreachable[worker.uid]
+        del self.unreachable_since[worker.uid]
         self._close(self.evict(worker.uid, f"unreachable for {now - since:.0f}s ({exc}); retrying in {SET_ASIDE_S:g}s"))
         loop = asyncio.get_running_loop()
         self._set_aside[worker.uid] = loop.call_later(SET_ASIDE_S, self._bring_back, worker)

@@ -23,21 +23,28 @@ has room).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 
 class RoomBook:
-    """The workers that turned this pool away and have not announced room since."""
+    """The workers that turned this pool away and have not announced room since.
 
-    __slots__ = ("_epochs", "known_full")
+    Args:
+        changed: Told the new ``known_full`` whenever it changes (the roster shows it to balancers).
+    """
 
-    def __init__(self) -> None:
-        self._epochs: dict[uuid.UUID, int] = {}
+    __slots__ = ("_changed", "epochs", "known_full")
+
+    def __init__(self, changed: Callable[[frozenset[uuid.UUID]], None] = lambda full: None) -> None:
+        self.epochs: dict[uuid.UUID, int] = {}
+        """uid -> how many times it announced room (read, never written, outside: `offer` without a call)."""
         self.known_full: frozenset[uuid.UUID] = frozenset()
         """Immutable, replaced on every change (a balancer may keep it for one dispatch)."""
+        self._changed = changed
 
     def offer(self, uid: uuid.UUID) -> int:
         """The epoch to hand back to `rejected` if the call offered to ``uid`` now is turned away."""
-        return self._epochs.get(uid, 0)
+        return self.epochs.get(uid, 0)
 
     def rejected(self, uid: uuid.UUID, epoch: int) -> bool:
         """``uid`` turned away a call offered at ``epoch``; True if it is now known full.
@@ -45,21 +52,25 @@ class RoomBook:
         Not if it announced room since that offer: its Room came after its
         refusal, and nothing else would tell us again.
         """
-        if self._epochs.get(uid, 0) == epoch and uid not in self.known_full:
-            self.known_full = self.known_full | {uid}
+        if self.epochs.get(uid, 0) == epoch and uid not in self.known_full:
+            self._set(self.known_full | {uid})
         return uid in self.known_full
 
     def announced(self, uid: uuid.UUID) -> None:
         """``uid`` said it has room (a Room frame, or a State answer with room)."""
-        self._epochs[uid] = self._epochs.get(uid, 0) + 1
+        self.epochs[uid] = self.epochs.get(uid, 0) + 1
         if uid in self.known_full:
-            self.known_full = self.known_full - {uid}
+            self._set(self.known_full - {uid})
 
     def forget(self, uid: uuid.UUID) -> None:
         """``uid`` left the pool."""
-        self._epochs.pop(uid, None)
+        self.epochs.pop(uid, None)
         if uid in self.known_full:
-            self.known_full = self.known_full - {uid}
+            self._set(self.known_full - {uid})
+
+    def _set(self, full: frozenset[uuid.UUID]) -> None:
+        self.known_full = full
+        self._changed(full)
 
     def __len__(self) -> int:
         return len(self.known_full)

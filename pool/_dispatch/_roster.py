@@ -32,12 +32,12 @@ class Roster:
         self._workers: dict[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]] = {}
         self._view = types.MappingProxyType(self._workers)
         self.ascending_uids: tuple[uuid.UUID, ...] = ()
-        self.room = RoomBook()
+        self.known_full: AbstractSet[uuid.UUID] = frozenset()
+        """The workers known to have no room for this pool now (an immutable snapshot, the `RoomBook`'s)."""
+        self.room = RoomBook(self._full)
 
-    @property
-    def known_full(self) -> AbstractSet[uuid.UUID]:
-        """The workers known to have no room for this pool now (an immutable snapshot)."""
-        return self.room.known_full
+    def _full(self, full: frozenset[uuid.UUID]) -> None:
+        self.known_full = full
 
     @property
     def workers(self) -> Mapping[uuid.UUID, tuple[WorkerMetadata, WorkerConnection]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .._call._calls import call_outcome
 from .._errors import PoolClosed
 from .._executor._feed import Feed, PoolExecutor
 
@@ -41,7 +40,7 @@ class PoolExecutors:
         if path.state != "open":
             raise PoolClosed(f"executor() needs an open pool; this one is {path.state}")
         feed.attach(
-            functools.partial(call_outcome, path),
+            functools.partial(path.call, as_data=True),
             self._layers.tasks.spawn,
             is_open=lambda: path.state == "open",
             workers=self._layers.roster.__len__,

@@ -2,7 +2,7 @@
 
     LocalFleet (_fleet) ──on READY──> Membership (_dispatch) ──> Roster: what balancers see
     discovery (_discovery) ──events──┘
-    routine call ──> CallPath (_dispatch): admission, limits, queue, placement ──> a worker's stream (_transport)
+    routine call ──> CallPath (_dispatch): admission, limits, the line, placement ──> a worker's stream (_transport)
     Scheduler (_jobs): the store's jobs, placed through the same CallPath
 
 The pool's own module keeps to its public methods and its lifecycle; the
@@ -25,10 +25,8 @@ from .._call._connection import WorkerConnection
 from .._call._task import Task
 from .._config._places import default_secret_file
 from .._config._settings import PoolConfig
-from .._dispatch._admission import Admission
 from .._dispatch._membership import Membership
 from .._dispatch._path import CallPath
-from .._dispatch._placement import Placement
 from .._dispatch._relay import NestedHost
 from .._fleet._provisioning import Provisioner, pool_capacity
 from .._transport._outgoing import OutgoingCall
@@ -44,7 +42,7 @@ _log = logging.getLogger("leakypool.pool")
 
 
 class Layers:
-    """Membership and roster, the fleet and its growth, admission and the call path, the scheduler.
+    """Membership and roster, the fleet and its growth, the call path, the scheduler.
 
     Args:
         config: The pool's settings.
@@ -85,6 +83,7 @@ class Layers:
             close=self.close_connections,
             is_local=lambda uid: uid in self.fleet,
             broken_local=lambda uid: self.fleet.replace(uid),
+            joined=self._joined,
         )
         self.roster = self.membership.roster
         self.fleet, self.growth = pool_capacity(
@@ -103,31 +102,20 @@ class Layers:
             spawn_key=own_key,
         )
         self.fleet.changed = self.capacity_changed
-        placement = Placement(
+        self.path = CallPath(
             loadbalancer if loadbalancer is not None else RoundRobinLoadBalancer(),
-            self.roster,
             self.membership,
             self.close_connections,
-            plain_prefetch=config.plain_prefetch,
-        )
-        placement.overdue = lambda uid: self.fleet.retire(uid, "timeout")
-        self.membership.joined = lambda uid: placement.feed_idle()  # calls waiting in other lines: one for it
-        self.admission = Admission(
-            placement,
-            self.tasks,
-            self.growth.grow,
             queue_depth=config.queue_depth,
             admission_timeout=config.admission_timeout,
             max_pending=config.max_pending,
-            coming=lambda: self.fleet.coming(placement.draining),
-            stranded=lambda: None if len(self.roster) else self.fleet.stranded(),
-        )
-        placement.waiting = lambda: bool(self.admission.waiting)
-        self.path = CallPath(
-            self.admission,
             default_deadline=config.dispatch_deadline,
-            capacity_changed=self.capacity_changed,
-            workers=lambda: len(self.roster),
+            plain_prefetch=config.plain_prefetch,
+            freed=self._freed if store is not None or config.store else None,
+            starved=self.growth.grow,
+            coming=self.fleet.coming,
+            stranded=self._stranded,
+            overdue=self._overdue,
         )
         self.scheduler: Scheduler | None = job_scheduler(
             store,
@@ -166,9 +154,26 @@ class Layers:
     def capacity_changed(self) -> None:
         """A worker joined, left, or has room again: growth, waiting calls and due jobs hear of it."""
         self.growth.changed()
-        self.admission.capacity_changed()
+        self.path.capacity_changed()
         if self.scheduler is not None:
             self.scheduler.capacity_changed()
+
+    def _freed(self) -> None:
+        """A call or a job attempt ended (the call path has already told its own line): due jobs hear of it."""
+        if self.scheduler is not None:
+            self.scheduler.capacity_changed()
+
+    def _joined(self, uid: object) -> None:
+        """A worker joined: calls waiting in other workers' lines may move to it."""
+        self.path.feed_idle()
+
+    def _stranded(self) -> BaseException | None:
+        """Why no worker can come (every waiting call ends with it), or None."""
+        return None if len(self.roster) else self.fleet.stranded()
+
+    def _overdue(self, uid: Any) -> None:
+        """A worker past a plain call's hard timeout: its fleet retires it (killed and replaced)."""
+        self.fleet.retire(uid, "timeout")
 
     def close_connections(self, connections: Iterable[WorkerConnection]) -> None:
         """Close connections to workers that left, as the pool's tasks (on exit `Membership.close` does it)."""

@@ -19,7 +19,7 @@ from backpressure import BackpressureLike
 from balancer import LoadBalancerLike
 
 from .._base._public import public
-from .._call._calls import RemoteGenerator, call_routine
+from .._call._calls import RemoteGenerator
 from .._call._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
 from .._call._task import Task
 from .._config._settings import POOL_SETTINGS, PoolConfig
@@ -268,8 +268,7 @@ class WorkerPool:
 
     async def _shutdown(self) -> None:
         """Stop the workers we spawned (reaping them even if cancelled), close connections."""
-        self._layers.path.state = "closed"
-        self._layers.admission.close(PoolClosed("the pool closed while the call waited for a worker"))
+        self._layers.path.close(PoolClosed("the pool closed while the call waited for a worker"))
         if self._observer is not None:
             await self._observer.aclose()
         await self._layers.stop()
@@ -288,7 +287,7 @@ class WorkerPool:
 
     def call(self, task: Task) -> Any:
         """Run a coroutine routine's task; see `pool.routine`."""
-        return call_routine(self._layers.path, task)
+        return self._layers.path.call(task)
 
     def generator(self, task: Task) -> RemoteGenerator:
         """Run an async-generator routine's task; see `pool.routine`."""

@@ -48,10 +48,11 @@ class Outbox:
         "_batch",
         "_closing",
         "_flush_soon",
+        "_held",
         "_ready",
         "_spills",
-        "_taken",
         "_write_now",
+        "taken",
         "writing",
         "written",
         "wrote_at",
@@ -65,7 +66,10 @@ class Outbox:
         self._write_now: WriteNow | None = None
         self._flush_soon = False  # a `_flush` is scheduled for the end of this turn
         self._backstop: asyncio.TimerHandle | None = None  # sends held frames (see `hold`)
-        self._taken = 0  # batches taken to be written so far (the one being written included)
+        self._held: dict[int, pb.Frame] = {}  # call id -> its held frame, in the batch being built
+        self.taken = (
+            0  # batches taken to be written so far (the one being written included; read, never written outside)
+        )
         self.written = 0  # batches handed to the transport so far
         self.writing = False  # `pump` awaits a write now
         self.wrote_at = float("-inf")  # loop time the last slow write (`SLOW_WRITE_S`) ended
@@ -78,7 +82,7 @@ class Outbox:
         written (an awaited gRPC write), frames go into the next batch, whose
         number is one more.
         """
-        return self._taken + 1
+        return self.taken + 1
 
     def frame(self, call_id: int) -> pb.Frame:
         """A new frame for ``call_id`` in the next batch; fill it in before yielding to the loop."""
@@ -109,8 +113,22 @@ class Outbox:
         """
         frame = self._batch.frames.add()
         frame.id = call_id
+        self._held[call_id] = frame
         if self._backstop is None:
             self._backstop = asyncio.get_running_loop().call_later(at_most_s, self._backstop_fired)
+        return frame
+
+    def take_held(self, call_id: int) -> pb.Frame | None:
+        """``call_id``'s held frame, if it has not left yet, for its caller to turn into what follows it.
+
+        A call that ends while its Accept is held sends its outcome in the
+        Accept's place: an outcome says the worker took the call, and one
+        frame crosses instead of two (the peer reads an outcome without an
+        Accept as both: `_calls.judge_first`).
+        """
+        frame = self._held.pop(call_id, None)
+        if frame is not None:
+            self._wake()
         return frame
 
     def release(self) -> None:
@@ -132,7 +150,7 @@ class Outbox:
     @property
     def empty(self) -> bool:
         """Whether every frame added so far was handed to the transport (none waits here or in the writer task)."""
-        return not self._batch.frames and not self._ready.is_set() and self.written == self._taken
+        return not self._batch.frames and not self._ready.is_set() and self.written == self.taken
 
     def _flush(self) -> None:
         """The end of a turn: write the batch at once if the transport takes it, else wake the writer task."""
@@ -147,8 +165,9 @@ class Outbox:
                 self._ready.set()
                 return
             self._batch = pb.Frames()
-            self._taken += 1
-            self.written = self._taken  # in order: any batch the writer task holds was handed over before it waits
+            self._held.clear()
+            self.taken += 1
+            self.written = self.taken  # in order: any batch the writer task holds was handed over before it waits
 
     def flush_through(self, write_now: WriteNow) -> None:
         """Send the batch now (held frames too) through ``write_now``, from outside the loop's turn.
@@ -162,8 +181,9 @@ class Outbox:
             return
         if write_now(batch):
             self._batch = pb.Frames()
-            self._taken += 1
-            self.written = self._taken
+            self._held.clear()
+            self.taken += 1
+            self.written = self.taken
 
     def close(self) -> None:
         """Send what is queued, then make `pump` return."""
@@ -185,12 +205,13 @@ class Outbox:
             while True:
                 await self._ready.wait()
                 batch, self._batch = self._batch, pb.Frames()
+                self._held.clear()
                 spills, self._spills = self._spills, []
                 self._ready.clear()
                 number = 0
                 if batch.frames:
-                    self._taken += 1  # numbered now: calls opened while its spills go out belong to the next
-                    number = self._taken
+                    self.taken += 1  # numbered now: calls opened while its spills go out belong to the next
+                    number = self.taken
                 try:
                     for spill in spills:
                         for message in spill.frames():

@@ -38,6 +38,7 @@ class CallStream(Protocol):
     """What an `OutgoingCall` needs of its session."""
 
     label: str
+    failure: BaseException | None
 
     @property
     def written(self) -> int:
@@ -171,6 +172,19 @@ class OutgoingCall:
         if isinstance(item, BaseException):
             raise item
         return item
+
+    def next_item(self) -> asyncio.Future[pb.Frame | BaseException]:
+        """A future of the next reply frame, or of what ended the stream, as data (done at once if one is here).
+
+        `receive` without a coroutine of its own: a caller that awaits it
+        directly keeps its chain of frames one shorter on every reply.
+        """
+        waiter: asyncio.Future[pb.Frame | BaseException] = asyncio.get_running_loop().create_future()
+        if self._inbox:
+            waiter.set_result(self._inbox.popleft())
+        else:
+            self._waiter = waiter
+        return waiter
 
     def put_back(self, item: pb.Frame | BaseException) -> None:
         """Make ``item``, just received, the next one `receive` returns again."""

@@ -114,7 +114,7 @@ class Session:
         call_id = self._next_id
         self._next_id += 2
         outgoing = OutgoingCall(self, call_id, name, plain=plain)
-        outgoing.batch = self._outbox.batch_number
+        outgoing.batch = self._outbox.taken + 1  # (`Outbox.batch_number`, without a call)
         self._outgoing[call_id] = outgoing
         return outgoing, self._outbox.frame(call_id).call
 
@@ -202,8 +202,11 @@ class Session:
             reject.capacity = capacity
 
     def outcome(self, call_id: int, kind: int, value: bytes = b"", traceback: str = "") -> None:
-        """Report an outcome of a call the peer opened."""
-        outcome = self._frame(call_id).outcome
+        """Report an outcome of a call the peer opened (in place of its Accept, if that is still held here)."""
+        held = self._outbox.take_held(call_id) if self.failure is None else None
+        if held is not None:
+            held.ClearField("accept")
+        outcome = (held or self._frame(call_id)).outcome
         outcome.SetInParent()
         outcome.kind = kind  # type: ignore[assignment]  # a protobuf enum field takes any int; the generated stub types it as the enum class
         if value:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import pool
+from pool._call._calls import judge_first
 from pool._call._connection import WorkerConnection, open_channel
 from pool._call._task import Task
 from pool._transport import _side
@@ -160,7 +161,7 @@ class TestWorkerConnection:
         assert worker.proven == ["State", "Stop"]
         assert pb.StopRequest.FromString(worker.requests[1]).grace == 3.0
 
-    async def test_send_should_share_one_stream_and_pass_room_frames_on(self, socket_path):
+    async def test_open_should_share_one_stream_and_pass_room_frames_on(self, socket_path):
         """Test that calls go out on one Dispatch stream, replies reach them, and a Room frame reaches
         ``on_room`` and ``last_room``."""
         # Arrange
@@ -168,7 +169,7 @@ class TestWorkerConnection:
         rooms = Rooms()
         async with FakeWorker(socket_path, stream.serve) as worker, opened(f"unix:{socket_path}", rooms) as conn:
             # Act
-            first, second = conn.send(task("a")), conn.send(task("b"))
+            first, second = conn.open(task("a")), conn.open(task("b"))
             assert conn.in_flight == 2
             assert await stream.call_ids(2) == [first.id, second.id]
             stream.replies.put_nowait(frames((0, "room"), (first.id, "return"), (second.id, "return")))
@@ -182,11 +183,16 @@ class TestWorkerConnection:
             assert worker.proven.count("Dispatch") == 1
             stream.replies.put_nowait(None)
 
-    async def test_dispatch_should_raise_worker_rejected_when_the_worker_declines(self, socket_path):
+    async def test_a_reject_should_be_judged_worker_rejected_when_the_worker_declines(self, socket_path):
         """Test that a Reject is the worker's "not now": the pool keeps it and tries another."""
         stream = Dispatching()
         async with FakeWorker(socket_path, stream.serve), opened(f"unix:{socket_path}") as conn:
-            dispatching = asyncio.ensure_future(conn.dispatch(task()))
+            call = conn.open(task())
+
+            async def dispatch() -> None:
+                judge_first(call, await call.next_item(), "f")
+
+            dispatching = asyncio.ensure_future(dispatch())
             try:
                 (call_id,) = await stream.call_ids()
                 stream.replies.put_nowait(frames((call_id, "reject")))
@@ -219,7 +225,7 @@ class TestWorkerConnection:
         rooms = Rooms()
         async with FakeWorker(socket_path, keys=("another",)), opened(f"unix:{socket_path}", rooms) as conn:
             with caplog.at_level(logging.ERROR, logger="leakypool.pool"):
-                call = conn.send(task())
+                call = conn.open(task())
                 await rooms.next()
             with pytest.raises(pool.WorkerBroken) as broken:
                 await asyncio.wait_for(call.receive(), WAIT_S)
@@ -234,7 +240,7 @@ class TestWorkerConnection:
         idle: list[WorkerConnection] = []
         handed = asyncio.Event()
         async with FakeWorker(socket_path, stream.serve), opened(f"unix:{socket_path}") as conn:
-            call = conn.send(task())
+            call = conn.open(task())
             (call_id,) = await stream.call_ids()
             conn.retire(lambda c: (idle.append(c), handed.set()))
             assert idle == []
@@ -250,7 +256,7 @@ class TestWorkerConnection:
         idle: list[WorkerConnection] = []
         handed = asyncio.Event()
         async with FakeWorker(socket_path, stream.serve), opened(f"unix:{socket_path}") as conn:
-            call = conn.send(task())
+            call = conn.open(task())
             await stream.call_ids()
             conn.retire(lambda c: (idle.append(c), handed.set()))
             assert idle == []
@@ -272,7 +278,7 @@ class TestWorkerConnection:
         async with FakeWorker(socket_path, stream.serve):
             conn = await connection(f"unix:{socket_path}")
             try:
-                call = conn.send(task())
+                call = conn.open(task())
                 await stream.call_ids()
                 await conn.close()
                 assert conn.closed

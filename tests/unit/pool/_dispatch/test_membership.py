@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pool
 from pool._discovery import DiscoveryEvent
@@ -12,7 +13,7 @@ from pool._dispatch._membership import Membership
 from pool._transport._trust import Trust
 
 
-def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> Membership:
+def membership(broken: list[uuid.UUID], closed: list[object] | None = None, joined: Any = None) -> Membership:
     closed = [] if closed is None else closed
     return Membership(
         None,
@@ -23,6 +24,7 @@ def membership(broken: list[uuid.UUID], closed: list[object] | None = None) -> M
         close=closed.extend,
         is_local=lambda uid: False,
         broken_local=broken.append,
+        joined=joined,
     )
 
 
@@ -40,10 +42,9 @@ class TestMembership:
         await m.close()
 
     async def test_admit_should_tell_joined_once_the_worker_is_in_the_roster(self):
-        """Test the hook placement uses to feed a worker that joins while calls wait in other lines."""
-        m = membership([])
+        """Test the hook the call path uses to feed a worker that joins while calls wait in other lines."""
         seen: list[tuple[uuid.UUID, bool]] = []
-        m.joined = lambda uid: seen.append((uid, uid in m.roster))
+        m = membership([], joined=lambda uid: seen.append((uid, uid in m.roster)))
         worker = pool.WorkerMetadata(uid=uuid.uuid4(), address="127.0.0.1:1")
         m.admit(worker)
         assert seen == [(worker.uid, True)]

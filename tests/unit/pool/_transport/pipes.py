@@ -24,6 +24,7 @@ class SessionPair:
         self.to_odd: asyncio.Queue[pb.Frames | object] = asyncio.Queue()
         self.to_even: asyncio.Queue[pb.Frames | object] = asyncio.Queue()
         self.messages_to_odd = self.messages_to_even = 0
+        self.frames_to_odd = 0
         self._running: list[asyncio.Future[None]] = []
 
     async def __aenter__(self) -> Self:
@@ -33,6 +34,7 @@ class SessionPair:
 
         async def to_odd(message: pb.Frames) -> None:
             self.messages_to_odd += 1
+            self.frames_to_odd += len(message.frames)
             self.to_odd.put_nowait(pb.Frames.FromString(message.SerializeToString()))
 
         lost = lambda exc: pool.WorkerBroken(f"lost: {exc}")
