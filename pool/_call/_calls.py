@@ -224,7 +224,7 @@ async def call_outcome(dispatcher: Dispatches, task: Task) -> tuple[bool, Any]:
     here, never this coroutine's control flow: only what happens on this side
     (the caller cancelled, the worker lost, the timeout) raises. A plain call
     past its timeout is given up after `PLAIN_ABORT_S` at most: its worker
-    stops it, or the pool kills that worker then (`Placement.OVERDUE_GRACE_S`).
+    stops it, or the pool kills that worker then (`_dispatch._path.OVERDUE_GRACE_S`).
     """
     if task.timeout is not None:
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's

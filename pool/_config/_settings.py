@@ -48,14 +48,25 @@ from ._parse import (
 PLAIN_PREFETCH: Final[int] = 8
 """Plain calls a busy worker holds, accepted behind the one it runs. Measured at 1, 2, 4, 8 (docs/performance.md): 8
 is the fastest on each plain workload ((q) chunksize 1: 1.4-1.5x ProcessPoolExecutor; 2: 1.0-1.1x), and a call
-behind a long one does not stay there while another worker is idle: that worker asks it back (`Placement`)."""
+behind a long one does not stay there while another worker is idle: that worker asks it back (`CallPath.feed_idle`)."""
 
-# fmt: off
 WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("host", text, "an address", "127.0.0.1", "address to bind; non-loopback needs TLS or --insecure"),
     Setting("port", integer(0, 65535), "an integer in 0..65535", 0, "port to bind; 0 picks a free one"),
-    Setting("unix_socket", text, "a socket path", "", "serve on this unix socket instead of --host/--port, with framed messages instead of gRPC (a pool's own workers do)"),
-    Setting("metrics_port", integer(-1, 65535), "an integer in -1..65535", -1, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)"),
+    Setting(
+        "unix_socket",
+        text,
+        "a socket path",
+        "",
+        "serve on this unix socket instead of --host/--port, with framed messages instead of gRPC (a pool's own workers do)",
+    ),
+    Setting(
+        "metrics_port",
+        integer(-1, 65535),
+        "an integer in -1..65535",
+        -1,
+        "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)",
+    ),
     Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
     Setting(
         "max_concurrent_tasks",
@@ -66,21 +77,74 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("idle_timeout", seconds, "seconds >= 0", 0.0, "exit after this long with nothing in flight; 0 = never"),
     Setting("max_lifetime", seconds, "seconds >= 0", 0.0, "stop accepting after this age, finish, exit; 0 = never"),
-    Setting("shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"),
-    Setting("initializer", import_path, "module:function", "", "call this once before the first call (its module must be importable here); raising stops the worker"),
-    Setting("max_tasks", integer(0), "an integer >= 0", 0, "recycle after this many calls (drawn once in [N, 1.1 N]): stop accepting, finish, exit; 0 = never"),
-    Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls accepted to wait behind the running one (0: a busy worker turns them away)"),
-    Setting("max_memory", size_or_zero, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", 0, "recycle once a call leaves the worker this much above its resident memory when ready; 0 = never"),
-    Setting("max_threads", integer(0), "an integer >= 0", 0, "native threads (BLAS, OpenMP) the worker's libraries may use; OMP_NUM_THREADS and the like, when set, win; 0 = leave them alone"),
-    Setting("discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"),
-    Setting("advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"),
-    Setting("interfaces", ipv4_list, "comma-separated IPv4 addresses", (), "interfaces for LAN discovery (default: all)", True),
-    Setting("local_registry", text, "a directory path", "", "directory for --discovery local (default: per-user temp dir)"),
-    Setting("service_type", dns_sd_type, "a DNS-SD type like _name._tcp.local.", "_leakypool._tcp.local.", "DNS-SD type for --discovery lan (separate clusters)"),
+    Setting(
+        "shutdown_grace", seconds, "seconds >= 0", 30.0, "on SIGTERM/SIGINT/Stop, time in-flight tasks get to finish"
+    ),
+    Setting(
+        "initializer",
+        import_path,
+        "module:function",
+        "",
+        "call this once before the first call (its module must be importable here); raising stops the worker",
+    ),
+    Setting(
+        "max_tasks",
+        integer(0),
+        "an integer >= 0",
+        0,
+        "recycle after this many calls (drawn once in [N, 1.1 N]): stop accepting, finish, exit; 0 = never",
+    ),
+    Setting(
+        "plain_prefetch",
+        integer(0),
+        "an integer >= 0",
+        PLAIN_PREFETCH,
+        "plain calls accepted to wait behind the running one (0: a busy worker turns them away)",
+    ),
+    Setting(
+        "max_memory",
+        size_or_zero,
+        "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)",
+        0,
+        "recycle once a call leaves the worker this much above its resident memory when ready; 0 = never",
+    ),
+    Setting(
+        "max_threads",
+        integer(0),
+        "an integer >= 0",
+        0,
+        "native threads (BLAS, OpenMP) the worker's libraries may use; OMP_NUM_THREADS and the like, when set, win; 0 = leave them alone",
+    ),
+    Setting(
+        "discovery", choice("none", "lan", "local"), "one of none, lan, local", "none", "where to publish this worker"
+    ),
+    Setting(
+        "advertise", text, "an address", "", "address to publish (default: the bound host, or this host's addresses)"
+    ),
+    Setting(
+        "interfaces",
+        ipv4_list,
+        "comma-separated IPv4 addresses",
+        (),
+        "interfaces for LAN discovery (default: all)",
+        True,
+    ),
+    Setting(
+        "local_registry", text, "a directory path", "", "directory for --discovery local (default: per-user temp dir)"
+    ),
+    Setting(
+        "service_type",
+        dns_sd_type,
+        "a DNS-SD type like _name._tcp.local.",
+        "_leakypool._tcp.local.",
+        "DNS-SD type for --discovery lan (separate clusters)",
+    ),
     Setting("tls_cert", path_or_empty, "a readable file", "", "PEM certificate chain this worker presents"),
     Setting("tls_key", path_or_empty, "a readable file", "", "PEM private key of --tls-cert"),
     Setting("tls_client_ca", path_or_empty, "a readable file", "", "PEM CA that client certificates must chain to"),
-    Setting("insecure", boolean, "a boolean (1/0, true/false)", False, "allow a non-loopback bind without TLS (dangerous)"),
+    Setting(
+        "insecure", boolean, "a boolean (1/0, true/false)", False, "allow a non-loopback bind without TLS (dangerous)"
+    ),
     Setting(
         "log_level",
         choice("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -96,35 +160,104 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
         False,
         "count a task that awaits a nested routine call against --max-concurrent-tasks",
     ),
-    Setting("metrics_host", text, "an address", "127.0.0.1", "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token"),
-    Setting("metrics_token", secret_text, "a token, @FILE or env:NAME holding one", "", "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=); @FILE or env:NAME keeps it off the command line, which every user can read"),
-    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to --metrics-port may give as its Host", True),
-    Setting("registry", store_url, "a registry URL (postgresql://... or sqlite:///PATH), @FILE or env:NAME holding one", "", "record this worker in this store, for pool.StoreDiscovery (no multicast); a URL with a password: @FILE or env:NAME (a command line is world-readable); empty = off"),
-    Setting("registry_ttl", positive_seconds, "seconds > 0", 15.0, "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)"),
-    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try"),
-    Setting("secret_file", path_or_empty, "a readable file", "", "file holding the secret(s) every caller must prove it holds, one per line (default: this user's own, made on first use)"),
-    Setting("no_secret", boolean, "a boolean (1/0, true/false)", False, "removed (issue 43): every connection proves the secret; refused with an error"),
-    Setting("peer_uids", uid_list, "comma-separated user ids", (), "local users besides this worker's own that may connect (unix socket, loopback)", True),
+    Setting(
+        "metrics_host",
+        text,
+        "an address",
+        "127.0.0.1",
+        "address --metrics-port binds (the page, /metrics, /status); off loopback needs --metrics-token",
+    ),
+    Setting(
+        "metrics_token",
+        secret_text,
+        "a token, @FILE or env:NAME holding one",
+        "",
+        "required of every request to --metrics-port (Authorization: Bearer TOKEN or ?token=); @FILE or env:NAME keeps it off the command line, which every user can read",
+    ),
+    Setting(
+        "metrics_names",
+        tag_list,
+        "comma-separated host names",
+        (),
+        "names (besides IP addresses and localhost) a request to --metrics-port may give as its Host",
+        True,
+    ),
+    Setting(
+        "registry",
+        store_url,
+        "a registry URL (postgresql://... or sqlite:///PATH), @FILE or env:NAME holding one",
+        "",
+        "record this worker in this store, for pool.StoreDiscovery (no multicast); a URL with a password: @FILE or env:NAME (a command line is world-readable); empty = off",
+    ),
+    Setting(
+        "registry_ttl",
+        positive_seconds,
+        "seconds > 0",
+        15.0,
+        "a --registry record not refreshed for this long expires (the worker refreshes it 3 times as often)",
+    ),
+    Setting(
+        "store_retry",
+        seconds,
+        "seconds >= 0",
+        10.0,
+        "how long --registry waits at start for a registry out of reach (a database restarting), a log line per back-off; 0 = one try",
+    ),
+    Setting(
+        "secret_file",
+        path_or_empty,
+        "a readable file",
+        "",
+        "file holding the secret(s) every caller must prove it holds, one per line (default: this user's own, made on first use)",
+    ),
+    Setting(
+        "no_secret",
+        boolean,
+        "a boolean (1/0, true/false)",
+        False,
+        "removed (issue 43): every connection proves the secret; refused with an error",
+    ),
+    Setting(
+        "peer_uids",
+        uid_list,
+        "comma-separated user ids",
+        (),
+        "local users besides this worker's own that may connect (unix socket, loopback)",
+        True,
+    ),
 )
-# fmt: on
 """Everything ``worker_main`` accepts, as flags and as ``LEAKYPOOL_*`` variables."""
 
-# fmt: off
 WORKER_ENV_ONLY: Final[tuple[Setting, ...]] = (
-    Setting("secret", text, "a token", "", "the secret itself, instead of --secret-file (a variable only: every user can read a command line)"),
-    Setting("mp_authkey", hex_text, "hex bytes", "", "internal: the spawning process's multiprocessing authkey, so its Manager proxies work in workers (a variable only)"),
+    Setting(
+        "secret",
+        text,
+        "a token",
+        "",
+        "the secret itself, instead of --secret-file (a variable only: every user can read a command line)",
+    ),
+    Setting(
+        "mp_authkey",
+        hex_text,
+        "hex bytes",
+        "",
+        "internal: the spawning process's multiprocessing authkey, so its Manager proxies work in workers (a variable only)",
+    ),
 )
-# fmt: on
 """Settings read only from ``LEAKYPOOL_*`` variables, never from flags."""
 
-# fmt: off
 WORKER_INTERNAL: Final[tuple[Setting, ...]] = (
     Setting("ready_fd", integer(-1), "a file descriptor", -1, "internal: write the READY line here"),
     Setting("lifeline_fd", integer(-1), "a file descriptor", -1, "internal: exit when this pipe closes"),
     Setting("backpressure", text, "a pickled hook", "", "internal: the hook a pool ships (base64 cloudpickle)"),
-    Setting("initializer_file", text, "a file path", "", "internal: (initializer, initargs) a pool ships, pickled in a file of its private directory"),
+    Setting(
+        "initializer_file",
+        text,
+        "a file path",
+        "",
+        "internal: (initializer, initargs) a pool ships, pickled in a file of its private directory",
+    ),
 )
-# fmt: on
 """Settings a spawning pool passes; hidden from ``--help``."""
 
 
@@ -280,16 +413,47 @@ def secret_settings(
     return values["secret"], values["secret_file"]
 
 
-# fmt: off
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
-    Setting("spawn", integer(0), "an integer >= 0", None, "local workers a pool starts (default: one per CPU; none with discovery)"),
-    Setting("startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"),
-    Setting("shutdown_grace", seconds, "seconds >= 0", 10.0, "on pool exit, time in-flight calls get before workers are killed"),
+    Setting(
+        "spawn",
+        integer(0),
+        "an integer >= 0",
+        None,
+        "local workers a pool starts (default: one per CPU; none with discovery)",
+    ),
+    Setting(
+        "startup_timeout", positive_seconds, "seconds > 0", 30.0, "how long a pool waits for a spawned worker's READY"
+    ),
+    Setting(
+        "shutdown_grace",
+        seconds,
+        "seconds >= 0",
+        10.0,
+        "on pool exit, time in-flight calls get before workers are killed",
+    ),
     Setting("queue_depth", integer(0), "an integer >= 0", 0, "calls that may wait for a worker; 0 = fail at once"),
     Setting("admission_timeout", seconds, "seconds >= 0", 0.3, "how long a call waits for a place in a full queue"),
-    Setting("dispatch_deadline", positive_seconds, "seconds > 0", 300.0, "how long a call may wait (limits, queue) before it starts"),
-    Setting("max_pending", integer(1), "an integer >= 1", None, "calls admitted at once, running + waiting (default: no ceiling)"),
-    Setting("max_workers", integer(0), "an integer >= 0", None, "local workers a pool may grow to under load (default: spawn)"),
+    Setting(
+        "dispatch_deadline",
+        positive_seconds,
+        "seconds > 0",
+        300.0,
+        "how long a call may wait (limits, queue) before it starts",
+    ),
+    Setting(
+        "max_pending",
+        integer(1),
+        "an integer >= 1",
+        None,
+        "calls admitted at once, running + waiting (default: no ceiling)",
+    ),
+    Setting(
+        "max_workers",
+        integer(0),
+        "an integer >= 0",
+        None,
+        "local workers a pool may grow to under load (default: spawn)",
+    ),
     Setting("idle_timeout", seconds, "seconds >= 0", 30.0, "a worker grown under load exits after this long idle"),
     Setting(
         "hold_slot_while_waiting",
@@ -305,27 +469,140 @@ POOL_SETTINGS: Final[tuple[Setting, ...]] = (
         "",
         "job store for durable jobs (routine.submit); empty = no store",
     ),
-    Setting("lease_ttl", positive_seconds, "seconds > 0", 10.0, "a dispatching process's job lease; its jobs are re-queued this long after it dies"),
-    Setting("worker_template", boolean, "a boolean (1/0, true/false)", True, "fork spawned workers from one preloaded template process (off: a fresh interpreter each)"),
-    Setting("template_fork", boolean, "a boolean (1/0, true/false)", True, "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter"),
-    Setting("local_transport", choice("unix", "tcp"), "unix or tcp", "unix", "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1"),
-    Setting("metrics_port", integer(0), "an integer >= 0", None, "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)"),
-    Setting("metrics_host", text, "an address", "127.0.0.1", "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token"),
-    Setting("metrics_token", secret_text, "a token, @FILE or env:NAME holding one", "", "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)"),
-    Setting("metrics_names", tag_list, "comma-separated host names", (), "names (besides IP addresses and localhost) a request to metrics_port may give as its Host (DNS rebinding)"),
-    Setting("keep_finished", seconds, "seconds >= 0", 7 * 86400.0, "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever"),
-    Setting("store_retry", seconds, "seconds >= 0", 10.0, "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try"),
-    Setting("max_tasks_per_worker", integer(1), "an integer >= 1", None, "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)"),
-    Setting("plain_prefetch", integer(0), "an integer >= 0", PLAIN_PREFETCH, "plain calls a busy worker holds accepted behind the one it runs (0: none; a routine's prefetch=0 opts out)"),
-    Setting("max_memory_per_worker", size_bytes, "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)", None, "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)"),
-    Setting("max_threads_per_worker", integer(0), "an integer >= 0", None, "native threads (BLAS, OpenMP) each spawned worker's libraries may use (default: CPUs // workers, as joblib's loky; 0: no cap); OMP_NUM_THREADS and the like, set in this process's environment, win"),
-    Setting("provision_timeout", positive_seconds, "seconds > 0", None, "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)"),
-    Setting("secret", text, "a token", "", "the secret(s) this pool proves itself with to workers it did not spawn (default: read from secret_file)"),
-    Setting("secret_file", path_or_empty, "a readable file", "", "file holding that secret, one per line (default: this user's own)"),
-    Setting("insecure", boolean, "a boolean (1/0, true/false)", False, "dial workers off loopback without TLS when the pool has no credentials: anyone on the path can read and change every frame"),
-    Setting("peer_uids", uid_list, "comma-separated user ids", (), "local users besides this one whose workers this pool may dial (unix socket, loopback)"),
+    Setting(
+        "lease_ttl",
+        positive_seconds,
+        "seconds > 0",
+        10.0,
+        "a dispatching process's job lease; its jobs are re-queued this long after it dies",
+    ),
+    Setting(
+        "worker_template",
+        boolean,
+        "a boolean (1/0, true/false)",
+        True,
+        "fork spawned workers from one preloaded template process (off: a fresh interpreter each)",
+    ),
+    Setting(
+        "template_fork",
+        boolean,
+        "a boolean (1/0, true/false)",
+        True,
+        "fork the worker template from the pool's own process when it runs no other thread and is under 256 MiB resident (nothing to import again); off, or otherwise: a fresh interpreter",
+    ),
+    Setting(
+        "local_transport",
+        choice("unix", "tcp"),
+        "unix or tcp",
+        "unix",
+        "how a pool talks to the workers it spawns: a unix socket in a private directory, or TCP on 127.0.0.1",
+    ),
+    Setting(
+        "metrics_port",
+        integer(0),
+        "an integer >= 0",
+        None,
+        "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; default: off)",
+    ),
+    Setting(
+        "metrics_host",
+        text,
+        "an address",
+        "127.0.0.1",
+        "address metrics_port binds (the page, /metrics, /status); off loopback needs metrics_token",
+    ),
+    Setting(
+        "metrics_token",
+        secret_text,
+        "a token, @FILE or env:NAME holding one",
+        "",
+        "required of every request to metrics_port (Authorization: Bearer TOKEN or ?token=)",
+    ),
+    Setting(
+        "metrics_names",
+        tag_list,
+        "comma-separated host names",
+        (),
+        "names (besides IP addresses and localhost) a request to metrics_port may give as its Host (DNS rebinding)",
+    ),
+    Setting(
+        "keep_finished",
+        seconds,
+        "seconds >= 0",
+        7 * 86400.0,
+        "finished jobs are purged this long after they end (bounded batches, one process at a time); 0 = keep forever",
+    ),
+    Setting(
+        "store_retry",
+        seconds,
+        "seconds >= 0",
+        10.0,
+        "how long submit, leasing, state writes and job lookups retry a lost store connection (reconnecting with back-off) before StoreError; 0 = one try",
+    ),
+    Setting(
+        "max_tasks_per_worker",
+        integer(1),
+        "an integer >= 1",
+        None,
+        "a worker recycles after this many calls (drawn once per worker in [N, 1.1 N]): stops accepting, finishes, exits, is replaced (default: never)",
+    ),
+    Setting(
+        "plain_prefetch",
+        integer(0),
+        "an integer >= 0",
+        PLAIN_PREFETCH,
+        "plain calls a busy worker holds accepted behind the one it runs (0: none; a routine's prefetch=0 opts out)",
+    ),
+    Setting(
+        "max_memory_per_worker",
+        size_bytes,
+        "a size in bytes (e.g. 536870912, 512MiB, 2GiB, 500MB)",
+        None,
+        "a worker recycles once a call leaves it this much above its resident memory when it became ready (default: never)",
+    ),
+    Setting(
+        "max_threads_per_worker",
+        integer(0),
+        "an integer >= 0",
+        None,
+        "native threads (BLAS, OpenMP) each spawned worker's libraries may use (default: CPUs // workers, as joblib's loky; 0: no cap); OMP_NUM_THREADS and the like, set in this process's environment, win",
+    ),
+    Setting(
+        "provision_timeout",
+        positive_seconds,
+        "seconds > 0",
+        None,
+        "a worker asked of the provisioner counts toward max_workers until it joins or this long passes (default 120)",
+    ),
+    Setting(
+        "secret",
+        text,
+        "a token",
+        "",
+        "the secret(s) this pool proves itself with to workers it did not spawn (default: read from secret_file)",
+    ),
+    Setting(
+        "secret_file",
+        path_or_empty,
+        "a readable file",
+        "",
+        "file holding that secret, one per line (default: this user's own)",
+    ),
+    Setting(
+        "insecure",
+        boolean,
+        "a boolean (1/0, true/false)",
+        False,
+        "dial workers off loopback without TLS when the pool has no credentials: anyone on the path can read and change every frame",
+    ),
+    Setting(
+        "peer_uids",
+        uid_list,
+        "comma-separated user ids",
+        (),
+        "local users besides this one whose workers this pool may dial (unix socket, loopback)",
+    ),
 )
-# fmt: on
 """What ``WorkerPool`` reads from ``LEAKYPOOL_*`` when an argument is not given."""
 
 

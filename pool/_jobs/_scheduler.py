@@ -2,7 +2,7 @@
 
     submit ──> store (pending) ──lease (oldest due first, a bounded batch)──> waiting here
                                                                                  │ limits free?
-                                                                                 │ Placement (balancer)
+                                                                                 │ CallPath.place_job
         no worker has room: stay pending, retry on the next capacity event <──── │
         past dispatch_deadline: failed (CapacityTimeout)                         v
                                                    Accept ──> store: running (attempt + 1)

@@ -71,7 +71,6 @@ class OutgoingCall:
         "cancelled_here",
         "final",
         "finished",
-        "first",
         "id",
         "name",
         "plain",
@@ -92,8 +91,6 @@ class OutgoingCall:
         self.batch: int = 0  # the number of the outgoing batch its Call frame is in
         self.state: int = SENT  # SENT, QUEUED or STARTED, as its callee said (`_session.Session.feed`)
         self.recalled: bool = False  # asked back while queued (`hand_back`)
-        # Sees the callee's first answer (or the stream's end) before the receiver: True hands it on too.
-        self.first: Callable[[OutgoingCall, pb.Frame | BaseException], bool] | None = None
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -111,16 +108,13 @@ class OutgoingCall:
         return self.session.written >= self.batch
 
     def deliver(self, item: pb.Frame | BaseException, final: bool | None = None) -> None:
-        """Hand a reply (or the stream's failure) to whoever awaits the call (`first` sees the first one).
+        """Hand a reply (or the stream's failure) to whoever awaits the call.
 
         ``final``: whether ``item`` ends the call, if the caller knows (else it is worked out here).
         """
         self.answered = True
-        first, self.first = self.first, None
         waiter = self._waiter
-        if first is not None and not first(self, item):
-            pass  # taken by whoever sent the call without waiting for its answer (`_dispatch._sends`)
-        elif waiter is not None and not waiter.done():
+        if waiter is not None and not waiter.done():
             self._waiter = None
             waiter.set_result(item)
         else:

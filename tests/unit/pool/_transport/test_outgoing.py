@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pool
 from pool._errors import WorkerBroken
 from pool._transport._outgoing import QUEUED, SENT, STARTED, HandedBack, OutgoingCall, is_final
 from pool._transport._proto import leakypool_pb2 as pb
@@ -149,23 +150,22 @@ class TestOutgoingCall:
         c.on_finish(lambda _c: seen.append("after"))
         assert seen == ["before", "after"]
 
-    def test_first_should_see_only_the_first_answer_and_keep_it_when_it_returns_false(self):
-        """Test that ``first`` takes the callee's first answer away from the receiver, and nothing after it."""
+    async def test_next_item_should_be_done_at_once_when_a_reply_waits_and_resolve_on_the_next_otherwise(self):
+        """Test `next_item` (what the call path awaits, with no coroutine of its own): a reply already here is
+        returned at once, in order; else the next one resolves it; the stream's end comes as data, not raised."""
         c, _ = call()
-        taken: list[object] = []
-        c.first = lambda _c, item: taken.append(item) or False
         c.deliver(accept())
+        ready = c.next_item()
+        assert ready.done() and ready.result().HasField("accept")
+        pending = c.next_item()
+        assert not pending.done()
         c.deliver(outcome(pb.Outcome.RETURN))
-        assert [type(t) for t in taken] == [pb.Frame] and taken[0].HasField("accept")
-        assert list(c._inbox) == [outcome(pb.Outcome.RETURN)]
-        assert c.answered and c.first is None
-
-    async def test_first_should_hand_the_answer_on_when_it_returns_true(self):
-        """Test that a ``first`` that returns True lets the receiver have the answer too."""
-        c, _ = call()
-        c.first = lambda _c, _item: True
-        c.deliver(accept())
-        assert (await c.receive()).HasField("accept")
+        assert (await pending).outcome.kind == pb.Outcome.RETURN
+        lost = pool.WorkerBroken("lost")
+        c2, _ = call()
+        waiting = c2.next_item()
+        c2.deliver(lost)
+        assert await waiting is lost
 
     @pytest.mark.parametrize(("written", "sent"), [(4, False), (5, True), (6, True)])
     def test_sent_should_be_true_when_the_session_wrote_the_calls_batch(self, written, sent):
