@@ -27,6 +27,7 @@ from ._errors import ProvisionError as ProvisionError
 from ._errors import RemoteTraceback as RemoteTraceback
 from ._errors import SerializationError as SerializationError
 from ._errors import StoreError as StoreError
+from ._errors import VersionMismatch as VersionMismatch
 from ._errors import WorkerBroken as WorkerBroken
 from ._errors import WorkerInitError as WorkerInitError
 from ._errors import WorkerRejected as WorkerRejected
@@ -101,6 +102,7 @@ __all__ = [
     "SubprocessProvisioner",
     "Task",
     "TlsCredentials",
+    "VersionMismatch",
     "WorkerBroken",
     "WorkerInitError",
     "WorkerMetadata",

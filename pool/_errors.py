@@ -7,7 +7,8 @@
     ├── WorkerStartError      a worker this pool spawned did not start
     │   └── WorkerInitError   ...because its initializer raised (the cause attached); a BrokenProcessPool too
     ├── NoWorkersAvailable    no worker took the call (retry later may succeed)
-    │   └── CapacityTimeout   ...within the dispatch deadline, while queued
+    │   ├── CapacityTimeout   ...within the dispatch deadline, while queued
+    │   └── VersionMismatch   ...for no worker runs the Python, or the code version, it was made for
     ├── AdmissionRejected     the pool refused to queue it; see retry_after
     ├── Deadlock              the call waits on a limit its own caller holds
     ├── WorkflowHalted        an earlier call of its workflow failed (halt_on_error)
@@ -59,6 +60,7 @@ __all__ = [
     "RemoteTraceback",
     "SerializationError",
     "StoreError",
+    "VersionMismatch",
     "WorkerBroken",
     "WorkerInitError",
     "WorkerRejected",
@@ -185,6 +187,17 @@ class CapacityTimeout(NoWorkersAvailable):
 
     It never started. Retrying can succeed once the load drops; if it keeps
     happening, the pool needs more workers or a longer deadline.
+    """
+
+
+class VersionMismatch(NoWorkersAvailable):
+    """No worker of the pool runs the version the call was made for (issue 54): it was not offered to one.
+
+    Its code travels by value, made by one Python (a function of ``__main__``,
+    a lambda, a closure: bytecode of one minor version), or it names a code
+    version (a build id) that no member runs. The message names both sides
+    and the fix. Retrying can succeed once a matching worker joins (a rolling
+    deploy's new workers, or the old ones a pinned job waits for).
     """
 
 

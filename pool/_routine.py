@@ -163,6 +163,7 @@ class Routine(Generic[P, R]):
         self._plain = not (self._generator or inspect.iscoroutinefunction(fn))
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
+        self._interpreter = ""  # the interpreter of its blob when it is code by value (`code`), else ""
         self._fields: dict[str, Any] | None = None  # a Task's fields but its arguments (see `task`)
         self._job_only = job_only(options)  # checked once here, not per call
 
@@ -253,13 +254,16 @@ class Routine(Generic[P, R]):
             if queue is not None:
                 fields.update(queue=queue.name, concurrency=queue.concurrency, total=queue.total or 0)
                 fields["rate"] = (queue.rate.n, float(queue.rate.per)) if queue.rate else None
-        return Task(args=_wire.pack_args(self.__qualname__, args, kwargs), **fields)
+        packed = _wire.pack_args(self.__qualname__, args, kwargs)
+        interpreter = self._base._interpreter or (_wire.interpreter_of(packed) if packed else "")
+        return Task(args=packed, interpreter=interpreter, **fields)
 
     def code(self) -> tuple[bytes, bytes]:
-        """``(digest, blob)``: this routine pickled for the wire, computed once."""
+        """``(digest, blob)``: this routine pickled for the wire, computed once (and whether it is code by value)."""
         if self._code is None:
             blob = _wire.dumps(self, what=f"routine {self.__qualname__}")
             self._code = (_wire.digest(blob), blob)
+            self._interpreter = _wire.interpreter_of(blob)
         return self._code
 
     @overload

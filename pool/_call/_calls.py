@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any, Final
 
-from .._errors import WorkerBroken, WorkerRejected
+from .._errors import SerializationError, WorkerBroken, WorkerRejected
 from .._transport import _buffers, _wire
 from .._transport._outgoing import HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
@@ -256,6 +256,12 @@ def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
     the worker cancelled while stopping is `WorkerBroken`.
     """
     kind = outcome.kind
+    made_by = outcome.interpreter
+    if made_by and made_by != _wire.INTERPRETER:  # code by value of another Python: nothing of it is loaded (54)
+        try:
+            _wire.check_interpreter(made_by, f"the outcome of {name}()")
+        except SerializationError as exc:
+            return False, exc
     if kind == pb.Outcome.RETURN:
         try:
             return True, _wire.loads(outcome.value, what=f"the result of {name}()")

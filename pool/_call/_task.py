@@ -47,6 +47,7 @@ class Task:
     deadline: float | None = None  # when its timeout runs out (monotonic), once it is dispatched
     prefetch: int | None = None  # a plain call: at most this many of ours ahead of it in a worker's line (None: any)
     arrival: int | None = None  # its place in the pool's admission queue: kept when it is handed back (not sent)
+    interpreter: str = ""  # the interpreter of code its routine or arguments carry by value ("": none; see `_wire`)
 
     def remaining(self) -> float | None:
         """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""
@@ -63,6 +64,8 @@ class Task:
         routine.plain = self.plain
         if self.prefetch == 0:
             call.no_prefetch = True  # a plain call that must never wait inside a worker
+        if self.interpreter:
+            call.interpreter = self.interpreter
         if self.digest not in session.sent_digests:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
@@ -91,6 +94,7 @@ class Task:
             task.key, task.workflow, task.halt_on_error = limits.key, limits.workflow, limits.halt_on_error
         task.traceparent = call.traceparent
         task.plain = routine.plain
+        task.interpreter = call.interpreter
         if call.no_prefetch:
             task.prefetch = 0
         return task

@@ -93,6 +93,7 @@ class LanPublisher:
                 "tags": ",".join(sorted(worker.tags)),
                 "capacity": str(worker.capacity),
                 "tls": "1" if worker.tls else "0",
+                "interpreter": worker.interpreter,
             },
             server=f"{worker.uid}.local.",
             parsed_addresses=list(addresses),
@@ -224,6 +225,7 @@ def record_from_info(info: AsyncServiceInfo) -> WorkerMetadata:
         tags=frozenset(t for t in props.get("tags", "").split(",") if t),
         capacity=int(props.get("capacity", "0")),
         tls=props.get("tls") == "1",
+        interpreter=props.get("interpreter", ""),
     )
 
 

@@ -54,6 +54,7 @@ def record_from_json(text: str) -> WorkerMetadata:
         tags=frozenset(data.get("tags", ())),
         capacity=int(data.get("capacity", 0)),
         tls=bool(data.get("tls", False)),
+        interpreter=str(data.get("interpreter", "")),
     )
 
 

@@ -107,7 +107,12 @@ async def probe(address: str, timeout: float, trust: Trust | None = None) -> Wor
         _log.warning("the worker at %s proved to be %s but says it is %s: skipped", address, channel.uid, state.uid)
         return None
     return WorkerMetadata(
-        uid=channel.uid, address=address, pid=state.pid, version=state.version, capacity=state.capacity
+        uid=channel.uid,
+        address=address,
+        pid=state.pid,
+        version=state.version,
+        capacity=state.capacity,
+        interpreter=state.interpreter,
     )
 
 

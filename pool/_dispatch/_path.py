@@ -57,12 +57,14 @@ from .._errors import (
     CapacityTimeout,
     NoWorkersAvailable,
     PoolClosed,
+    VersionMismatch,
     WorkerBroken,
     WorkerRejected,
 )
 from .._observe._trace import active_tracer, traced
 from .._transport._outgoing import QUEUED, HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
+from .._transport._rpc import MISMATCH_MESSAGE, WorkerMetadata
 from ._limits import Limits, Ticket
 from ._membership import Membership
 from ._roster import PlainSlots, Roster
@@ -94,6 +96,11 @@ _UNBOUNDED: Final = contextlib.nullcontext()
 
 Offer = tuple[uuid.UUID, WorkerConnection, int, OutgoingCall]
 """A call just sent to a worker: (its uid, its connection, the room epoch at the offer, the call)."""
+
+
+def _runs(worker: WorkerMetadata, task: Task) -> bool:
+    """Whether ``worker`` may load ``task``'s code by value: it runs the Python that made it (or does not say)."""
+    return not worker.interpreter or worker.interpreter == task.interpreter
 
 
 class DeadlinePassed(Exception):
@@ -269,7 +276,7 @@ class CallPath:
                     workers = self._workers
                     for uid in order(task, context=self.roster):  # (`_offers`, inline)
                         entry = workers.get(uid)
-                        if entry is None:
+                        if entry is None or (task.interpreter and not _runs(entry[0], task)):
                             continue
                         offer = self._send(uid, entry[1], task)
                         try:
@@ -498,7 +505,9 @@ class CallPath:
         workers = self._workers
         for uid in self._order(task, context=context):
             entry = workers.get(uid)
-            if entry is not None:  # (one that left the pool since the balancer looked is passed over)
+            # (one that left the pool since the balancer looked is passed over; so is one of another Python
+            # for a call that carries code by value)
+            if entry is not None and (not task.interpreter or _runs(entry[0], task)):
                 yield self._send(uid, entry[1], task)
 
     def _send(self, uid: uuid.UUID, connection: WorkerConnection, task: Task) -> Offer:
@@ -537,7 +546,7 @@ class CallPath:
             uid = await anext(delegation)
             while True:
                 entry = self.roster.workers.get(uid)
-                if entry is None:  # left the pool since the balancer looked
+                if entry is None or (task.interpreter and not _runs(entry[0], task)):  # (as in `_offers`)
                     uid = await delegation.asend(None)
                     continue
                 call = await self._answer(self._send(uid, entry[1], task), task)
@@ -558,6 +567,9 @@ class CallPath:
 
     def _none_took(self, task: Task) -> NoWorkersAvailable:
         last, self._last = self._last, None
+        mismatch = self._mismatch(task, last)
+        if mismatch is not None:
+            return mismatch
         if not self.roster:
             error = NoWorkersAvailable(f"no worker to run {task.name}(): the pool is empty")
         elif last is None and self.room.known_full:
@@ -569,6 +581,27 @@ class CallPath:
             error = NoWorkersAvailable(f"no worker accepted {task.name}(): {len(self.roster)} busy or unavailable")
         error.__cause__ = last
         return error
+
+    def _mismatch(self, task: Task, last: BaseException | None) -> VersionMismatch | None:
+        """`VersionMismatch` if no member runs the Python ``task``'s code by value was made by, else None.
+
+        A member whose record names its interpreter is judged by it; one that
+        does not (an older release) counts as matching unless it just declined
+        the call for that reason (``last``).
+        """
+        made_by = task.interpreter
+        if not made_by or not self.roster:
+            return None
+        declined = last is not None and MISMATCH_MESSAGE in str(last)
+        runs = {meta.interpreter or ("?" if declined else made_by) for meta, _ in self._workers.values()}
+        if made_by in runs:
+            return None
+        others = ", ".join(sorted(runs - {"?"})) or "another"
+        return VersionMismatch(
+            f"{task.name}() carries code pickled by value by {made_by} (a function of __main__, a lambda or a "
+            f"closure, among it or its arguments), and no worker of the pool runs {made_by} (they run {others}): "
+            f"add workers of {made_by}, or make the code importable on the workers (a module of its own)"
+        )
 
     def _refused(
         self, uid: uuid.UUID, connection: WorkerConnection, exc: WorkerRejected | WorkerBroken, epoch: int, plain: bool
@@ -617,6 +650,8 @@ class CallPath:
                     return await self._place(task)
                 except NoWorkersAvailable as exc:
                     none = exc
+            if isinstance(none, VersionMismatch):
+                raise none  # at once: waiting would not bring a worker of that Python
             if none is not None:
                 self._starved()  # grow the pool if it may, queue or not
                 if (error := self._stranded()) is not None:
@@ -678,6 +713,8 @@ class CallPath:
                     continue
                 try:
                     call = await self._place(task)
+                except VersionMismatch:
+                    raise  # at once: waiting would not bring a worker of that Python
                 except NoWorkersAvailable:
                     self._missed(waiter)
                     continue

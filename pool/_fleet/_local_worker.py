@@ -160,6 +160,7 @@ class LocalWorker:
             capacity=info.get("capacity", 0),
             tls=False,
             local=True,
+            interpreter=info.get("interpreter", ""),
         )
         return self.metadata
 

@@ -18,7 +18,7 @@ from typing import Final, TypeVar
 from .._base._random import RANDOM
 from .._call._calls import outcome_result
 from .._call._task import Task
-from .._errors import CapacityTimeout, SerializationError, StoreError, WorkerBroken
+from .._errors import CapacityTimeout, SerializationError, StoreError, VersionMismatch, WorkerBroken
 from .._transport import _wire
 from .._transport._proto import leakypool_pb2 as pb
 from ._codec import RetryPolicy
@@ -45,7 +45,17 @@ T = TypeVar("T")
 class Attempt:
     """One leased job on its way to a worker, and back."""
 
-    __slots__ = ("blocked_at", "cancel_requested", "job", "lease_epoch", "policy", "runner", "started", "task")
+    __slots__ = (
+        "blocked_at",
+        "cancel_requested",
+        "job",
+        "lease_epoch",
+        "mismatch",
+        "policy",
+        "runner",
+        "started",
+        "task",
+    )
 
     def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
         self.job = job
@@ -56,6 +66,7 @@ class Attempt:
         self.blocked_at = -1  # the capacity epoch in which its limit was full
         self.started: float | None = None
         self.lease_epoch = 0  # the owner lease's epoch it came in: it starts only in that one (`_lease`)
+        self.mismatch: VersionMismatch | None = None  # its last placement found no worker of its version
 
 
 def due_order(attempt: Attempt) -> tuple[int, float, float, str]:
@@ -63,18 +74,26 @@ def due_order(attempt: Attempt) -> tuple[int, float, float, str]:
     return attempt.job.lease_order
 
 
-def expired(waiting: list[Attempt], now: float) -> tuple[list[Attempt], list[tuple[Attempt, CapacityTimeout]]]:
+def expired(
+    waiting: list[Attempt], now: float
+) -> tuple[list[Attempt], list[tuple[Attempt, CapacityTimeout | VersionMismatch]]]:
     """Split the waiting jobs: those still within their dispatch deadline (in order), and the rest with the
-    error to fail them with (they never ran)."""
+    error to fail them with (they never ran): `VersionMismatch`, naming the version, for one that found no
+    worker of its version (never a silent capacity timeout), else `CapacityTimeout`."""
     keep, gone = [], []
     for attempt in waiting:
         if attempt.job.deadline > now:
             keep.append(attempt)
             continue
         waited = attempt.job.deadline - attempt.job.created_at
-        gone.append(
-            (attempt, CapacityTimeout(f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)"))
-        )
+        if attempt.mismatch is not None:
+            error: CapacityTimeout | VersionMismatch = VersionMismatch(
+                f"{attempt.task.name}() found no worker of its version within {waited:g}s (dispatch_deadline): "
+                f"{attempt.mismatch}"
+            )
+        else:
+            error = CapacityTimeout(f"{attempt.task.name}() found no worker within {waited:g}s (dispatch_deadline)")
+        gone.append((attempt, error))
     return keep, gone
 
 

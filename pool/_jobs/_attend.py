@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from .._errors import NoWorkersAvailable, PoolClosed
+from .._errors import NoWorkersAvailable, PoolClosed, VersionMismatch
 from ._attempt import Attempt, persist
 from ._holdings import Holdings
 from ._store import JobRecord
@@ -87,7 +87,9 @@ class Attendant:
             return
         try:
             call = await self._place(attempt.task)
-        except NoWorkersAvailable:
+        except NoWorkersAvailable as exc:
+            # No worker of its version (a rolling deploy's may come): it waits as for room, and names it at its end.
+            attempt.mismatch = exc if isinstance(exc, VersionMismatch) else None
             await self._no_worker(attempt, epoch)
             return
         except PoolClosed:

@@ -52,6 +52,7 @@ def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal) -> bytes:
         "workflow": task.workflow,
         "halt_on_error": task.halt_on_error,
         "plain": task.plain,
+        "interpreter": task.interpreter,  # the Python its code by value was made by ("": none is)
         "retry_backoff": policy.retry_backoff,
         "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
@@ -90,6 +91,10 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
         workflow=fields["workflow"],
         halt_on_error=fields["halt_on_error"],
         plain=fields.get("plain", False),  # absent from payloads written before plain routines
+        # Absent from payloads written before issue 54: code by value in them counts as this process's Python.
+        interpreter=fields.get(
+            "interpreter", _wire.interpreter_of(fields["blob"]) or _wire.interpreter_of(fields["args"])
+        ),
     )
     return task, RetryPolicy(fields["retry_backoff"], retry_on)
 

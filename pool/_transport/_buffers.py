@@ -241,6 +241,11 @@ def spans(data: bytes) -> list[tuple[int, int]]:
     return [_SPAN.unpack_from(data, _HEADER.size + i * _SPAN.size) for i in range(count)]
 
 
+def pickle_start(data: bytes | memoryview) -> int:
+    """Where payload ``data``'s pickle starts (after its header and its buffers' spans)."""
+    return _HEADER.size + _HEADER.unpack_from(data)[3] * _SPAN.size
+
+
 def adopt(data: bytes) -> bytes:
     """Payload ``data`` received here, made one of this process's own, to pass on (nested calls); else ``data``.
 

@@ -76,6 +76,9 @@ UNAVAILABLE: Final[int] = _NAMES.index("UNAVAILABLE")
 FAILED_PRECONDITION: Final[int] = _NAMES.index("FAILED_PRECONDITION")
 UNIMPLEMENTED: Final[int] = _NAMES.index("UNIMPLEMENTED")
 
+MISMATCH_MESSAGE: Final[str] = "another interpreter"
+"""A worker's Reject of a call whose code by value was made by another Python (UNAVAILABLE: it is not full)."""
+
 TRANSIENT_CODES: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 """gRPC codes a worker may answer "not now" with (DESIGN: rotate, keep the worker); any other is hard."""
 
@@ -103,6 +106,8 @@ class WorkerMetadata:
         capacity: Tasks it takes at once (0 = unlimited or unknown).
         tls: Whether it serves TLS.
         local: Whether this pool spawned it.
+        interpreter: The Python it runs ("cpython-3.13"; "" when its record does not say): a call whose
+            code was pickled by value by another is not offered to it.
     """
 
     uid: uuid.UUID
@@ -113,6 +118,7 @@ class WorkerMetadata:
     capacity: int = 0
     tls: bool = False
     local: bool = False
+    interpreter: str = ""
 
 
 public(WorkerMetadata)

@@ -210,6 +210,9 @@ class Session:
         outcome.SetInParent()
         outcome.kind = kind  # type: ignore[assignment]  # a protobuf enum field takes any int; the generated stub types it as the enum class
         if value:
+            made_by = _wire.interpreter_of(value)
+            if made_by:
+                outcome.interpreter = made_by  # code by value: a caller of another Python will not load it
             outcome.value = self.carry(value)
         if traceback:
             outcome.traceback = traceback

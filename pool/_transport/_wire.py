@@ -312,6 +312,49 @@ def by_value(module_name: str) -> bool:
     return any(".".join(parts[:end]) in registry for end in range(1, len(parts) + 1))
 
 
+INTERPRETER: Final[str] = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
+"""This interpreter, as code pickled by value names it ("cpython-3.11"): its bytecode runs on this minor version only.
+
+A function of ``__main__``, a lambda, a closure, or anything of a module
+registered by value travels as code (cloudpickle), and bytecode of one
+CPython minor version can crash another (3.11's segfaulted a 3.13 worker).
+What carries such code is tagged with the interpreter that made it
+(`interpreter_of`), and is loaded only by that interpreter (issue 54)."""
+
+_BY_VALUE_MARK: Final[bytes] = b"cloudpickle"
+"""What a pickle of code by value always names: cloudpickle's reconstructors (its functions, its skeleton classes)."""
+
+
+def interpreter_of(data: bytes | memoryview) -> str:
+    """`INTERPRETER` if ``data`` (a pickle this process made) carries code by value, else "" (any interpreter loads it).
+
+    One search of the pickle's bytes, in C: a pickle made by reference only
+    never names cloudpickle (it can name it inside user data, which tags it
+    needlessly: a call then goes only to workers of this interpreter).
+    A payload's out-of-band buffers are not searched (they hold no code).
+    """
+    if not data:
+        return ""
+    view = memoryview(data)
+    if view[0] == _buffers.MARK:
+        view = view[_buffers.pickle_start(data) :]
+    return INTERPRETER if _BY_VALUE_MARK in view.tobytes() else ""
+
+
+def check_interpreter(made_by: str, what: str) -> None:
+    """Raise unless what ``made_by`` made may be loaded here (by reference: "", or this very interpreter).
+
+    Raises:
+        SerializationError: it carries code of another interpreter; nothing of it is loaded.
+    """
+    if made_by and made_by != INTERPRETER:
+        raise SerializationError(
+            f"{what} carries code pickled by value by {made_by}, and this process runs {INTERPRETER}: it is not "
+            f"loaded (bytecode of one Python version may crash another). Run both sides on one Python version, "
+            f"or make the code importable by reference on both (a module of its own, not __main__ or a closure)"
+        )
+
+
 def digest(blob: bytes) -> bytes:
     """The content digest a routine is cached under on each side of a stream."""
     return hashlib.blake2b(blob, digest_size=DIGEST_BYTES).digest()

@@ -28,6 +28,7 @@ from .._discovery import LocalPublisher
 from .._observe._http import ObservationServer
 from .._transport import _malloc
 from .._transport._rpc import WorkerMetadata, bind_address
+from .._transport._wire import INTERPRETER
 from .._version import __version__
 from ._keys import adopt_authkey, forget_secret, worker_trust
 from ._native_threads import cap_native_threads
@@ -143,6 +144,7 @@ async def serve(
             "capacity": capacity,
             "tags": list(config.tags),
             "version": __version__,
+            "interpreter": INTERPRETER,
         }
         if config.unix_socket:
             info["unix_socket"] = config.unix_socket
@@ -248,6 +250,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
         tags=frozenset(config.tags),
         capacity=info["capacity"],
         tls=config.tls,
+        interpreter=INTERPRETER,
     )
     if config.discovery == "local":
         entry = LocalPublisher(config.local_registry or default_registry(), worker)

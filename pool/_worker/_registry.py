@@ -190,6 +190,7 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
         tags=frozenset(config.tags),
         capacity=info["capacity"],
         tls=config.tls,
+        interpreter=info.get("interpreter", ""),
     )
     record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry, seal=worker_seal(config))
     try:

@@ -37,8 +37,9 @@ from .._call._task import Task
 from .._transport import _buffers
 from .._transport._outbox import Write, WriteNow
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import FAILED_PRECONDITION
+from .._transport._rpc import FAILED_PRECONDITION, MISMATCH_MESSAGE, UNAVAILABLE
 from .._transport._session import Read, Session
+from .._transport._wire import INTERPRETER
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
@@ -245,6 +246,14 @@ class WorkerService:
         code = peer.received.get(routine.digest)
         if code is None:
             session.reject(frame.id, FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()")
+            return
+        made_by = frame.call.interpreter
+        if made_by and made_by != INTERPRETER:
+            # Code by value of another Python (issue 54): declined before anything of it is loaded. Not "full" and
+            # not queued: the pool offers it to a worker of that interpreter, or ends it naming both.
+            session.reject(
+                frame.id, UNAVAILABLE, f"{MISMATCH_MESSAGE}: it runs {INTERPRETER}, the call was made by {made_by}"
+            )
             return
         hosted = Hosted(session, frame.id, Task.from_message(frame.call, code.blob), code)
         verdict = self.admission.decide(hosted.task)

@@ -6,6 +6,7 @@ import os
 import time
 
 from .._transport._proto import leakypool_pb2 as pb
+from .._transport._wire import INTERPRETER
 from .._version import __version__
 from ._admission import WorkerAdmission
 from ._lifecycle import Lifecycle
@@ -27,6 +28,7 @@ def worker_state(
         accepting=admission.accepting,
         uptime_seconds=now - lifecycle.started,
         version=__version__,
+        interpreter=INTERPRETER,
         memory_bytes=signals.memory_bytes or 0,
         memory_fraction=signals.memory_fraction or 0.0,
         loop_lag_seconds=signals.loop_lag_s,

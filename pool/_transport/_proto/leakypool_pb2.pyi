@@ -50,7 +50,7 @@ class Routine(_message.Message):
     def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ..., plain: bool = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent", "no_prefetch")
+    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent", "no_prefetch", "interpreter")
     ROUTINE_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Call(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     NO_PREFETCH_FIELD_NUMBER: _ClassVar[int]
+    INTERPRETER_FIELD_NUMBER: _ClassVar[int]
     routine: Routine
     args: bytes
     parent: int
@@ -65,7 +66,8 @@ class Call(_message.Message):
     limits: Limits
     traceparent: str
     no_prefetch: bool
-    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ..., no_prefetch: bool = ...) -> None: ...
+    interpreter: str
+    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ..., no_prefetch: bool = ..., interpreter: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")
@@ -154,7 +156,7 @@ class Reject(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class Outcome(_message.Message):
-    __slots__ = ("kind", "value", "traceback")
+    __slots__ = ("kind", "value", "traceback", "interpreter")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         RETURN: _ClassVar[Outcome.Kind]
@@ -170,10 +172,12 @@ class Outcome(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    INTERPRETER_FIELD_NUMBER: _ClassVar[int]
     kind: Outcome.Kind
     value: bytes
     traceback: str
-    def __init__(self, kind: _Optional[_Union[Outcome.Kind, str]] = ..., value: _Optional[bytes] = ..., traceback: _Optional[str] = ...) -> None: ...
+    interpreter: str
+    def __init__(self, kind: _Optional[_Union[Outcome.Kind, str]] = ..., value: _Optional[bytes] = ..., traceback: _Optional[str] = ..., interpreter: _Optional[str] = ...) -> None: ...
 
 class StopRequest(_message.Message):
     __slots__ = ("grace",)
@@ -186,7 +190,7 @@ class StateRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerState(_message.Message):
-    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting", "memory_bytes", "memory_fraction", "loop_lag_seconds", "latency_p99_seconds")
+    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting", "memory_bytes", "memory_fraction", "loop_lag_seconds", "latency_p99_seconds", "interpreter")
     UID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +204,7 @@ class WorkerState(_message.Message):
     MEMORY_FRACTION_FIELD_NUMBER: _ClassVar[int]
     LOOP_LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    INTERPRETER_FIELD_NUMBER: _ClassVar[int]
     uid: str
     pid: int
     in_flight: int
@@ -213,4 +218,5 @@ class WorkerState(_message.Message):
     memory_fraction: float
     loop_lag_seconds: float
     latency_p99_seconds: float
-    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ...) -> None: ...
+    interpreter: str
+    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ..., interpreter: _Optional[str] = ...) -> None: ...

@@ -393,3 +393,17 @@ async def held_span(item):
             break
         await asyncio.sleep(0.01)
     return tag, os.getpid(), start, time.time()
+
+
+@pool.routine
+async def python_version():
+    """The worker's Python, as "3.11" (which interpreter ran the call)."""
+    import sys
+
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+@pool.routine
+async def make_adder(n):
+    """A closure: a value that can only cross by value (code of the worker's Python)."""
+    return lambda x: x + n

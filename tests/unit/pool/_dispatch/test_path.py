@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -25,8 +26,9 @@ from pool._dispatch._membership import Membership
 from pool._dispatch._path import OVERDUE_GRACE_S, CallPath
 from pool._transport._outgoing import QUEUED, SENT, OutgoingCall
 from pool._transport._proto import leakypool_pb2 as pb
-from pool._transport._rpc import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE
+from pool._transport._rpc import FAILED_PRECONDITION, MISMATCH_MESSAGE, RESOURCE_EXHAUSTED, UNAVAILABLE
 from pool._transport._trust import Trust
+from pool._transport._wire import INTERPRETER
 from tests.integration.support.helpers import eventually
 
 WAIT_S = 5.0
@@ -53,7 +55,7 @@ class Worker:
     """One worker's connection: each call it is sent gets the next of ``answers``, else ``answer``.
 
     An answer: "accept", "queued" (accepted to wait behind another plain call), "busy", "full" (busy at its
-    capacity), "draining", "broken" (a hard code), an exception (the stream's end, or a bug), or a future
+    capacity), "draining", "broken" (a hard code), "mismatch" (it runs another Python than the call's code), an exception (the stream's end, or a bug), or a future
     (the worker answers "accept" once it is done).
     """
 
@@ -93,6 +95,7 @@ class Worker:
                 "full": (RESOURCE_EXHAUSTED, "busy"),
                 "draining": (UNAVAILABLE, DRAINING_MESSAGE),
                 "broken": (FAILED_PRECONDITION, "a protocol error"),
+                "mismatch": (UNAVAILABLE, f"{MISMATCH_MESSAGE}: it runs cpython-3.99"),
             }[answer]
             frame.reject.code = code
             frame.reject.message = message
@@ -201,6 +204,7 @@ def task(
     priority: int = 0,
     deadline: float | None = None,
     queue: pool.Queue | None = None,
+    interpreter: str = "",
 ) -> Task:
     return Task(
         name,
@@ -213,6 +217,7 @@ def task(
         dispatch_deadline=deadline,
         queue=queue.name if queue else "",
         concurrency=queue.concurrency if queue else 0,
+        interpreter=interpreter,
     )
 
 
@@ -479,6 +484,36 @@ class TestNoQueue:
         with pytest.raises(pool.NoWorkersAvailable, match="the worker it waited for did not come"):
             await waiting
         assert world.path.waiting == 0
+
+
+class TestInterpreters:
+    """A call carrying code by value goes only to workers of the Python that made it (issue 54)."""
+
+    async def test_dispatch_should_pass_over_a_worker_whose_record_names_another_python(self):
+        """Test that no round trip is spent on a worker known to run another Python; calls by reference go there."""
+        world = World(UIDS[:2])
+        world.roster.refresh(dataclasses.replace(world.workers[UIDS[0]].metadata, interpreter="cpython-3.99"))
+        call = await world.dispatch(interpreter=INTERPRETER)
+        assert call in world.workers[UIDS[1]].calls and world.offers == [UIDS[1]]
+        await world.dispatch()  # by reference: the lowest uid, as ever
+        assert world.offers == [UIDS[1], UIDS[0]]
+
+    async def test_dispatch_should_raise_version_mismatch_at_once_naming_both_when_no_worker_runs_its_python(self):
+        """Test that a queue does not hold a call no member can ever run, and that no worker is asked."""
+        world = World(UIDS[:1], queue_depth=4)
+        world.roster.refresh(dataclasses.replace(world.workers[UIDS[0]].metadata, interpreter="cpython-3.99"))
+        with pytest.raises(pool.VersionMismatch, match=rf"made by {INTERPRETER}|by value by {INTERPRETER}") as info:
+            await world.dispatch(interpreter=INTERPRETER)
+        assert "cpython-3.99" in str(info.value)
+        assert (world.offers, world.path.waiting, world.path.admitted) == ([], 0, 0)
+
+    async def test_dispatch_should_raise_version_mismatch_when_a_worker_silent_on_its_python_declines_for_it(self):
+        """Test an older worker's record (no interpreter): offered, it declines, and the caller learns why."""
+        world = World(UIDS[:1], queue_depth=4)
+        world.workers[UIDS[0]].answer = "mismatch"
+        with pytest.raises(pool.VersionMismatch):
+            await world.dispatch(interpreter=INTERPRETER)
+        assert world.offers == [UIDS[0]] and world.path.waiting == 0
 
 
 # -- the line (was test_admission.TestQueue) -------------------------------------------------------------
