@@ -50,6 +50,7 @@ class CallOptions:
     run_at: datetime.datetime | None = None
     connection: Any = None
     prefetch: int | None = None
+    pinned: bool = True
 
     def __post_init__(self) -> None:
         self._check_call_options()
@@ -82,8 +83,9 @@ class CallOptions:
                 raise TypeError(f"{name}: expected a str, got {getattr(self, name)!r}")
         if self.key and self.queue is None:
             raise ValueError(f"key: a concurrency key needs a queue to apply to, got key={self.key!r} and no queue")
-        if not isinstance(self.halt_on_error, bool):
-            raise TypeError(f"halt_on_error: expected a bool, got {self.halt_on_error!r}")
+        for name in ("halt_on_error", "pinned"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected a bool, got {getattr(self, name)!r}")
         if self.prefetch is not None and (type(self.prefetch) is not int or self.prefetch < 0):
             raise ValueError(f"prefetch: expected an int >= 0 or None (the pool's), got {self.prefetch!r}")
 
@@ -368,6 +370,7 @@ def routine(
     delay: float = 0.0,
     run_at: datetime.datetime | None = None,
     prefetch: int | None = None,
+    pinned: bool = True,
 ) -> RoutineDecorator: ...
 def routine(fn: Any = None, /, **options: Any) -> Any:
     """Make a function a routine: its calls run on the pool's workers.
@@ -390,7 +393,9 @@ def routine(fn: Any = None, /, **options: Any) -> Any:
     - Jobs (`Routine.submit`) only: ``job_id`` (the idempotency key); ``retries`` after the first attempt
       when the worker is lost or it raises a type in ``retry_on`` (exponential back-off from
       ``retry_backoff`` s, jittered); ``delay`` (s) or ``run_at`` (an aware datetime): when it is due;
-      ``connection``: an asyncpg connection in a transaction, the job exists iff it commits.
+      ``connection``: an asyncpg connection in a transaction, the job exists iff it commits;
+      ``pinned`` (default True): the job runs only on workers of the build it was submitted from (the
+      pool's ``build``); False: on the build of whichever process dispatches it (docs/concepts.md).
 
     Raises:
         TypeError: ``fn`` is not a function (or is a plain generator function), or a bad option.

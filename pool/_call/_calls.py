@@ -32,7 +32,7 @@ from .._errors import SerializationError, WorkerBroken, WorkerRejected
 from .._transport import _buffers, _wire
 from .._transport._outgoing import HandedBack, OutgoingCall
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import TRANSIENT_CODES, status_name
+from .._transport._rpc import LATE_MESSAGE, TRANSIENT_CODES, status_name
 from .._transport._session import Session
 from ._dispatcher import Dispatches
 from ._task import Task
@@ -84,6 +84,7 @@ def judge_first(call: OutgoingCall, item: pb.Frame | BaseException, name: str) -
     before the call left is an unreachable worker (`WorkerRejected`).
 
     Raises:
+        StartByPassed: a job's call arrived after its start-by time.
         WorkerRejected: it declined (busy, draining), or was unreachable.
         WorkerBroken: it refused for good (a protocol error), or a stream failure.
         BaseException: what ended the stream otherwise.
@@ -99,6 +100,8 @@ def judge_first(call: OutgoingCall, item: pb.Frame | BaseException, name: str) -
         call.cancel()
         raise item
     if item.HasField("reject"):
+        if item.reject.message.startswith(LATE_MESSAGE):
+            raise StartByPassed(f"{call.session.label} declined {name}(): {item.reject.message}")
         raise rejection(item.reject, call.session.label, name)
     if not item.HasField("accept"):
         call.put_back(item)  # its outcome overtook its Accept (a worker's plain thread writes its own)
@@ -174,6 +177,14 @@ class AnswerWatch:
             else:
                 self._timer = asyncio.get_running_loop().call_at(deadline, self._check)
                 return
+
+
+class StartByPassed(Exception):
+    """A job's call reached its worker after its start-by time (`Task.start_by`), and was declined unstarted.
+
+    Not a refusal to rotate past: the owner lease it was placed under may
+    have lapsed, so no worker may start it now; its job goes back to the store.
+    """
 
 
 def rejection(reject: pb.Reject, label: str, name: str) -> WorkerRejected | WorkerBroken:

@@ -48,6 +48,8 @@ class Task:
     prefetch: int | None = None  # a plain call: at most this many of ours ahead of it in a worker's line (None: any)
     arrival: int | None = None  # its place in the pool's admission queue: kept when it is handed back (not sent)
     interpreter: str = ""  # the interpreter of code its routine or arguments carry by value ("": none; see `_wire`)
+    build: str = ""  # the build of the code it names ("": any worker's); the pool stamps its own on a call
+    start_by: float = 0.0  # a job's call: the latest time a worker may start it (Unix seconds; 0: none)
 
     def remaining(self) -> float | None:
         """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""
@@ -66,6 +68,10 @@ class Task:
             call.no_prefetch = True  # a plain call that must never wait inside a worker
         if self.interpreter:
             call.interpreter = self.interpreter
+        if self.build:
+            call.build = self.build
+        if self.start_by:
+            call.start_by = self.start_by
         if self.digest not in session.sent_digests:
             session.sent_digests.add(self.digest)
             routine.blob = self.blob
@@ -95,6 +101,8 @@ class Task:
         task.traceparent = call.traceparent
         task.plain = routine.plain
         task.interpreter = call.interpreter
+        task.build = call.build
+        task.start_by = call.start_by
         if call.no_prefetch:
             task.prefetch = 0
         return task

@@ -184,6 +184,13 @@ def text(raw: str) -> str:
     return raw
 
 
+def build_id(raw: str) -> str:
+    """A build id (a git commit, an image tag): up to 128 printable ASCII characters without spaces, or empty."""
+    if len(raw) > 128 or not all("!" <= c <= "~" for c in raw):
+        raise ValueError(raw)
+    return raw
+
+
 def hex_text(raw: str) -> str:
     """Bytes written in hexadecimal (empty: none)."""
     bytes.fromhex(raw)  # (raises ValueError, named by the caller)

@@ -23,6 +23,7 @@ from .._errors import ConfigError
 from ._parse import (
     Setting,
     boolean,
+    build_id,
     choice,
     dns_sd_type,
     hex_text,
@@ -68,6 +69,13 @@ WORKER_SETTINGS: Final[tuple[Setting, ...]] = (
         "serve /metrics and /status on 127.0.0.1:PORT (0: any free port; -1: off)",
     ),
     Setting("tags", tag_list, "comma-separated tags without spaces", (), "tags a pool can select workers by", True),
+    Setting(
+        "build",
+        build_id,
+        "a build id (printable, no spaces)",
+        "",
+        "the build of the code this worker runs (a git commit, an image tag): it runs calls of that build and calls that name none (docs/concepts.md, rolling deploys)",
+    ),
     Setting(
         "max_concurrent_tasks",
         integer(0),
@@ -270,6 +278,7 @@ class WorkerConfig:
     unix_socket: str = ""
     metrics_port: int = -1
     tags: tuple[str, ...] = ()
+    build: str = ""
     max_concurrent_tasks: int = 1
     idle_timeout: float = 0.0
     max_lifetime: float = 0.0
@@ -414,6 +423,13 @@ def secret_settings(
 
 
 POOL_SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting(
+        "build",
+        build_id,
+        "a build id (printable, no spaces)",
+        "",
+        "the build of the code this process runs: its calls and pinned jobs run only on workers of that build, and its spawned workers run it (default: none, any worker)",
+    ),
     Setting(
         "spawn",
         integer(0),
@@ -636,6 +652,7 @@ class PoolConfig:
     plain_prefetch: int = PLAIN_PREFETCH
     max_memory_per_worker: int | None = None
     max_threads_per_worker: int | None = None
+    build: str = ""
     secret: str = dataclasses.field(default="", repr=False)
     secret_file: str = ""
     insecure: bool = False

@@ -94,6 +94,7 @@ class LanPublisher:
                 "capacity": str(worker.capacity),
                 "tls": "1" if worker.tls else "0",
                 "interpreter": worker.interpreter,
+                "build": worker.build,
             },
             server=f"{worker.uid}.local.",
             parsed_addresses=list(addresses),
@@ -226,6 +227,7 @@ def record_from_info(info: AsyncServiceInfo) -> WorkerMetadata:
         capacity=int(props.get("capacity", "0")),
         tls=props.get("tls") == "1",
         interpreter=props.get("interpreter", ""),
+        build=props.get("build", ""),
     )
 
 

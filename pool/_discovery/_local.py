@@ -55,6 +55,7 @@ def record_from_json(text: str) -> WorkerMetadata:
         capacity=int(data.get("capacity", 0)),
         tls=bool(data.get("tls", False)),
         interpreter=str(data.get("interpreter", "")),
+        build=str(data.get("build", "")),
     )
 
 

@@ -113,6 +113,7 @@ async def probe(address: str, timeout: float, trust: Trust | None = None) -> Wor
         version=state.version,
         capacity=state.capacity,
         interpreter=state.interpreter,
+        build=state.build,
     )
 
 

@@ -99,8 +99,11 @@ Offer = tuple[uuid.UUID, WorkerConnection, int, OutgoingCall]
 
 
 def _runs(worker: WorkerMetadata, task: Task) -> bool:
-    """Whether ``worker`` may load ``task``'s code by value: it runs the Python that made it (or does not say)."""
-    return not worker.interpreter or worker.interpreter == task.interpreter
+    """Whether ``worker`` may run ``task`` (issue 54): it runs the task's build, if the task names one, and the
+    Python that made the task's code by value, if it carries any (a record silent on its Python may: it says so)."""
+    if task.build and worker.build != task.build:
+        return False
+    return not task.interpreter or not worker.interpreter or worker.interpreter == task.interpreter
 
 
 class DeadlinePassed(Exception):
@@ -153,6 +156,7 @@ class CallPath:
         coming: Whether a worker is on its way (wait for it even without a queue).
         stranded: Why no worker can come (every waiting call ends with it), or None.
         overdue: Called with a worker past a plain call's hard timeout (kill and replace it).
+        build: This process's build: a call that names none runs there (only on workers of that build).
     """
 
     def __init__(
@@ -171,8 +175,10 @@ class CallPath:
         coming: Callable[[set[uuid.UUID]], bool] = lambda draining: False,
         stranded: Callable[[], BaseException | None] = lambda: None,
         overdue: Callable[[uuid.UUID], object] | None = None,
+        build: str = "",
     ) -> None:
         self.balancer = balancer
+        self.build = build
         order = getattr(balancer, "order", None)
         self._order: Callable[..., Iterable[uuid.UUID]] | None = order if callable(order) else None
         self._membership = membership
@@ -246,6 +252,8 @@ class CallPath:
         cancelled, the worker lost, the timeout).
         """
         task.arrival = None  # a new call: a new place in the line (placed again after a handback, it keeps it)
+        if not task.build:
+            task.build = self.build  # it names this process's code: a worker of another build declines it
         if task.timeout is None:
             return self._call(task, as_data)  # (no timer, and no frame for one)
         return self._bounded(task, as_data)
@@ -276,7 +284,7 @@ class CallPath:
                     workers = self._workers
                     for uid in order(task, context=self.roster):  # (`_offers`, inline)
                         entry = workers.get(uid)
-                        if entry is None or (task.interpreter and not _runs(entry[0], task)):
+                        if entry is None or ((task.build or task.interpreter) and not _runs(entry[0], task)):
                             continue
                         offer = self._send(uid, entry[1], task)
                         try:
@@ -342,6 +350,8 @@ class CallPath:
             return await traced(tracer, "call", lambda: self.dispatch(task, parent), task)  # type: ignore[return-value]
         if self.state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self.state}")
+        if not task.build:
+            task.build = self.build
         ticket = self.admit(task, None if parent is None else self._tickets.get(parent))
         deadline = self._deadline(task)
         timer = None  # armed only where the call may wait: its limits (the line arms its own)
@@ -439,6 +449,8 @@ class CallPath:
             return await traced(tracer, "job", lambda: self.place_job(task), task)
         if self.state != "open":
             raise PoolClosed(f"{task.name}() was dispatched through a pool that is {self.state}")
+        if not task.build:
+            task.build = self.build  # an unpinned job (or one from an unversioned process) runs this process's build
         ticket = Ticket(task, None, time.monotonic())
         task.prefetch = 0  # an attempt never waits inside a worker: the store is its queue (running = started)
         if (task.queue or task.workflow) and not self.limits.try_acquire(ticket):
@@ -505,9 +517,9 @@ class CallPath:
         workers = self._workers
         for uid in self._order(task, context=context):
             entry = workers.get(uid)
-            # (one that left the pool since the balancer looked is passed over; so is one of another Python
-            # for a call that carries code by value)
-            if entry is not None and (not task.interpreter or _runs(entry[0], task)):
+            # (one that left the pool since the balancer looked is passed over; so is one of another build, or
+            # of another Python for a call that carries code by value)
+            if entry is not None and (not (task.build or task.interpreter) or _runs(entry[0], task)):
                 yield self._send(uid, entry[1], task)
 
     def _send(self, uid: uuid.UUID, connection: WorkerConnection, task: Task) -> Offer:
@@ -546,7 +558,7 @@ class CallPath:
             uid = await anext(delegation)
             while True:
                 entry = self.roster.workers.get(uid)
-                if entry is None or (task.interpreter and not _runs(entry[0], task)):  # (as in `_offers`)
+                if entry is None or ((task.build or task.interpreter) and not _runs(entry[0], task)):  # (`_offers`)
                     uid = await delegation.asend(None)
                     continue
                 call = await self._answer(self._send(uid, entry[1], task), task)
@@ -583,24 +595,37 @@ class CallPath:
         return error
 
     def _mismatch(self, task: Task, last: BaseException | None) -> VersionMismatch | None:
-        """`VersionMismatch` if no member runs the Python ``task``'s code by value was made by, else None.
+        """`VersionMismatch` if no member may run ``task`` (`_runs`: its build, its code's Python), else None.
 
-        A member whose record names its interpreter is judged by it; one that
-        does not (an older release) counts as matching unless it just declined
-        the call for that reason (``last``).
+        A member whose record does not name its interpreter (an older
+        release) counts as matching unless the last refusal (``last``) was a
+        worker declining the call for its version.
         """
-        made_by = task.interpreter
-        if not made_by or not self.roster:
+        if not (task.build or task.interpreter) or not self.roster:
             return None
         declined = last is not None and MISMATCH_MESSAGE in str(last)
-        runs = {meta.interpreter or ("?" if declined else made_by) for meta, _ in self._workers.values()}
-        if made_by in runs:
+        members = [meta for meta, _ in self._workers.values()]
+        if any(_runs(meta, task) and not (declined and task.interpreter and not meta.interpreter) for meta in members):
             return None
-        others = ", ".join(sorted(runs - {"?"})) or "another"
+        wanted, have, fixes = [], set(), []
+        if task.build:
+            wanted.append(f"build {task.build}")
+            have |= {f"build {meta.build or '(none)'}" for meta in members}
+            fixes.append(f"start workers of build {task.build} (LEAKYPOOL_BUILD)")
+        if task.interpreter:
+            wanted.append(task.interpreter)
+            have |= {meta.interpreter for meta in members if meta.interpreter}
+            fixes.append(
+                f"add workers of {task.interpreter}, or make the code importable on the workers (a module of its own)"
+            )
+        carries = (
+            " (its code is pickled by value: a function of __main__, a lambda or a closure, among it or its arguments)"
+            if task.interpreter
+            else ""
+        )
         return VersionMismatch(
-            f"{task.name}() carries code pickled by value by {made_by} (a function of __main__, a lambda or a "
-            f"closure, among it or its arguments), and no worker of the pool runs {made_by} (they run {others}): "
-            f"add workers of {made_by}, or make the code importable on the workers (a module of its own)"
+            f"{task.name}() needs a worker of {' and '.join(wanted)}{carries}, and no worker of the pool runs it "
+            f"(they run {', '.join(sorted(have)) or 'another'}): {'; or '.join(fixes)}"
         )
 
     def _refused(

@@ -161,6 +161,7 @@ class LocalWorker:
             tls=False,
             local=True,
             interpreter=info.get("interpreter", ""),
+            build=info.get("build", ""),
         )
         return self.metadata
 

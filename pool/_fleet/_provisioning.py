@@ -317,6 +317,7 @@ def worker_env(
         secret=spawn_key,  # in the environment only; the worker removes it from there at start
         mp_authkey=_mp_authkey(),
         max_threads=native_threads(config.max_threads_per_worker, workers),
+        build=config.build,  # they run this process's code (spawned from it)
     )
     return worker.to_env()
 

@@ -5,6 +5,7 @@
                   ├─ no worker has room ──> back to waiting (it blocks placements until capacity frees)
                   │      a job with a shared limit, or no worker at all ──> given back to the store
                   ├─ its limit is full ──> back to waiting until a slot frees
+                  ├─ it reached its worker after its start-by time ──> given back to the store, unstarted
                   └─ cannot start ──> failed in the store, with the reason
 
 `Scheduler` decides when to place (its loop and batch); an `Attendant` is what
@@ -14,13 +15,17 @@ one placement does, and what each way out of it leaves in the `Holdings`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from .._call._calls import StartByPassed
 from .._errors import NoWorkersAvailable, PoolClosed, VersionMismatch
 from ._attempt import Attempt, persist
 from ._holdings import Holdings
 from ._store import JobRecord
+
+_log = logging.getLogger("leakypool.jobs")
 
 if TYPE_CHECKING:
     from .._call._task import Task
@@ -47,6 +52,7 @@ class Attendant:
         wake: Lease and dispatch now (the store may hold jobs a freed slot lets through).
         may_start: Whether the owner lease lets an attempt start now (`_lease`), asked again just
             before it is offered: the loop's turn may have come late.
+        start_by: The latest time an attempt placed now may start (Unix seconds), which its worker checks.
     """
 
     def __init__(
@@ -63,6 +69,7 @@ class Attendant:
         room: asyncio.Event,
         wake: Callable[[], None],
         may_start: Callable[[Attempt], bool] = lambda attempt: True,
+        start_by: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._held = held
         self._store = store
@@ -75,6 +82,7 @@ class Attendant:
         self._room = room
         self._wake = wake
         self._may_start = may_start
+        self._start_by = start_by
 
     async def attend(self, attempt: Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
@@ -85,6 +93,7 @@ class Attendant:
             held.put_back(attempt)  # the loop gives it back (a lapse) or places it after the next renewal
             self._room.set()
             return
+        attempt.task.start_by = self._start_by()
         try:
             call = await self._place(attempt.task)
         except NoWorkersAvailable as exc:
@@ -94,6 +103,9 @@ class Attendant:
             return
         except PoolClosed:
             held.put_back(attempt)
+            return
+        except StartByPassed as exc:
+            await self._late(attempt, exc)
             return
         except asyncio.CancelledError:
             if not attempt.cancel_requested:
@@ -146,6 +158,22 @@ class Attendant:
             self._room.set()  # capacity freed while this placement was refused: try again now
         self._starved()
         held.put_back(attempt)
+
+    async def _late(self, attempt: Attempt, exc: StartByPassed) -> None:
+        """``attempt`` reached its worker after its start-by time and did not start: its job goes back to the store
+        (this process's lease may have lapsed; whoever leases it next runs it once)."""
+        job = attempt.job
+        _log.warning(
+            "job %s (%s()) was not started: %s; given back to the store (a stalled process or network, or clocks "
+            "that disagree by more than lease_ttl/3)",
+            job.id,
+            job.routine,
+            exc,
+        )
+        await persist("giving a late job back", lambda: self._store.unlease(self._recorder.owner, [job.id]))
+        self._held.drop(job.id)
+        self._held.backlog = True  # it is in the store again
+        self._room.set()
 
     async def fail_pending(self, job: JobRecord, error: BaseException) -> None:
         """Record that ``job`` failed before it ran (``error`` says why); this process holds it no more."""

@@ -33,8 +33,9 @@ class RetryPolicy:
     retry_on: tuple[type[BaseException], ...] = ()
 
 
-def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal) -> bytes:
-    """The payload of job ``job_id``, which runs ``task``, sealed for that job.
+def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal, build: str = "") -> bytes:
+    """The payload of job ``job_id``, which runs ``task``, sealed for that job; ``build``: the build it is pinned
+    to ("": none, it runs the build of the process that dispatches it).
 
     Raises:
         SerializationError: a ``retry_on`` type cannot be pickled, or there is no secret to seal with.
@@ -53,6 +54,7 @@ def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal) -> bytes:
         "halt_on_error": task.halt_on_error,
         "plain": task.plain,
         "interpreter": task.interpreter,  # the Python its code by value was made by ("": none is)
+        "build": build,
         "retry_backoff": policy.retry_backoff,
         "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
@@ -69,13 +71,7 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
         SerializationError: the payload is corrupt, from a newer release, or
             its ``retry_on`` types cannot be imported here.
     """
-    opened = seal.open(f"job {job_id}", "payload", payload)
-    try:
-        version, fields = pickle.loads(opened)  # noqa: S301 - sealed under the user's secret for this job: checked above
-    except Exception as exc:
-        raise SerializationError(f"a job's payload cannot be read: {type(exc).__name__}: {exc}") from exc
-    if version != PAYLOAD_VERSION:
-        raise SerializationError(f"a job's payload has version {version}; this release reads {PAYLOAD_VERSION}")
+    fields = _opened(job_id, payload, seal)
     retry_on = _wire.loads(fields["retry_on"], what="retry_on") if fields["retry_on"] else ()
     task = Task(
         name=fields["name"],
@@ -91,12 +87,41 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
         workflow=fields["workflow"],
         halt_on_error=fields["halt_on_error"],
         plain=fields.get("plain", False),  # absent from payloads written before plain routines
-        # Absent from payloads written before issue 54: code by value in them counts as this process's Python.
-        interpreter=fields.get(
-            "interpreter", _wire.interpreter_of(fields["blob"]) or _wire.interpreter_of(fields["args"])
-        ),
+        interpreter=_interpreter(fields),
+        build=fields.get("build", ""),  # (absent before issue 54: unpinned)
     )
     return task, RetryPolicy(fields["retry_backoff"], retry_on)
+
+
+def _interpreter(fields: dict[str, Any]) -> str:
+    """The Python a payload's code by value was made by; absent from payloads written before issue 54, whose code
+    by value counts as this process's Python."""
+    made_by = fields.get("interpreter")
+    if made_by is None:
+        made_by = _wire.interpreter_of(fields["blob"]) or _wire.interpreter_of(fields["args"])
+    return str(made_by)
+
+
+def pinned_build(job_id: str, payload: bytes, seal: Seal) -> str:
+    """The build job ``job_id``'s payload is pinned to ("": none), once its seal checks (nothing else is loaded).
+
+    Raises:
+        SerializationError: the payload was not sealed for this job under a secret held here, or is corrupt.
+    """
+    return str(_opened(job_id, payload, seal).get("build", ""))
+
+
+def _opened(job_id: str, payload: bytes, seal: Seal) -> dict[str, Any]:
+    """The fields of job ``job_id``'s payload, unpickled only once its seal checks (the routine and arguments
+    stay bytes)."""
+    opened = seal.open(f"job {job_id}", "payload", payload)
+    try:
+        version, fields = pickle.loads(opened)  # noqa: S301 - sealed under the user's secret for this job: checked above
+    except Exception as exc:
+        raise SerializationError(f"a job's payload cannot be read: {type(exc).__name__}: {exc}") from exc
+    if version != PAYLOAD_VERSION:
+        raise SerializationError(f"a job's payload has version {version}; this release reads {PAYLOAD_VERSION}")
+    return fields
 
 
 def seal_outcome(job_id: str, outcome: bytes, seal: Seal) -> bytes:

@@ -21,7 +21,7 @@ from .._call._task import Task
 from .._errors import ConfigError
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._seal import Seal
-from ._codec import RetryPolicy, encode, open_outcome
+from ._codec import RetryPolicy, encode, open_outcome, pinned_build
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 
 POLL_MIN_S: Final[float] = 0.05
@@ -53,6 +53,8 @@ class JobOptions(Protocol):
     def run_at(self) -> datetime.datetime | None: ...
     @property
     def connection(self) -> Any: ...
+    @property
+    def pinned(self) -> bool: ...
 
 
 def queue_name(queue: str | Any) -> str:
@@ -134,6 +136,16 @@ class Job:
     @property
     def finished_at(self) -> datetime.datetime | None:
         return _when(self._record.finished_at)
+
+    @property
+    def build(self) -> str:
+        """The build it runs on: the one it was submitted from, when pinned ("": unpinned, or submitted from an
+        unversioned process; it then runs the build of whichever process dispatches it).
+
+        Raises:
+            SerializationError: its payload is not sealed under a secret held here.
+        """
+        return pinned_build(self._record.id, self._record.payload, self._jobs.seal)
 
     @property
     def done(self) -> bool:
@@ -226,12 +238,22 @@ class Jobs:
         seal: Seals payloads written and opens outcomes read (the user's secret).
         max_pending: Active jobs (pending + running) the store may hold; None: no ceiling.
         default_deadline: A job's dispatch deadline unless its options set one.
+        build: This process's build: a job submitted here is pinned to it (it runs only on workers of that build)
+            unless its routine says ``pinned=False`` (then it runs the build of whichever process dispatches it).
     """
 
     def __init__(
-        self, store: JobStore, holder: JobHolder, seal: Seal, *, max_pending: int | None, default_deadline: float
+        self,
+        store: JobStore,
+        holder: JobHolder,
+        seal: Seal,
+        *,
+        max_pending: int | None,
+        default_deadline: float,
+        build: str = "",
     ) -> None:
         self.store = store
+        self.build = build
         self.seal = seal
         self._holder = holder
         self._max_pending = max_pending
@@ -279,7 +301,8 @@ class Jobs:
         if due is None:
             due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
         job_id = job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}"
-        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on), job_id, self.seal)
+        build = self.build if options.pinned else ""
+        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on), job_id, self.seal, build)
         return NewJob(
             id=job_id,
             routine=task.name,

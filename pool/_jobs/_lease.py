@@ -13,9 +13,13 @@ process holds must not start once that may have happened:
                      ──> the lease may have run out meanwhile, as another process's clock saw it: `epoch` + 1
 
 Renewals are sent every ttl/3 from the last one's sending, so a store that
-answers within ttl/3 never stops a start. The fence assumes what a lease
-always does: clocks that agree within a fraction of ttl/3, and a placement
-that reaches its worker within it; the worker itself does not check.
+answers within ttl/3 never stops a start. The worker checks the same bound:
+a job's call carries ``start_by()`` (`Task.start_by`), and a worker that would
+start it later declines it unstarted (issue 54); a placement delayed on its
+way (a stalled process, a slow network) then never starts the job, and it
+goes back to the store. The fence assumes what a lease always does: the
+clocks of the processes and workers on one store agree within ttl/3 (NTP
+keeps them within milliseconds).
 
 A held job from an earlier epoch goes back to the store (`unlease`: fenced by
 owner, a no-op if it is another's now) and is leased again like any other.
@@ -52,7 +56,11 @@ class OwnLease:
 
     def holds(self, now: float) -> bool:
         """Whether a held job may start at ``now``: the lease surely holds for a renewal period more."""
-        return now < self.until - self.ttl / 3
+        return now < self.start_by()
+
+    def start_by(self) -> float:
+        """The latest time a held job may start (Unix seconds): what its worker is told, and checks itself."""
+        return self.until - self.ttl / 3
 
     def may_start(self, epoch: int, now: float) -> bool:
         """Whether a held job that came in ``epoch`` may start at ``now`` (no lapse since, and `holds`)."""

@@ -76,6 +76,7 @@ class Scheduler:
         max_pending: Active jobs the store may hold (the submit ceiling).
         keep_finished: Seconds finished jobs are kept before they are purged (0: forever).
         seal: Seals what this process writes to the store and checks what it loads (the user's secret).
+        build: This process's build: what its jobs are pinned to (see `Jobs`).
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class Scheduler:
         keep_finished: float = 0.0,
         store_retry: float = 10.0,
         seal: Seal,
+        build: str = "",
     ) -> None:
         # Every store call rides over a restart (issue #25); once the store is back, rescan it (issue 40).
         self.store = store = retrying_store(store, store_retry, recovered=self.wake)
@@ -120,7 +122,7 @@ class Scheduler:
             ticked=self.reconcile,
             lease=self._lease,
         )
-        self.jobs = Jobs(store, self, seal, max_pending=max_pending, default_deadline=default_deadline)
+        self.jobs = Jobs(store, self, seal, max_pending=max_pending, default_deadline=default_deadline, build=build)
         self.schedules = Schedules(self.jobs, self.wake)  # WorkerPool.schedule: periodic jobs
         self._held = Holdings(self.jobs.notify_finished)  # what this process holds (its Attendant's too)
         self._attendant = Attendant(
@@ -135,6 +137,7 @@ class Scheduler:
             room=self._wake,
             wake=self.wake,
             may_start=lambda attempt: self._lease.may_start(attempt.lease_epoch, time.time()),
+            start_by=self._lease.start_by,
         )
 
     # -- lifecycle -------------------------------------------------------------------

@@ -219,6 +219,14 @@ class _Gauges:
         workers.add_metric(["local"], s.local_workers)
         workers.add_metric(["found"], s.workers - s.local_workers)
         yield workers
+        builds = GaugeMetricFamily(
+            "leakypool_workers_by_build",
+            'Workers in the pool by the build they run ("": unversioned).',
+            labels=["build"],
+        )
+        for build, count in sorted(s.builds.items()):
+            builds.add_metric([build], count)
+        yield builds
         grown = CounterMetricFamily("leakypool_workers_grown", "Workers started under load.")
         grown.add_metric([], s.grown)
         yield grown

@@ -127,6 +127,8 @@ class PoolObserver:
                     "address": meta.address,
                     "pid": meta.pid,
                     "local": meta.local,
+                    "build": meta.build,
+                    "interpreter": meta.interpreter,
                     "in_flight": None if state is None else state.in_flight,
                     "capacity": meta.capacity if state is None else state.capacity,
                     "idle_s": None if state is None else round(state.idle_seconds, 3),

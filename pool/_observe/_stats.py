@@ -29,6 +29,7 @@ class PoolStats:
         recycled: Spawned workers that exited on purpose and were replaced, by
             reason: ``tasks`` and ``memory`` (recycling), ``timeout`` (killed at a hard timeout).
         limits: Running and waiting calls per live queue, key and workflow.
+        builds: Workers per build they run ("": unversioned; see ``build`` in docs/concepts.md).
         worker_signals: Per worker that has told this pool it has room again
             (it had turned a call away): its load and resource signals then.
             `WorkerPool.worker_states` asks every worker now instead.
@@ -48,6 +49,7 @@ class PoolStats:
     shrunk: int = 0
     provision_failures: int = 0
     recycled: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    builds: Mapping[str, int] = dataclasses.field(default_factory=dict)
     worker_signals: Mapping[uuid.UUID, WorkerSignals] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:

@@ -116,6 +116,7 @@ class Layers:
             coming=self.fleet.coming,
             stranded=self._stranded,
             overdue=self._overdue,
+            build=config.build,
         )
         self.scheduler: Scheduler | None = job_scheduler(
             store,
@@ -220,4 +221,5 @@ def job_scheduler(
         keep_finished=config.keep_finished,
         store_retry=config.store_retry,
         seal=seal,
+        build=config.build,
     )

@@ -6,6 +6,7 @@ module keeps to its public methods and its lifecycle.
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ class PoolViews:
             limits=limits,
             shrunk=layers.fleet.shrunk,
             recycled=dict(layers.fleet.recycled),
+            builds=dict(collections.Counter(entry[0].build for entry in layers.roster.workers.values())),
             worker_signals={
                 c.metadata.uid: WorkerSignals(r.in_flight, r.capacity, r.memory_fraction, r.loop_lag_seconds)
                 for c in layers.roster.connections()

@@ -134,6 +134,11 @@ class WorkerPool:
             default: CPUs // ``spawn``, as joblib's loky does; 0: no cap).
             ``OMP_NUM_THREADS`` and the like, set in this process's
             environment, win for their library.
+        build: The build of the code this process runs, a deployment's build id
+            such as a git commit or an image tag (``LEAKYPOOL_BUILD``; default
+            none). Its calls run only on workers of that build, its jobs keep
+            it (`routine`'s ``pinned``), and its spawned workers run it. See
+            docs/concepts.md, "Rolling deploys".
         plain_prefetch: Plain calls a busy worker holds accepted behind the one
             it runs, so it starts the next without a round trip (default 2; 0:
             a busy worker turns them away). A routine's ``prefetch=0`` opts out.
@@ -193,6 +198,7 @@ class WorkerPool:
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | str | None = None,
         max_threads_per_worker: int | None = None,
+        build: str | None = None,
         plain_prefetch: int | None = None,
         secret: str | None = None,
         secret_file: str | None = None,

@@ -76,8 +76,13 @@ UNAVAILABLE: Final[int] = _NAMES.index("UNAVAILABLE")
 FAILED_PRECONDITION: Final[int] = _NAMES.index("FAILED_PRECONDITION")
 UNIMPLEMENTED: Final[int] = _NAMES.index("UNIMPLEMENTED")
 
-MISMATCH_MESSAGE: Final[str] = "another interpreter"
-"""A worker's Reject of a call whose code by value was made by another Python (UNAVAILABLE: it is not full)."""
+MISMATCH_MESSAGE: Final[str] = "another version"
+"""A worker's Reject of a call of another build, or whose code by value was made by another Python (UNAVAILABLE:
+it is not full)."""
+
+LATE_MESSAGE: Final[str] = "past its start-by time"
+"""A worker's Reject of a job's call that would start after its start-by time (UNAVAILABLE; issue 54): the job
+goes back to the store unstarted."""
 
 TRANSIENT_CODES: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 """gRPC codes a worker may answer "not now" with (DESIGN: rotate, keep the worker); any other is hard."""
@@ -108,6 +113,8 @@ class WorkerMetadata:
         local: Whether this pool spawned it.
         interpreter: The Python it runs ("cpython-3.13"; "" when its record does not say): a call whose
             code was pickled by value by another is not offered to it.
+        build: The build of the code it runs (``--build``; "": unversioned): a call of another build is not
+            offered to it.
     """
 
     uid: uuid.UUID
@@ -119,6 +126,7 @@ class WorkerMetadata:
     tls: bool = False
     local: bool = False
     interpreter: str = ""
+    build: str = ""
 
 
 public(WorkerMetadata)

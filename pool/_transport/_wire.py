@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import io
 import pickle
+import struct
 import sys
 import traceback
 from typing import Any, Final
@@ -335,10 +336,14 @@ def interpreter_of(data: bytes | memoryview) -> str:
     """
     if not data:
         return ""
-    view = memoryview(data)
-    if view[0] == _buffers.MARK:
-        view = view[_buffers.pickle_start(data) :]
-    return INTERPRETER if _BY_VALUE_MARK in view.tobytes() else ""
+    start = 0
+    if data[0] == _buffers.MARK:
+        try:
+            start = _buffers.pickle_start(data)
+        except struct.error:  # not a payload after all: all of it is searched
+            start = 0
+    raw = data if isinstance(data, bytes) else bytes(data)
+    return INTERPRETER if raw.find(_BY_VALUE_MARK, start) >= 0 else ""
 
 
 def check_interpreter(made_by: str, what: str) -> None:

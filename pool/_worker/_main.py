@@ -118,6 +118,7 @@ async def serve(
         max_lifetime=config.max_lifetime,
         hold_slot_while_waiting=config.hold_slot_while_waiting,
         plain_prefetch=config.plain_prefetch,
+        build=config.build,
         # (asyncio's debug mode refuses calls into a loop from another thread: no watch there)
         inline=runs_inline(config) and not asyncio.get_running_loop().get_debug(),
     )
@@ -145,6 +146,7 @@ async def serve(
             "tags": list(config.tags),
             "version": __version__,
             "interpreter": INTERPRETER,
+            "build": config.build,
         }
         if config.unix_socket:
             info["unix_socket"] = config.unix_socket
@@ -215,6 +217,8 @@ async def _observe(config: WorkerConfig, service: WorkerService) -> ObservationS
             "uid": s.uid,
             "pid": s.pid,
             "version": s.version,
+            "interpreter": s.interpreter,
+            "build": s.build,
             "accepting": s.accepting,
             "in_flight": s.in_flight,
             "capacity": s.capacity,
@@ -251,6 +255,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
         capacity=info["capacity"],
         tls=config.tls,
         interpreter=INTERPRETER,
+        build=config.build,
     )
     if config.discovery == "local":
         entry = LocalPublisher(config.local_registry or default_registry(), worker)

@@ -191,6 +191,7 @@ async def start_registry(config: WorkerConfig, service: WorkerService, info: dic
         capacity=info["capacity"],
         tls=config.tls,
         interpreter=info.get("interpreter", ""),
+        build=info.get("build", ""),
     )
     record = RegistryRecord(config.registry, worker, config.registry_ttl, config.store_retry, seal=worker_seal(config))
     try:

@@ -37,7 +37,7 @@ from .._call._task import Task
 from .._transport import _buffers
 from .._transport._outbox import Write, WriteNow
 from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import FAILED_PRECONDITION, MISMATCH_MESSAGE, UNAVAILABLE
+from .._transport._rpc import FAILED_PRECONDITION, LATE_MESSAGE, MISMATCH_MESSAGE, UNAVAILABLE
 from .._transport._session import Read, Session
 from .._transport._wire import INTERPRETER
 from ._admission import Verdict, WorkerAdmission
@@ -74,6 +74,7 @@ class WorkerService:
             (`_overrun`): for a worker whose streams can all be read from a thread (its pool's unix socket).
             Otherwise routines get a loop thread of their own.
         plain_prefetch: Plain calls that may wait behind the running one (`_plain`).
+        build: The build of the code it runs ("": unversioned); a call of another build is declined.
     """
 
     def __init__(
@@ -87,8 +88,10 @@ class WorkerService:
         hold_slot_while_waiting: bool = False,
         inline: bool = False,
         plain_prefetch: int = 0,
+        build: str = "",
     ) -> None:
         self.uid = uid
+        self.build = build
         self.capacity = capacity
         self.signals = ResourceSignals()
         self.admission = WorkerAdmission(backpressure, hold_slots=hold_slot_while_waiting, signals=self.signals)
@@ -233,35 +236,42 @@ class WorkerService:
     def state(self) -> pb.WorkerState:
         """This worker's load and lifecycle, as the State RPC reports it."""
         self._plain.settle()
-        return worker_state(self.uid, self.capacity, self.admission, self.lifecycle, self.signals)
+        return worker_state(self.uid, self.capacity, self.admission, self.lifecycle, self.signals, self.build)
 
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
         self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
         peer = self._peers[session]
-        routine = frame.call.routine
+        call = frame.call
+        routine = call.routine
         if routine.blob:
             peer.received[routine.digest] = Code(routine.blob, routine.name)
         code = peer.received.get(routine.digest)
         if code is None:
             session.reject(frame.id, FAILED_PRECONDITION, f"unknown routine digest for {routine.name}()")
             return
-        made_by = frame.call.interpreter
-        if made_by and made_by != INTERPRETER:
-            # Code by value of another Python (issue 54): declined before anything of it is loaded. Not "full" and
-            # not queued: the pool offers it to a worker of that interpreter, or ends it naming both.
-            session.reject(
-                frame.id, UNAVAILABLE, f"{MISMATCH_MESSAGE}: it runs {INTERPRETER}, the call was made by {made_by}"
-            )
-            return
-        hosted = Hosted(session, frame.id, Task.from_message(frame.call, code.blob), code)
+        if call.interpreter or call.build:
+            mismatch = self._mismatch(call)
+            if mismatch:  # not "full" and not queued: the pool offers it to a worker of its version, or names both
+                session.reject(frame.id, UNAVAILABLE, f"{MISMATCH_MESSAGE}: {mismatch}")
+                return
+        hosted = Hosted(session, frame.id, Task.from_message(call, code.blob), code)
         verdict = self.admission.decide(hosted.task)
         if isinstance(verdict, Verdict):
             self._answer(peer, hosted, verdict)
             return
         peer.hosted[hosted.id] = hosted  # steps and cancels may arrive while the hook runs
         self.tasks.spawn(self._vet(peer, hosted, verdict), name=f"vet {hosted.task.name}")
+
+    def _mismatch(self, call: pb.Call) -> str:
+        """Why this worker may not run ``call`` (issue 54), or "": code by value of another Python (declined before
+        anything of it is loaded), or a call of another build (the code it names may differ here)."""
+        if call.interpreter and call.interpreter != INTERPRETER:
+            return f"it runs {INTERPRETER}, the call's code by value was made by {call.interpreter}"
+        if call.build and call.build != self.build:
+            return f"it runs build {self.build or '(none)'}, the call is of build {call.build}"
+        return ""
 
     async def _vet(self, peer: Peer, hosted: Hosted, pending: Awaitable[Any]) -> None:
         try:
@@ -277,6 +287,13 @@ class WorkerService:
     def _answer(self, peer: Peer, hosted: Hosted, verdict: Verdict) -> None:
         session = hosted.session
         plain = hosted.task.plain
+        start_by = hosted.task.start_by
+        if start_by and verdict is Verdict.ACCEPT and (late := time.time() - start_by) >= 0:
+            # A job's call that would start after its start-by time (its dispatching process's lease may have lapsed
+            # meanwhile, and another process may run the job): declined unstarted, its job goes back to the store.
+            _buffers.forget(hosted.task.args)
+            session.reject(hosted.id, UNAVAILABLE, f"{LATE_MESSAGE}: {late:.3f}s late by this worker's clock")
+            return
         if verdict is Verdict.ACCEPT and not (self._plain.room(hosted) if plain else self.lifecycle.take()):
             # no room in the plain line (filled while an async hook vetted this one), or the task limit was
             # reached by a call the plain thread started meanwhile

@@ -14,7 +14,7 @@ from ._signals import ResourceSignals
 
 
 def worker_state(
-    uid: str, capacity: int, admission: WorkerAdmission, lifecycle: Lifecycle, signals: ResourceSignals
+    uid: str, capacity: int, admission: WorkerAdmission, lifecycle: Lifecycle, signals: ResourceSignals, build: str
 ) -> pb.WorkerState:
     """The State reply of worker ``uid`` now."""
     now = time.monotonic()
@@ -29,6 +29,7 @@ def worker_state(
         uptime_seconds=now - lifecycle.started,
         version=__version__,
         interpreter=INTERPRETER,
+        build=build,
         memory_bytes=signals.memory_bytes or 0,
         memory_fraction=signals.memory_fraction or 0.0,
         loop_lag_seconds=signals.loop_lag_s,

@@ -50,7 +50,7 @@ class Routine(_message.Message):
     def __init__(self, digest: _Optional[bytes] = ..., blob: _Optional[bytes] = ..., name: _Optional[str] = ..., generator: bool = ..., plain: bool = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent", "no_prefetch", "interpreter")
+    __slots__ = ("routine", "args", "parent", "timeout", "limits", "traceparent", "no_prefetch", "interpreter", "build", "start_by")
     ROUTINE_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,8 @@ class Call(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     NO_PREFETCH_FIELD_NUMBER: _ClassVar[int]
     INTERPRETER_FIELD_NUMBER: _ClassVar[int]
+    BUILD_FIELD_NUMBER: _ClassVar[int]
+    START_BY_FIELD_NUMBER: _ClassVar[int]
     routine: Routine
     args: bytes
     parent: int
@@ -67,7 +69,9 @@ class Call(_message.Message):
     traceparent: str
     no_prefetch: bool
     interpreter: str
-    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ..., no_prefetch: bool = ..., interpreter: _Optional[str] = ...) -> None: ...
+    build: str
+    start_by: float
+    def __init__(self, routine: _Optional[_Union[Routine, _Mapping[str, object]]] = ..., args: _Optional[bytes] = ..., parent: _Optional[int] = ..., timeout: _Optional[float] = ..., limits: _Optional[_Union[Limits, _Mapping[str, object]]] = ..., traceparent: _Optional[str] = ..., no_prefetch: bool = ..., interpreter: _Optional[str] = ..., build: _Optional[str] = ..., start_by: _Optional[float] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("queue", "key", "workflow", "concurrency", "total", "halt_on_error")
@@ -190,7 +194,7 @@ class StateRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerState(_message.Message):
-    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting", "memory_bytes", "memory_fraction", "loop_lag_seconds", "latency_p99_seconds", "interpreter")
+    __slots__ = ("uid", "pid", "in_flight", "idle_seconds", "capacity", "accepting", "uptime_seconds", "version", "waiting", "memory_bytes", "memory_fraction", "loop_lag_seconds", "latency_p99_seconds", "interpreter", "build")
     UID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +209,7 @@ class WorkerState(_message.Message):
     LOOP_LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
     INTERPRETER_FIELD_NUMBER: _ClassVar[int]
+    BUILD_FIELD_NUMBER: _ClassVar[int]
     uid: str
     pid: int
     in_flight: int
@@ -219,4 +224,5 @@ class WorkerState(_message.Message):
     loop_lag_seconds: float
     latency_p99_seconds: float
     interpreter: str
-    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ..., interpreter: _Optional[str] = ...) -> None: ...
+    build: str
+    def __init__(self, uid: _Optional[str] = ..., pid: _Optional[int] = ..., in_flight: _Optional[int] = ..., idle_seconds: _Optional[float] = ..., capacity: _Optional[int] = ..., accepting: bool = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ..., waiting: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., memory_fraction: _Optional[float] = ..., loop_lag_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ..., interpreter: _Optional[str] = ..., build: _Optional[str] = ...) -> None: ...

@@ -407,3 +407,24 @@ async def python_version():
 async def make_adder(n):
     """A closure: a value that can only cross by value (code of the worker's Python)."""
     return lambda x: x + n
+
+
+class SlowFirstVet:
+    """An async backpressure hook that takes ``seconds`` to vet the first call each worker sees, then none; it
+    appends a line to ``log`` per call vetted.
+
+    A placement delayed inside the worker, as a stalled process or a slow network delays one on its way.
+    """
+
+    def __init__(self, seconds: float, log: str) -> None:
+        self.seconds = seconds
+        self.log = log
+        self.vetted = 0
+
+    async def __call__(self, context) -> bool:
+        self.vetted += 1
+        with open(self.log, "a") as f:
+            f.write(f"vet {context.task.name}\n")
+        if self.vetted == 1:
+            await asyncio.sleep(self.seconds)
+        return False

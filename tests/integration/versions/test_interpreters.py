@@ -149,3 +149,19 @@ async def test_a_call_by_value_should_say_its_python_and_run_where_it_matches():
     async with pool.WorkerPool(spawn=1):
         assert await by_value(1) == 6
         assert (await routines.make_adder(2))(3) == 5
+
+
+@needs_other_python
+async def test_a_stored_job_by_value_should_end_at_its_deadline_naming_its_python_when_no_worker_runs_it(tmp_path):
+    """Test a job whose code travels by value in a pool served only by another Python: it is never sent there, and
+    ends at its dispatch deadline in VersionMismatch naming the version (never a silent CapacityTimeout); a job by
+    reference runs there."""
+    assert OTHER is not None
+    async with other_worker() as (_, address):
+        store = f"sqlite:///{tmp_path / 'jobs.db'}"
+        async with pool.WorkerPool(discovery=pool.StaticDiscovery([address]), store=store) as p:
+            await p.wait_for_workers(1, timeout=WAIT_S)
+            job = await closure_routine(1).options(dispatch_deadline=1.0).submit(1)
+            with pytest.raises(pool.VersionMismatch, match=rf"found no worker of its version .*{INTERPRETER}"):
+                await job.result(timeout=WAIT_S)
+            assert await (await routines.add.submit(2, 3)).result(timeout=WAIT_S) == 5

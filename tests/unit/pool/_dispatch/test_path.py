@@ -205,6 +205,7 @@ def task(
     deadline: float | None = None,
     queue: pool.Queue | None = None,
     interpreter: str = "",
+    build: str = "",
 ) -> Task:
     return Task(
         name,
@@ -218,6 +219,7 @@ def task(
         queue=queue.name if queue else "",
         concurrency=queue.concurrency if queue else 0,
         interpreter=interpreter,
+        build=build,
     )
 
 
@@ -486,8 +488,9 @@ class TestNoQueue:
         assert world.path.waiting == 0
 
 
-class TestInterpreters:
-    """A call carrying code by value goes only to workers of the Python that made it (issue 54)."""
+class TestVersions:
+    """A call goes only to workers of its build, and one carrying code by value to workers of the Python that made
+    it (issue 54)."""
 
     async def test_dispatch_should_pass_over_a_worker_whose_record_names_another_python(self):
         """Test that no round trip is spent on a worker known to run another Python; calls by reference go there."""
@@ -502,7 +505,9 @@ class TestInterpreters:
         """Test that a queue does not hold a call no member can ever run, and that no worker is asked."""
         world = World(UIDS[:1], queue_depth=4)
         world.roster.refresh(dataclasses.replace(world.workers[UIDS[0]].metadata, interpreter="cpython-3.99"))
-        with pytest.raises(pool.VersionMismatch, match=rf"made by {INTERPRETER}|by value by {INTERPRETER}") as info:
+        with pytest.raises(
+            pool.VersionMismatch, match=rf"needs a worker of {INTERPRETER} \(its code is pickled"
+        ) as info:
             await world.dispatch(interpreter=INTERPRETER)
         assert "cpython-3.99" in str(info.value)
         assert (world.offers, world.path.waiting, world.path.admitted) == ([], 0, 0)
@@ -514,6 +519,35 @@ class TestInterpreters:
         with pytest.raises(pool.VersionMismatch):
             await world.dispatch(interpreter=INTERPRETER)
         assert world.offers == [UIDS[0]] and world.path.waiting == 0
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(st.sampled_from(["", "v1", "v2"]), min_size=1, max_size=5),
+        st.sampled_from(["", "v1", "v2"]),
+        st.sampled_from(["", "v1"]),
+    )
+    def test_a_call_should_be_offered_exactly_to_the_workers_of_its_build_in_uid_order(self, builds, own, pinned):
+        """Test the rule: a call names its job's pinned build, else this process's; it is offered to the workers
+        of that build alone, lowest uid first (any worker when it names none); with none, VersionMismatch naming
+        the build wanted and those there."""
+        asyncio.run(self._offered_by_build(builds, own, pinned))
+
+    @staticmethod
+    async def _offered_by_build(builds: list[str], own: str, pinned: str) -> None:
+        world = World(UIDS[: len(builds)])
+        world.path.build = own
+        for uid, build in zip(UIDS, builds, strict=False):
+            world.workers[uid].answer = "busy"
+            world.roster.refresh(dataclasses.replace(world.workers[uid].metadata, build=build))
+        wanted = pinned or own
+        expected = [uid for uid, build in zip(UIDS, builds, strict=False) if not wanted or build == wanted]
+        error = pool.VersionMismatch if not expected else pool.NoWorkersAvailable
+        with pytest.raises(error) as info:
+            await asyncio.wait_for(world.path.place_job(task(build=pinned)), WAIT_S)  # a job's attempt: stamped there
+        assert world.offers == expected
+        if not expected:
+            assert f"needs a worker of build {wanted}" in str(info.value)
+            assert all(f"build {b or '(none)'}" in str(info.value) for b in builds)
 
 
 # -- the line (was test_admission.TestQueue) -------------------------------------------------------------

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from pool._call._calls import StartByPassed
+from pool._call._task import Task
 from pool._errors import NoWorkersAvailable, PoolClosed
 from pool._jobs._attempt import Attempt
 from pool._jobs._attend import Attendant
@@ -21,6 +23,7 @@ from pool._jobs._placements import MAX_PLACING, PlacementWindow
 from pool._jobs._store import JobRecord
 
 WAIT_S = 5.0
+START_BY = 1_700_000_000.5  # what the owner lease says the latest start of an attempt placed now is
 
 
 def record(job_id: str, *, queue: str = "", workflow: str = "", next_at: float = 0.0) -> JobRecord:
@@ -80,6 +83,7 @@ class Scene:
         self.starved = 0
         self.wakes = 0
         self.placing = asyncio.Event()
+        self.placed: list[tuple[str, float]] = []  # (name, start_by) of each task placed
         self.attendant = Attendant(
             self.held,
             self.store,  # type: ignore[arg-type]
@@ -92,9 +96,11 @@ class Scene:
             room=self.room,
             wake=self._wake,
             may_start=lambda attempt: may_start,
+            start_by=lambda: START_BY,
         )
 
-    async def _place(self, task: object) -> object:
+    async def _place(self, task: Task) -> object:
+        self.placed.append((task.name, task.start_by))
         self.placing.set()
         answer = self.answer() if callable(self.answer) else self.answer
         if isinstance(answer, asyncio.Future):
@@ -111,7 +117,7 @@ class Scene:
 
     def leased(self, job: JobRecord) -> Attempt:
         """Hold ``job`` as the scheduler does, and take it out to place it."""
-        attempt = Attempt(job, None, RetryPolicy())  # type: ignore[arg-type]  # (the fake placement ignores it)
+        attempt = Attempt(job, Task(job.routine, False, b"", b"", b""), RetryPolicy())
         self.held.adopt(attempt)
         self.held.waiting.remove(attempt)
         self.held.placing.add(attempt)
@@ -215,6 +221,17 @@ class TestNotPlaced:
         assert not scene.placing.is_set()  # never offered to a worker
         assert (scene.held.waiting, scene.held.placing, scene.held.ids) == ([attempt], set(), {"j"})
         assert scene.room.is_set() and scene.store.unleased == []  # the loop decides: give back, or wait
+
+    async def test_attend_should_give_a_job_back_to_the_store_unstarted_when_it_reached_its_worker_late(self):
+        """Test the worker-side fence (issue 54): the attempt carries the lease's start-by time; a worker that got it
+        too late declined it, and the job goes back to the store (not retried here, not failed, not counted)."""
+        scene = Scene(StartByPassed("worker w declined r(): past its start-by time: 0.200s late"))
+        attempt = scene.leased(record("j"))
+        await scene.attend(attempt)
+        assert scene.placed == [("r", START_BY)]
+        assert scene.store.unleased == [("me", ["j"])] and scene.recorder.failed == []
+        assert (scene.held.ids, scene.held.waiting, scene.held.placing, scene.told) == (set(), [], set(), [("j", None)])
+        assert scene.held.backlog and scene.room.is_set() and scene.starved == 0
 
     async def test_attend_should_wait_for_a_capacity_event_when_no_worker_had_room(self):
         """Test that a job without a shared limit stays held, one placement at a time, until capacity frees."""

@@ -77,7 +77,9 @@ class Pool:
         self.has_store = store
         self.jobs = Jobs()
         self.workers = {
-            A: WorkerMetadata(uid=A, address="127.0.0.1:7001", pid=11, capacity=8, local=True),
+            A: WorkerMetadata(
+                uid=A, address="127.0.0.1:7001", pid=11, capacity=8, local=True, build="v2", interpreter="cpython-3.13"
+            ),
             B: WorkerMetadata(uid=B, address="10.0.0.2:7000", pid=22, capacity=3),
         }
         self.states = {
@@ -160,6 +162,8 @@ class TestStatus:
                 "address": "10.0.0.2:7000",
                 "pid": 22,
                 "local": False,
+                "build": "",
+                "interpreter": "",
                 "in_flight": None,
                 "capacity": 3,
                 "idle_s": None,
@@ -172,6 +176,8 @@ class TestStatus:
                 "address": "127.0.0.1:7001",
                 "pid": 11,
                 "local": True,
+                "build": "v2",
+                "interpreter": "cpython-3.13",
                 "in_flight": 2,
                 "capacity": 4,
                 "idle_s": 1.235,

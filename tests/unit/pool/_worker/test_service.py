@@ -9,6 +9,7 @@ the test opens (or the stream's end cancels).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
@@ -19,7 +20,13 @@ from backpressure import BackpressureContext
 from pool._call._task import Task
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
-from pool._transport._rpc import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, UNAVAILABLE
+from pool._transport._rpc import (
+    FAILED_PRECONDITION,
+    LATE_MESSAGE,
+    MISMATCH_MESSAGE,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+)
 from pool._transport._session import Session
 from pool._worker._hosted import Code, Hosted
 from pool._worker._service import WorkerService
@@ -245,6 +252,57 @@ class TestWorkerService:
             assert result(await link.answer(running)) == "running"
             await asyncio.wait_for(draining, WAIT_S)
             assert service.done.is_set()
+
+    async def test_on_call_should_decline_a_job_call_past_its_start_by_time_unstarted_and_not_as_full(self):
+        """Test the worker-side lease fence (issue 54): a call whose start-by time passed is declined before it
+        starts (UNAVAILABLE, saying how late), one still in time runs."""
+        async with Serving() as service, Link(service) as link:
+            late = task(double, 1)
+            late.start_by = time.time() - 0.25
+            refused = reject(await link.run(late))
+            assert refused.code == UNAVAILABLE and refused.message.startswith(LATE_MESSAGE)
+            assert refused.capacity == 0  # not "full": the pool does not wait for room from it
+            assert service.admission.in_flight == 0
+            in_time = task(double, 2)
+            in_time.start_by = time.time() + 60
+            assert result(await link.run(in_time)) == 4
+
+    async def test_on_call_should_decline_a_call_whose_start_by_time_passed_while_an_async_hook_vetted_it(self):
+        """Test the check as the call leaves the worker's vetting (its line): late by then, it never starts."""
+        vetted = asyncio.Event()
+
+        async def slow(context: BackpressureContext) -> bool:
+            await asyncio.sleep(0.3)
+            vetted.set()
+            return False
+
+        async with Serving(backpressure=slow) as service, Link(service) as link:
+            t = task(double, 3)
+            t.start_by = time.time() + 0.1  # in time on arrival, late once vetted
+            refused = reject(await link.run(t))
+            assert vetted.is_set() and refused.message.startswith(LATE_MESSAGE)
+            assert service.admission.in_flight == 0
+
+    @pytest.mark.parametrize(
+        ("own", "call", "runs"), [("v1", "v1", True), ("v1", "v2", False), ("", "v2", False), ("v1", "", True)]
+    )
+    async def test_on_call_should_run_only_calls_of_its_build_or_naming_none(self, own, call, runs):
+        """Test the build check (issue 54): a call of another build is declined (UNAVAILABLE, naming both builds,
+        not full); a call that names no build runs anywhere."""
+        async with Serving(build=own) as service, Link(service) as link:
+            t = task(double, 5)
+            t.build = call
+            frame = await link.run(t)
+            if runs:
+                assert result(frame) == 10
+            else:
+                refused = reject(frame)
+                assert refused.code == UNAVAILABLE and refused.capacity == 0
+                assert (
+                    refused.message
+                    == f"{MISMATCH_MESSAGE}: it runs build {own or '(none)'}, the call is of build {call}"
+                )
+            assert service.state().build == own
 
     async def test_on_step_should_cancel_the_routine_when_the_dispatcher_cancels(self):
         """Test that a CANCEL step stops the running routine, and the call counts out."""

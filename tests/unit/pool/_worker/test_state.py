@@ -42,7 +42,7 @@ class Worker:
         )
 
     def state(self, capacity: int = 4):
-        return worker_state(UID, capacity, self.admission, self.lifecycle, self.signals)
+        return worker_state(UID, capacity, self.admission, self.lifecycle, self.signals, "")
 
 
 class TestWorkerState:
