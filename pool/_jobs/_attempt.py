@@ -165,13 +165,17 @@ async def persist(what: str, write: Callable[[], Awaitable[T]]) -> T:
     outage outlasts it, another process revives the job and this write
     then finds the job no longer ours (and says so).
     """
-    outage = Outage(what)
+    try:
+        return await write()  # (no outage object unless the store is away: every job's outcome passes here)
+    except StoreError as exc:
+        outage = Outage(what)
+        outage.failed(exc)
     while True:
+        await asyncio.sleep(outage.delay())
         try:
             result = await write()
         except StoreError as exc:
             outage.failed(exc)
-            await asyncio.sleep(outage.delay())
             continue
         outage.over()
         return result

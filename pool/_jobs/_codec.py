@@ -40,7 +40,16 @@ def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal, build: str 
     Raises:
         SerializationError: a ``retry_on`` type cannot be pickled, or there is no secret to seal with.
     """
-    fields: dict[str, Any] = {
+    return seal_fields(payload_fields(task, policy, build), job_id, seal)
+
+
+def payload_fields(task: Task, policy: RetryPolicy, build: str = "") -> dict[str, Any]:
+    """What a payload holds for ``task`` (see `encode`), before it is pickled and sealed.
+
+    Raises:
+        SerializationError: a ``retry_on`` type cannot be pickled.
+    """
+    return {
         "name": task.name,
         "digest": task.digest,
         "blob": task.blob,
@@ -58,6 +67,14 @@ def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal, build: str 
         "retry_backoff": policy.retry_backoff,
         "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
+
+
+def seal_fields(fields: dict[str, Any], job_id: str, seal: Seal) -> bytes:
+    """``fields`` (`payload_fields`) as job ``job_id``'s payload: pickled and sealed for that job.
+
+    Raises:
+        SerializationError: there is no secret to seal with.
+    """
     return seal.seal(
         f"job {job_id}", "payload", pickle.dumps((PAYLOAD_VERSION, fields), protocol=pickle.HIGHEST_PROTOCOL)
     )
@@ -73,7 +90,13 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
     """
     fields = _opened(job_id, payload, seal)
     retry_on = _wire.loads(fields["retry_on"], what="retry_on") if fields["retry_on"] else ()
-    task = Task(
+    return task_of(fields), RetryPolicy(fields["retry_backoff"], retry_on)
+
+
+def task_of(fields: dict[str, Any]) -> Task:
+    """The task a payload's ``fields`` run: what `decode` returns, and what the submitting process holds of a job it
+    keeps (without reading its own payload back)."""
+    return Task(
         name=fields["name"],
         generator=False,
         digest=fields["digest"],
@@ -90,7 +113,6 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
         interpreter=_interpreter(fields),
         build=fields.get("build", ""),  # (absent before issue 54: unpinned)
     )
-    return task, RetryPolicy(fields["retry_backoff"], retry_on)
 
 
 def _interpreter(fields: dict[str, Any]) -> str:

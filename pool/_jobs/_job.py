@@ -21,7 +21,7 @@ from .._call._task import Task
 from .._errors import ConfigError
 from .._transport._proto import leakypool_pb2 as pb
 from .._transport._seal import Seal
-from ._codec import RetryPolicy, encode, open_outcome, pinned_build
+from ._codec import RetryPolicy, open_outcome, payload_fields, pinned_build, seal_fields, task_of
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 
 POLL_MIN_S: Final[float] = 0.05
@@ -203,8 +203,9 @@ class JobHolder(Protocol):
         """This process's owner id if it can take one more job it submits into its batch now, else ""."""
         ...
 
-    def adopt(self, job: JobRecord | None) -> None:
-        """A job this process just submitted, inserted already leased by it (None: it was not)."""
+    def adopt(self, job: JobRecord | None, run: tuple[Task, RetryPolicy] | None = None) -> None:
+        """A job this process just submitted, inserted already leased by it (None: it was not); ``run``: what its
+        payload holds (the submitter made it: no need to read it back)."""
         ...
 
     def holds(self, job_id: str) -> bool:
@@ -276,7 +277,7 @@ class Jobs:
     async def submit(self, task: Task, options: JobOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
         now = time.time()
-        new = self.new_job(task, options, now)
+        new, run = self._row(task, options, now)
         due = new.due
         if options.connection is not None:
             return await self._submit_in(options.connection, new)
@@ -288,7 +289,7 @@ class Jobs:
             record, created = await self.store.submit(new, self._max_pending, owner)  # the ceiling: same transaction
         finally:
             if owner:
-                self._holder.adopt(record if record is not None and created else None)
+                self._holder.adopt(record if record is not None and created else None, run)
         assert record is not None  # noqa: S101 - an invariant, stated for the type checker
         if created and not owner:
             self._holder.due_at(due)  # in the store, not kept here: lease it when due (its limits are checked there)
@@ -298,12 +299,19 @@ class Jobs:
         self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
     ) -> NewJob:
         """The row `submit` writes for ``task`` (``job_id`` and ``due`` override the options': a periodic slot's)."""
+        return self._row(task, options, now, job_id=job_id, due=due)[0]
+
+    def _row(
+        self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
+    ) -> tuple[NewJob, tuple[Task, RetryPolicy]]:
+        """`new_job`, and what its payload holds, as the process that runs it reads it back (`decode`)."""
         if due is None:
             due = options.run_at.timestamp() if options.run_at is not None else now + options.delay
         job_id = job_id or options.job_id or f"{self._id_prefix}{next(self._serial):x}"
-        build = self.build if options.pinned else ""
-        payload = encode(task, RetryPolicy(options.retry_backoff, options.retry_on), job_id, self.seal, build)
-        return NewJob(
+        policy = RetryPolicy(options.retry_backoff, options.retry_on)
+        fields = payload_fields(task, policy, self.build if options.pinned else "")
+        payload = seal_fields(fields, job_id, self.seal)
+        row = NewJob(
             id=job_id,
             routine=task.name,
             payload=payload,
@@ -320,6 +328,7 @@ class Jobs:
             rate=task.rate[0] if task.rate else 0,
             rate_per=task.rate[1] if task.rate else 0.0,
         )
+        return row, (task_of(fields), policy)
 
     async def _submit_in(self, connection: Any, new: NewJob) -> Job:
         """Submit on the caller's asyncpg connection, inside its transaction (PostgreSQL only)."""

@@ -54,19 +54,23 @@ class Recorder:
         """Record the accepted attempt: running (unless it ends at once), then its outcome; the final record."""
         job = attempt.job
         started = attempt.started = time.time()
-        receiving = asyncio.ensure_future(call.receive())
+        receiving = call.next_item()  # (often done already: a quick job's outcome comes with its Accept)
         marked = False
         try:
-            await asyncio.wait((receiving,), timeout=RUNNING_AFTER_S)
             if not receiving.done():
-                if not await self._mark(attempt, started):
-                    call.cancel()  # cancelled (or taken) meanwhile
-                    return None
-                marked = True
-            try:
-                outcome = (await receiving).outcome
-            except WorkerBroken as exc:
-                outcome = raised(exc, job.routine)
+                await asyncio.wait((receiving,), timeout=RUNNING_AFTER_S)
+                if not receiving.done():
+                    if not await self._mark(attempt, started):
+                        call.cancel()  # cancelled (or taken) meanwhile
+                        return None
+                    marked = True
+            item = await receiving
+            if isinstance(item, WorkerBroken):
+                outcome = raised(item, job.routine)
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                outcome = item.outcome
         except asyncio.CancelledError:
             receiving.cancel()
             await call.abort(CANCEL_CONFIRM_S)

@@ -39,7 +39,7 @@ from .._transport._seal import Seal
 from ._attempt import Attempt as _Attempt
 from ._attempt import Outage, expired, persist
 from ._attend import Attendant
-from ._codec import decode
+from ._codec import RetryPolicy, decode
 from ._due import NextDue
 from ._holdings import Holdings
 from ._job import Jobs
@@ -229,11 +229,11 @@ class Scheduler:
             return self.owner
         return ""
 
-    def adopt(self, job: JobRecord | None) -> None:
+    def adopt(self, job: JobRecord | None, run: tuple[Task, RetryPolicy] | None = None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not; `JobHolder`)."""
         epoch = self._lease.arrived()
         if job is not None:
-            self._adopt(job, epoch)
+            self._adopt(job, epoch, run)
             self._wake.set()
 
     def holds(self, job_id: str) -> bool:
@@ -390,14 +390,17 @@ class Scheduler:
         for job_id in ids:
             self._held.drop(job_id)
 
-    def _adopt(self, job: JobRecord, epoch: int) -> None:
+    def _adopt(self, job: JobRecord, epoch: int, run: tuple[Task, RetryPolicy] | None = None) -> None:
         if job.id in self._held.ids:
             return  # given back by another while its lease lapsed, leased here again: the attempt held stays one
-        try:
-            task, policy = decode(job.id, job.payload, self.seal)
-        except SerializationError as exc:
-            self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
-            return
+        if run is not None:
+            task, policy = run  # submitted here: its payload says what this process just wrote
+        else:
+            try:
+                task, policy = decode(job.id, job.payload, self.seal)
+            except SerializationError as exc:
+                self._tasks.spawn(self._attendant.fail_pending(job, exc), name=f"fail {job.id}")
+                return
         attempt = _Attempt(job, task, policy)
         attempt.lease_epoch = epoch  # it starts only in that epoch of the owner lease (`_lease`)
         self._held.adopt(attempt)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from backpressure import BackpressureLike
@@ -334,9 +334,13 @@ class WorkerPool:
         """
         return self._jobs.jobs
 
-    async def submit(self, task: Task, options: CallOptions) -> Job:
-        """Commit a job for ``task`` (see `pool.Routine.submit`)."""
-        return await self._jobs.submit(task, options)
+    def submit(self, task: Task, options: CallOptions) -> Coroutine[Any, Any, Job]:
+        """Commit a job for ``task`` (see `pool.Routine.submit`): await it.
+
+        Raises:
+            PoolClosed: the pool is not open.
+        """
+        return self._jobs.submit(task, options)
 
     def schedule(
         self,

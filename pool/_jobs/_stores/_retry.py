@@ -27,7 +27,7 @@ import asyncio
 import builtins
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, TypeVar
 
 from ..._base._lost import lost_connection as lost_connection
@@ -72,7 +72,14 @@ def delay_s(tries: int, elapsed_s: float, budget_s: float, jitter: float) -> flo
 
 
 async def retrying(
-    what: str, budget_s: float, call: Callable[[], Awaitable[T]], store: str = "the store", *, log_each: bool = False
+    what: str,
+    budget_s: float,
+    call: Callable[[], Awaitable[T]],
+    store: str = "the store",
+    *,
+    again: Callable[[], Awaitable[T]] | None = None,
+    recovered: Callable[[], None] = lambda: None,
+    log_each: bool = False,
 ) -> T:
     """``call()``, tried again while the store is out of reach, for ``budget_s`` seconds (0: one try).
 
@@ -81,11 +88,17 @@ async def retrying(
     packets): then the last error, or "no answer". A write that timed out
     may still commit: the caller cannot tell, as with any lost answer.
 
+    The first try runs inline (no frame, no closure of the retry loop on
+    the path every store call takes: the jobs path makes two per job).
+
     Args:
         what: What the call does, for log lines ("opening the store").
         budget_s: ``store_retry``.
         call: The call.
         store: The store's name, for the "no answer" error.
+        again: The call for the tries after the first (a write that looks
+            first whether the lost try committed); default ``call``.
+        recovered: Called when a try after a lost connection succeeds.
         log_each: Log every back-off (a process starting while the store is
             down says why it waits), not only the first.
 
@@ -98,7 +111,15 @@ async def retrying(
     bound = asyncio.timeout(budget_s + LAST_TRY_S)
     try:
         async with bound:
-            return await _tries(what, budget_s, call, errors, log_each)
+            try:
+                return await call()
+            except StoreError as exc:
+                if not lost_connection(exc):
+                    raise
+                errors.append(exc)
+            result = await _tries(what, budget_s, again or call, errors, log_each)
+            recovered()
+            return result
     except TimeoutError:
         if not bound.expired():
             raise
@@ -110,8 +131,25 @@ async def retrying(
 async def _tries(
     what: str, budget_s: float, call: Callable[[], Awaitable[T]], errors: list[StoreError], log_each: bool = False
 ) -> T:
-    tries, since = 0, 0.0
+    """The tries after a first one lost its connection (``errors`` holds its error)."""
+    tries, since = 1, time.monotonic()
     while True:
+        wait = delay_s(tries, time.monotonic() - since, budget_s, RANDOM.random())
+        if wait is None:
+            raise errors[-1]
+        if log_each:
+            _log.warning(
+                "%s (while %s); try %d, again in %.2fs (gives up %.1fs from now: store_retry %gs)",
+                errors[-1],
+                what,
+                tries,
+                wait,
+                max(0.0, budget_s - (time.monotonic() - since)),
+                budget_s,
+            )
+        elif tries == 1:
+            _log.info("store out of reach while %s (%s); trying again for up to %gs", what, errors[-1], budget_s)
+        await asyncio.sleep(wait)
         try:
             result = await call()
         except StoreError as exc:
@@ -119,27 +157,8 @@ async def _tries(
             if not lost_connection(exc):
                 raise
             errors.append(exc)
-            now = time.monotonic()
-            since = since or now
-            wait = delay_s(tries, now - since, budget_s, RANDOM.random())
-            if wait is None:
-                raise
-            if log_each:
-                _log.warning(
-                    "%s (while %s); try %d, again in %.2fs (gives up %.1fs from now: store_retry %gs)",
-                    exc,
-                    what,
-                    tries,
-                    wait,
-                    max(0.0, budget_s - (now - since)),
-                    budget_s,
-                )
-            elif tries == 1:
-                _log.info("store out of reach while %s (%s); trying again for up to %gs", what, exc, budget_s)
-            await asyncio.sleep(wait)
             continue
-        if tries:
-            _log.info("store back after %d tries (%s)", tries + 1, what)
+        _log.info("store back after %d tries (%s)", tries + 1, what)
         return result
 
 
@@ -166,21 +185,12 @@ class RetryingStore:
     def __repr__(self) -> str:
         return repr(self.inner)
 
-    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        lost = False
-
-        async def once() -> T:  # tells ``recovered`` when it answers after a lost connection
-            nonlocal lost
-            try:
-                result = await call()
-            except StoreError as exc:
-                lost = lost or lost_connection(exc)
-                raise
-            if lost:
-                self._recovered()
-            return result
-
-        return await retrying(what, self.budget_s, once, self._name)
+    def _retry(
+        self, what: str, call: Callable[[], Awaitable[T]], again: Callable[[], Awaitable[T]] | None = None
+    ) -> Coroutine[Any, Any, T]:
+        """``call`` under `retrying` (``again`` for the tries after the first); ``recovered`` when it answers after
+        a lost connection."""
+        return retrying(what, self.budget_s, call, self._name, again=again, recovered=self._recovered)
 
     async def open(self) -> None:
         """Open the store, waiting (a log line per back-off) up to ``store_retry`` for a server out of reach.
@@ -197,32 +207,24 @@ class RetryingStore:
         await retrying("opening the store", self.budget_s, self.inner.open, self._name, log_each=True)
 
     async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        tried = False
-
-        async def once() -> tuple[JobRecord, bool]:
-            nonlocal tried
-            if tried:  # the last try may have committed before its answer was lost: is the row ours?
-                record = await self.inner.get(job.id)
-                if record is not None and _same_submission(record, job):
-                    return record, True
-            tried = True
+        async def again() -> tuple[JobRecord, bool]:
+            record = await self.inner.get(job.id)  # the last try may have committed before its answer was lost
+            if record is not None and _same_submission(record, job):
+                return record, True
             return await self.inner.submit(job, max_active, owner)
 
-        return await self._retry(f"submitting job {job.id}", once)
+        return await self._retry(f"submitting job {job.id}", lambda: self.inner.submit(job, max_active, owner), again)
 
     async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
-        tried = False
-
-        async def once() -> bool:
-            nonlocal tried
-            if tried:
-                record = await self.inner.get(job_id)
-                if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
-                    return True
-            tried = True
+        async def again() -> bool:
+            record = await self.inner.get(job_id)
+            if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
+                return True
             return await self.inner.mark_running(job_id, owner, now)
 
-        return await self._retry(f"marking job {job_id} running", once)
+        return await self._retry(
+            f"marking job {job_id} running", lambda: self.inner.mark_running(job_id, owner, now), again
+        )
 
     async def finish(
         self,
@@ -235,18 +237,17 @@ class RetryingStore:
         error: str = "",
         started: float | None = None,
     ) -> bool:
-        tried = False
-
-        async def once() -> bool:
-            nonlocal tried
-            if tried:
-                record = await self.inner.get(job_id)
-                if record is not None and record.state == state and record.finished_at == now and record.owner == "":
-                    return True
-            tried = True
+        async def again() -> bool:
+            record = await self.inner.get(job_id)
+            if record is not None and record.state == state and record.finished_at == now and record.owner == "":
+                return True
             return await self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
 
-        return await self._retry(f"recording job {job_id}", once)
+        return await self._retry(
+            f"recording job {job_id}",
+            lambda: self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started),
+            again,
+        )
 
     async def get(self, job_id: str) -> JobRecord | None:
         return await self._retry("looking a job up", lambda: self.inner.get(job_id))

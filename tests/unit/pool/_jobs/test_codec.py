@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
@@ -72,6 +73,8 @@ class TestEncode:
         got, got_policy = decode(encode(task(**fields), policy))
         assert {f: getattr(got, f) for f in (*KEPT, "halt_on_error", "plain")} == fields
         assert got_policy == policy
+        kept = _codec.task_of(_codec.payload_fields(task(**fields), policy, "v7"))  # what the submitter holds
+        assert dataclasses.asdict(kept) == dataclasses.asdict(got) | {"build": "v7"}
 
     def test_decode_should_give_a_task_that_is_not_a_generator_and_carries_no_dispatch_state(self):
         """Test that what a payload does not keep comes back as a fresh Task's defaults (a job is a coroutine call)."""

@@ -43,7 +43,7 @@ class Holder:
     def claim(self) -> str:
         return self.owner
 
-    def adopt(self, job: JobRecord | None) -> None:
+    def adopt(self, job: JobRecord | None, run: object = None) -> None:
         self.adopted.append(job)
 
     def holds(self, job_id: str) -> bool:

@@ -37,9 +37,13 @@ class Call:
         self.slots = slots
         self.done = asyncio.get_running_loop().create_future()
 
-    async def receive(self) -> pb.Frame:
-        await self.done
-        return pb.Frame(outcome=pb.Outcome(kind=pb.Outcome.RETURN))
+    def next_item(self) -> asyncio.Future[pb.Frame]:
+        """Its outcome, once the test delivers it (`OutgoingCall.next_item`)."""
+        outcome: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
+        self.done.add_done_callback(
+            lambda _: outcome.done() or outcome.set_result(pb.Frame(outcome=pb.Outcome(kind=pb.Outcome.RETURN)))
+        )
+        return outcome
 
     def cancel(self) -> None:
         self.slots.end(self)
