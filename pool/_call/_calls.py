@@ -69,7 +69,12 @@ async def open_call(session: Session, task: Task) -> OutgoingCall:
         BaseException: what ended the stream, if it ended first.
     """
     call = start_call(session, task)
-    judge_first(call, await call.next_item(), task.name)
+    try:
+        item = await call.next_item()
+    except BaseException:  # cancelled before the verdict: the callee may have started it already
+        call.cancel()
+        raise
+    judge_first(call, item, task.name)
     return call
 
 

@@ -157,6 +157,20 @@ class TestNestedHost:
             calling.cancel()
             await asyncio.wait_for(downstream.cancelled.wait(), WAIT_S)
 
+    async def test_a_call_cancelled_before_its_accept_arrives_should_cancel_the_downstream_call(self):
+        """Test that a calling routine that gives up while its call's Accept is on the way still cancels it."""
+        downstream = Downstream()
+        dispatcher = Dispatcher(downstream)
+        async with Link(dispatcher) as link:
+            link.to_even = asyncio.Queue()  # what the pool sends the worker is held: the Accept never arrives
+            calling = asyncio.ensure_future(link.call(task()))
+            await asyncio.wait_for(dispatcher.started.wait(), WAIT_S)
+            calling.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await calling
+            assert link.worker.open_calls == 0  # given up at once, not left for the unanswered-call timer
+            await asyncio.wait_for(downstream.cancelled.wait(), WAIT_S)
+
     async def test_the_callers_stream_ending_should_cancel_every_relay(self):
         """Test that a worker that dies leaves no nested call of its running elsewhere."""
         downstreams = [Downstream(), Downstream()]
