@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from .._base._public import public
@@ -238,11 +238,11 @@ class JobStore(Protocol):
         """
         ...
 
-    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
-        """pending + owned -> running, attempts + 1. False (no change) otherwise."""
+    def mark_running(self, job_id: str, owner: str, now: float) -> Awaitable[bool]:
+        """pending + owned -> running, attempts + 1. False (no change) otherwise (an ``async def`` will do)."""
         ...
 
-    async def finish(
+    def finish(
         self,
         job_id: str,
         owner: str,
@@ -252,8 +252,8 @@ class JobStore(Protocol):
         outcome: bytes | None,
         error: str = "",
         started: float | None = None,
-    ) -> bool:
-        """running + owned -> a terminal ``state``. False (no change) otherwise.
+    ) -> Awaitable[bool]:
+        """running + owned -> a terminal ``state``. False (no change) otherwise (an ``async def`` will do).
 
         With ``started``, also pending + owned: an attempt that ended before it
         was marked running is recorded in this one write (attempts + 1,

@@ -53,11 +53,14 @@ class Batcher(Generic[T, R]):
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._flights = 0
 
-    async def __call__(self, item: T) -> R:
-        """Write ``item`` in the next batch; its result.
+    def __call__(self, item: T) -> asyncio.Future[R]:
+        """Write ``item`` in the next batch: a future of its result (await it).
 
-        Cancelling the caller does not take the write back (it may be in
-        flight already), as with any single write.
+        A future, not a coroutine: a writer waiting for its batch holds one
+        object less (a burst's writers wait together). A caller cancelled
+        while it awaits it cancels it (nobody reads its result then), and
+        that does not take the write back (it may be in flight already), as
+        with any single write.
         """
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
@@ -66,11 +69,7 @@ class Batcher(Generic[T, R]):
             landed = [False]
             flight = self._tasks.spawn(self._fly(landed), name=f"{self._name} flight")
             flight.add_done_callback(lambda _: self._land(landed))  # also if cancelled before it started
-        try:
-            return await future
-        except asyncio.CancelledError:
-            future.cancel()  # nobody reads its result now
-            raise
+        return future
 
     async def _fly(self, landed: list[bool]) -> None:
         batch: list[tuple[T, asyncio.Future[R]]] = []

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from ..._base._public import public
@@ -190,11 +190,11 @@ class PostgresStore:
         """See `JobStore.submit`."""
         return await self._writes.submit(job, max_active, owner)
 
-    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+    def mark_running(self, job_id: str, owner: str, now: float) -> Awaitable[bool]:
         """See `JobStore.mark_running`."""
-        return await self._writes.mark_running(job_id, owner, now)
+        return self._writes.mark_running(job_id, owner, now)
 
-    async def finish(
+    def finish(
         self,
         job_id: str,
         owner: str,
@@ -204,9 +204,9 @@ class PostgresStore:
         outcome: bytes | None,
         error: str = "",
         started: float | None = None,
-    ) -> bool:
-        """See `JobStore.finish`."""
-        return await self._writes.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
+    ) -> Awaitable[bool]:
+        """See `JobStore.finish` (its batch's future: no coroutine of its own)."""
+        return self._writes.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
 
     async def _submit_one(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
         async with self._errors():

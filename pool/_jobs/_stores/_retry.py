@@ -215,18 +215,16 @@ class RetryingStore:
 
         return await self._retry(f"submitting job {job.id}", lambda: self.inner.submit(job, max_active, owner), again)
 
-    async def mark_running(self, job_id: str, owner: str, now: float) -> bool:
+    def mark_running(self, job_id: str, owner: str, now: float) -> Awaitable[bool]:
         async def again() -> bool:
             record = await self.inner.get(job_id)
             if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
                 return True
             return await self.inner.mark_running(job_id, owner, now)
 
-        return await self._retry(
-            f"marking job {job_id} running", lambda: self.inner.mark_running(job_id, owner, now), again
-        )
+        return self._retry(f"marking job {job_id} running", lambda: self.inner.mark_running(job_id, owner, now), again)
 
-    async def finish(
+    def finish(
         self,
         job_id: str,
         owner: str,
@@ -236,14 +234,14 @@ class RetryingStore:
         outcome: bytes | None,
         error: str = "",
         started: float | None = None,
-    ) -> bool:
+    ) -> Awaitable[bool]:
         async def again() -> bool:
             record = await self.inner.get(job_id)
             if record is not None and record.state == state and record.finished_at == now and record.owner == "":
                 return True
             return await self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
 
-        return await self._retry(
+        return self._retry(
             f"recording job {job_id}",
             lambda: self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started),
             again,

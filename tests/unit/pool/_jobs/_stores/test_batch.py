@@ -40,9 +40,9 @@ async def test_writes_arriving_during_a_flight_should_share_the_next_statement()
     recorder.gate.clear()
     write = batcher(recorder, tasks, max_flights=1)
     try:
-        first = asyncio.create_task(write(0))
+        first = asyncio.ensure_future(write(0))
         await asyncio.sleep(0)  # the first flight takes off with item 0 alone
-        rest = [asyncio.create_task(write(i)) for i in range(1, 100)]
+        rest = [asyncio.ensure_future(write(i)) for i in range(1, 100)]
         await asyncio.sleep(0)
         recorder.gate.set()
         assert await first == 0
@@ -58,7 +58,7 @@ async def test_a_failed_statement_should_fail_only_its_own_writes():
     recorder.gate.clear()
     write = batcher(recorder, tasks, max_flights=1, max_batch=4)
     try:
-        writes = [asyncio.create_task(write(i)) for i in range(9)]
+        writes = [asyncio.ensure_future(write(i)) for i in range(9)]
         await asyncio.sleep(0)
         recorder.gate.set()
         results = await asyncio.gather(*writes, return_exceptions=True)
@@ -74,7 +74,7 @@ async def test_closing_the_owner_should_fail_writes_in_flight_and_queued_not_han
     recorder, tasks = Recorder(), TaskOwner("test", logging.getLogger("test"))
     recorder.gate.clear()
     write = batcher(recorder, tasks, max_flights=1)
-    writes = [asyncio.create_task(write(i)) for i in range(5)]
+    writes = [asyncio.ensure_future(write(i)) for i in range(5)]
     await asyncio.sleep(0)
     await tasks.aclose()
     for result in await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 5):
@@ -87,7 +87,7 @@ async def test_a_cancelled_caller_should_not_disturb_the_others():
     recorder.gate.clear()
     write = batcher(recorder, tasks, max_flights=1)
     try:
-        writes = [asyncio.create_task(write(i)) for i in range(3)]
+        writes = [asyncio.ensure_future(write(i)) for i in range(3)]
         await asyncio.sleep(0)
         writes[1].cancel()
         recorder.gate.set()
@@ -113,7 +113,7 @@ def test_every_write_should_be_flushed_exactly_once_in_arrival_order(arrivals, m
         writes = []
         try:
             for item, pause in enumerate(arrivals):
-                writes.append(asyncio.create_task(write(item)))
+                writes.append(asyncio.ensure_future(write(item)))
                 for _ in range(pause):
                     await asyncio.sleep(0)
             assert await asyncio.gather(*writes) == [i * 10 for i in range(len(arrivals))]
