@@ -51,6 +51,8 @@ def start_call(session: Session, task: Task) -> OutgoingCall:
     """
     call, message = session.open(task.name, plain=task.plain)
     task.fill(message, session)
+    if task.started is not None:
+        call.on_started = task.started
     if not task.plain:
         watch = session.watch
         if watch is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from .._base._public import public
@@ -50,6 +51,7 @@ class Task:
     interpreter: str = ""  # the interpreter of code its routine or arguments carry by value ("": none; see `_wire`)
     build: str = ""  # the build of the code it names ("": any worker's); the pool stamps its own on a call
     start_by: float = 0.0  # a job's call: the latest time a worker may start it (Unix seconds; 0: none)
+    started: Callable[[], object] | None = None  # called once its worker said it began (an executor's; not sent)
 
     def remaining(self) -> float | None:
         """Seconds left before the call's deadline (its whole timeout until it is dispatched); None: no limit."""

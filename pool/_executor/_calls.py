@@ -42,15 +42,18 @@ class Shipped:
     pickle loads into many times its size.
     """
 
-    __slots__ = ("blob", "keep", "mains", "name")
+    __slots__ = ("blob", "interpreter", "keep", "mains", "name")
 
     def __init__(self, fn: Callable[..., Any], *, keep: bool = True) -> None:
         self.name = name_of(fn)  # what its calls are called in errors, logs and metrics (not `_apply`)
         self.blob = _wire.dumps(fn, what=f"the callable {self.name}")
         self.mains = self.blob.count(_MAIN)
+        self.interpreter = _wire.interpreter_of(self.blob)  # a lambda, a closure: code only its Python may load
         self.keep = keep
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if len(self.blob) > CACHE_ENTRY_BYTES:  # never cached: its buffer may cross out of band (no copy)
+            return _load, (pickle.PickleBuffer(self.blob), False)
         return (_load, (self.blob,)) if self.keep else (_load, (self.blob, False))
 
 
@@ -76,11 +79,23 @@ def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
         data = pickle.dumps((args, {}), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001  # a lambda or closure among the arguments: cloudpickle's job, below
         data = b""
-    if data and data.count(_MAIN) == shipped.mains and not cloudpickle.list_registry_pickle_by_value():
+    if (
+        data
+        and len(data) < LARGE_ARGS_BYTES
+        and data.count(_MAIN) == shipped.mains
+        and not cloudpickle.list_registry_pickle_by_value()
+    ):
         task.args = data
-    else:
+    else:  # (large: its big buffers, the shipped callable's included, cross out of band where they can)
         task.args = _wire.pack_args(task.name, args, {})
+    task.interpreter = shipped.interpreter or _wire.interpreter_of(task.args)
     return task
+
+
+LARGE_ARGS_BYTES: Final[int] = 512 << 10
+"""Arguments (the callable included) that pickle at least this large go through `_wire.pack_args`, whose large
+buffers cross in a memory region beside the stream: the worker maps them instead of reading and copying them
+through the stream, and they are let go as the call ends."""
 
 
 _LOADED: dict[bytes, Callable[..., Any]] = {}
@@ -88,13 +103,14 @@ _LOADED: dict[bytes, Callable[..., Any]] = {}
 _loaded_bytes = 0
 
 
-def _load(blob: bytes, keep: bool = True) -> Callable[..., Any]:
+def _load(blob: bytes | memoryview, keep: bool = True) -> Callable[..., Any]:
     """On the worker: the callable ``blob`` is the pickle of; a small one is kept (least recently used goes first).
 
-    ``keep=False``: loaded for its call only (see `Shipped`).
+    ``keep=False``: loaded for its call only (see `Shipped`); a large blob
+    may come as a view of the region it crossed in.
     """
     global _loaded_bytes
-    if not keep or len(blob) > CACHE_ENTRY_BYTES:
+    if not keep or len(blob) > CACHE_ENTRY_BYTES or not isinstance(blob, bytes):
         loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
         return loaded
     fn = _LOADED.pop(blob, None)

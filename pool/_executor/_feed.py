@@ -7,13 +7,16 @@ Each submitted callable runs through one routine (`_apply`, see `_calls`):
     Feed: a deque without limit ──runners, at most a window in flight──> WorkerPool.call(_apply task)
         │ pending: cancel() works                    running: the pool's own admission, queue and healing
         v
-    concurrent.futures.Future: result, or whatever the function raised (BaseExceptions too; the remote
-                               traceback as __cause__)
+    concurrent.futures.Future: PENDING until its worker says the call began (Accept or Started), then
+                               RUNNING; result, or whatever the function raised (BaseExceptions too; the
+                               remote traceback as __cause__)
 
 The window (`IN_FLIGHT_PER_WORKER` per worker) keeps the pool's own queue short: a long line waits here,
-as work items, not as asyncio tasks in the pool, and a future leaves PENDING (``cancel()`` stops working)
-only when its call is handed to the pool, as ``ProcessPoolExecutor`` marks work RUNNING when it moves to
-its call queue.
+as work items, not as asyncio tasks in the pool. A future stays PENDING (``cancel()`` works) while its call
+waits here, in the pool's line or in a worker's, and turns RUNNING when its worker says it began
+(`Task.started`). Cancelling it before that takes the call back: its runner is cancelled, which cancels
+the call wherever it waits (a worker drops one from its line unstarted). A cancel that crosses the
+worker's word on the wire comes too late: the call runs, and its result is dropped.
 """
 
 from __future__ import annotations
@@ -48,11 +51,27 @@ def _fail(future: cf.Future[Any], error: BaseException) -> None:
 
 
 class _Work:
-    __slots__ = ("future", "task")
+    """One submitted call: its future stays PENDING (``cancel()`` works) until its worker says it began."""
+
+    __slots__ = ("future", "runner", "started", "task", "withdrawn")
 
     def __init__(self, future: cf.Future[Any], task: Task) -> None:
         self.future = future
         self.task = task
+        self.runner: asyncio.Task[Any] | None = None  # the runner awaiting its call, while it does
+        self.started: bool | None = None  # None: not yet; True: RUNNING; False: it was cancelled (waiters told)
+        self.withdrawn = False  # cancelled before it began: its runner was cancelled to take it back
+
+    def begin(self) -> bool:
+        """Make the future RUNNING, once (True); False if it was cancelled first (its waiters are told, once)."""
+        if self.started is None:
+            self.started = self.future.set_running_or_notify_cancel()
+        return self.started
+
+    def began(self) -> None:
+        """Its worker said it began (`Task.started`, on the loop). Cancelled first, it runs all the same (a
+        withdrawal is on its way: its result is dropped)."""
+        self.begin()
 
 
 class Feed:
@@ -87,6 +106,7 @@ class Feed:
         self._room: asyncio.Event | None = None
         self._broken: BaseException | None = None
         self._on_idle: Callable[[], object] | None = None
+        self._handed: dict[_Work, None] = {}  # handed to the pool, not done (the loop's thread adds and removes)
 
     def attach(
         self,
@@ -149,8 +169,11 @@ class Feed:
         self._drain(functools.partial(_fail, error=error))
 
     def cancel_pending(self) -> None:
-        """Cancel every future not handed to the pool yet (``shutdown(cancel_futures=True)``)."""
+        """Cancel every future whose call has not begun on a worker (``shutdown(cancel_futures=True)``): those
+        waiting here, and those handed to the pool that wait in its line or in a worker's."""
         self._drain(cf.Future.cancel)
+        for work in list(self._handed):  # (a copy made in C: safe beside the loop's thread)
+            work.future.cancel()  # False for one that began: it runs to its end
 
     def wait_idle(self) -> None:
         """Block until every accepted future is done."""
@@ -222,13 +245,13 @@ class Feed:
                         work = pending.popleft()
                     except IndexError:
                         break
-                    future, task = work.future, work.task
-                    work = None  # type: ignore[assignment]  # hold nothing of a finished call
                     try:
-                        if future.set_running_or_notify_cancel():
-                            await self._settle(future, task)
+                        if not work.future.cancelled():
+                            await self._settle(work)
+                        if work.future.cancelled():
+                            work.begin()  # (its waiters are told now)
                     finally:
-                        future = task = None  # type: ignore[assignment]
+                        work = None  # type: ignore[assignment]  # hold nothing of a finished call
                         self._done()
                 self._runners -= 1
                 if not pending or self._runners >= self._limit():
@@ -238,14 +261,48 @@ class Feed:
             self._runners -= 1
             raise
 
-    async def _settle(self, future: cf.Future[Any], task: Task) -> None:
+    async def _settle(self, work: _Work) -> None:
+        """Run ``work``'s call and end its future (or, cancelled before its call began, take the call back)."""
+        work.runner = asyncio.current_task()
+        work.task.started = work.began
+        self._handed[work] = None
+        work.future.add_done_callback(self._cancelled)
+        try:
+            await self._outcome(work)
+        except asyncio.CancelledError:
+            if not work.withdrawn or work.runner is None or work.runner.uncancel():
+                raise  # the pool is closing (or the runner was cancelled for more than this call)
+        finally:
+            work.runner = None
+            del self._handed[work]
+
+    def _cancelled(self, future: cf.Future[Any]) -> None:
+        """A handed call's future is done (any thread): if it was cancelled, take its call back from the pool."""
+        if not future.cancelled() or self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._withdraw, future)
+        except RuntimeError:  # the loop closed: nothing left to take back
+            pass
+
+    def _withdraw(self, future: cf.Future[Any]) -> None:
+        for work in self._handed:
+            if work.future is future:
+                if work.runner is not None and not work.withdrawn:
+                    work.withdrawn = True  # in the pool's line, or a worker's: its call is cancelled there
+                    work.runner.cancel()
+                return
+
+    async def _outcome(self, work: _Work) -> None:
         assert self._call is not None and self._room is not None  # noqa: S101 - an invariant, stated for the type checker
+        future, task = work.future, work.task
         while True:
             try:
                 ok, value = await self._call(task)  # the function's own outcome, whatever it raised, is data
             except NoWorkersAvailable as exc:  # a view over a pool with no queue: wait for room, never refuse
                 if self._direct:
-                    future.set_exception(exc)
+                    if work.begin():
+                        future.set_exception(exc)
                     return
                 self._room.clear()
                 try:
@@ -254,21 +311,26 @@ class Feed:
                 except TimeoutError:
                     pass
                 continue
-            except asyncio.CancelledError:  # the pool is closing: what it did not finish ends here
-                future.set_exception(PoolClosed("the pool closed before the call finished"))
-                self.fail(PoolClosed("the pool closed before the call was handed to it"))
+            except asyncio.CancelledError:  # withdrawn (see `_settle`), or the pool is closing
+                if not work.withdrawn:  # what the closing pool did not finish ends here
+                    if work.begin():
+                        future.set_exception(PoolClosed("the pool closed before the call finished"))
+                    self.fail(PoolClosed("the pool closed before the call was handed to it"))
                 raise
             except Exception as exc:  # noqa: BLE001  # a lost worker, a refused call: that future's outcome
-                future.set_exception(exc)
+                if work.begin():
+                    future.set_exception(exc)
             except BaseException as exc:  # noqa: BLE001  # (SystemExit, KeyboardInterrupt from user data): the future's, not the feed's end
                 broken = WorkerBroken(f"{task.name}() ended in {type(exc).__name__} on its way back: {exc!r}")
                 broken.__cause__ = exc
-                future.set_exception(broken)
+                if work.begin():
+                    future.set_exception(broken)
             else:
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)  # SystemExit, CancelledError ... as the standard library does
+                if work.begin():
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)  # SystemExit, CancelledError ... as the standard library does
             self._room.set()
             return
 

@@ -73,6 +73,7 @@ class OutgoingCall:
         "finished",
         "id",
         "name",
+        "on_started",
         "plain",
         "recalled",
         "session",
@@ -91,6 +92,7 @@ class OutgoingCall:
         self.batch: int = 0  # the number of the outgoing batch its Call frame is in
         self.state: int = SENT  # SENT, QUEUED or STARTED, as its callee said (`_session.Session.feed`)
         self.recalled: bool = False  # asked back while queued (`hand_back`)
+        self.on_started: Callable[[], object] | None = None  # called once, when its callee says it began
         self._inbox: collections.deque[pb.Frame | BaseException] = collections.deque()
         self._waiter: asyncio.Future[pb.Frame | BaseException] | None = None
         self._on_finish: list[Callable[[OutgoingCall], None]] = []
@@ -131,10 +133,14 @@ class OutgoingCall:
         body = frame.WhichOneof("body")
         if body == "started":
             self.state = STARTED  # not handed on: the caller waits for Accept and Outcome only
+            if self.on_started is not None:
+                self._began()
             return False
         if body == "accept":
             if not frame.accept.queued:
                 self.state = STARTED
+                if self.on_started is not None:
+                    self._began()
             elif self.state < QUEUED:
                 self.state = QUEUED
         elif body == "reject" and self.state:  # after an Accept: handed back (queued), else lost
@@ -144,6 +150,11 @@ class OutgoingCall:
         final = body == "reject" or (body == "outcome" and frame.outcome.kind in FINAL_OUTCOMES)  # (`is_final`)
         self.deliver(frame, final)
         return final
+
+    def _began(self) -> None:
+        began, self.on_started = self.on_started, None
+        if began is not None:
+            began()
 
     def lost(self, exc: BaseException, *, lossless: bool) -> None:
         """The stream ended with ``exc``: the call fails with it, or is `HandedBack` if it surely never began.

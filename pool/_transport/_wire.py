@@ -145,8 +145,8 @@ def _wrap(value: Any, depth: int = 2) -> Any:
 _CONTAINERS: Final[frozenset[type]] = frozenset({tuple, list, dict})
 
 
-def loads(data: bytes, *, what: str) -> Any:
-    """Unpickle ``data`` (empty bytes is ``None``).
+def loads(data: bytes | memoryview, *, what: str) -> Any:
+    """Unpickle ``data`` (empty bytes is ``None``; a view is a plain pickle, never a payload).
 
     Raises:
         SerializationError: ``data`` cannot be unpickled here (often: a
@@ -162,7 +162,7 @@ def loads(data: bytes, *, what: str) -> Any:
     buffers: Any = None
     pickled: bytes | memoryview = data
     try:
-        if data[0] == _buffers.MARK:
+        if data[0] == _buffers.MARK and type(data) is not memoryview:
             pickled, buffers = _buffers.unpack(data)
         elif len(data) >= _malloc.LARGE_BYTES:
             _malloc.tune()

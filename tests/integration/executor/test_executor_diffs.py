@@ -183,3 +183,80 @@ def test_workers_should_cap_native_threads_as_loky_does_and_let_the_users_variab
     with pool.Executor(2) as ex:
         openblas, omp, _ = ex.submit(calls.blas_threads).result(timeout=60)
     assert (openblas, omp) == (str(max(1, cpus // 2)), "3")
+
+
+def _holding(size: int, tag: int):
+    data = os.urandom(size)
+    return lambda: len(data) + tag  # a closure: it crosses by value, its data inside
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_should_let_go_of_what_finished_calls_carried_as_they_end():
+    """Test 53.5/7: six calls of 10 MiB closures leave their worker within 25 MiB of its size before them, right
+    after the last one (they left it 60+ MiB larger until its idle release, 2 s later: four copies a call)."""
+    with pool.Executor(1) as ex:
+        ex.submit(calls.rss_mib).result(timeout=60)
+        before = ex.submit(calls.rss_mib).result(timeout=60)
+        for tag in range(6):
+            assert ex.submit(_holding(10 << 20, tag)).result(timeout=60) == (10 << 20) + tag
+        after = ex.submit(calls.rss_mib).result(timeout=60)
+    assert after - before < 25, f"{before:.1f} -> {after:.1f} MiB"
+
+
+def test_shutdown_cancel_futures_and_cancel_should_take_back_every_call_no_worker_began(tmp_path):
+    """Test 53.5: with the one worker busy, calls waiting in its line or in the pool are cancelled, by
+    ``cancel()`` or ``shutdown(cancel_futures=True)``, and never run; the call that began finishes."""
+    gate = str(tmp_path / "gate")
+    with pool.Executor(1) as ex:
+        busy = ex.submit(calls.wait_for_file, gate)
+        waiting = [ex.submit(calls.mark, str(tmp_path / f"ran-{i}")) for i in range(6)]
+        assert calls_began(busy)
+        assert not busy.cancel()
+        assert waiting[0].cancel() and waiting[0].cancelled()  # handed to the pool (its worker's line): still PENDING
+        ex.shutdown(wait=False, cancel_futures=True)
+        calls.mark(gate)
+        assert busy.result(timeout=60) is True
+    assert all(f.cancelled() for f in waiting)
+    assert not list(tmp_path.glob("ran-*"))
+
+
+def test_closing_a_map_iterator_should_cancel_the_calls_not_begun(tmp_path):
+    """Test 53.5: leaving a ``map`` early (here: its timeout) cancels what no worker began, in the pool or in a
+    worker's line; they never run."""
+    gate = str(tmp_path / "gate")
+    paths = [gate] + [str(tmp_path / f"ran-{i}") for i in range(8)]
+    with pool.Executor(1) as ex:
+        results = ex.map(_gate_or_mark, paths, [gate] * len(paths), timeout=0.1)
+        assert calls.wait_for_file(gate + ".began")  # the one worker is held: nothing else can begin
+        with pytest.raises(TimeoutError):
+            next(results)  # (its finally cancels the rest)
+        calls.mark(gate)
+    assert not list(tmp_path.glob("ran-*"))
+
+
+def _gate_or_mark(path: str, gate: str) -> object:
+    if path == gate:
+        calls.mark(gate + ".began")
+        return calls.wait_for_file(gate)
+    return calls.mark(path)
+
+
+def calls_began(future: cf.Future, timeout: float = 60.0) -> bool:
+    """Wait until ``future`` is RUNNING (its worker began the call)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not future.running() and not future.done():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def test_a_map_whose_calls_crash_their_workers_should_cancel_the_rest_at_its_first_error(tmp_path):
+    """Test 53.5 (3.13's test_crash_big_data): the first crash raises `WorkerBroken`, the calls no worker began
+    are cancelled then, not run one by one on workers respawned after a growing back-off (~67 s here)."""
+    paths = [str(tmp_path / f"ran-{i}") for i in range(10)]
+    with pool.Executor(1) as ex, pytest.raises(BrokenProcessPool):
+        list(ex.map(calls.mark_and_crash, paths))
+    assert len(list(tmp_path.glob("ran-*"))) <= 2  # the first, and at most one its worker's successor began

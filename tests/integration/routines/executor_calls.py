@@ -221,3 +221,37 @@ def blas_threads():
 
     blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
     return os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS"), blas
+
+
+def rss_mib() -> float:
+    """This process's resident memory, MiB (from /proc)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise LookupError("no VmRSS")
+
+
+def wait_for_file(path: str, timeout: float = 60.0) -> bool:
+    """Hold the worker until ``path`` exists (the test's gate): True, or False after ``timeout`` s."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def mark(path: str) -> str:
+    """Create ``path``: the call ran."""
+    with open(path, "w"):
+        pass
+    return path
+
+
+def mark_and_crash(path: str) -> None:
+    """Create ``path``, then end the worker at once (as CPython's test_crash_big_data does)."""
+    mark(path)
+    os._exit(1)

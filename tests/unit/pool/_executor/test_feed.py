@@ -28,10 +28,14 @@ class Pool:
     """What a Feed hands calls to: ``call`` answers ``(True, name)`` unless ``answers`` says otherwise.
 
     ``answers[name]``: a list of what successive calls of that task get (an exception is raised, anything
-    else returned as the call's outcome). With ``hold``, every call waits for `release` first.
+    else returned as the call's outcome). With ``hold``, every call waits for `release` first. A call whose
+    name is in ``begin`` begins at once (its worker's word: `Task.started`); the others only as they end.
+    ``cancelled``: the calls cancelled while they waited.
     """
 
-    def __init__(self, *, workers: int = 1, hold: bool = False) -> None:
+    def __init__(self, *, workers: int = 1, hold: bool = False, begin: tuple[str, ...] = ()) -> None:
+        self.begin = begin
+        self.cancelled: list[str] = []
         self.tasks = TaskOwner("test pool", logging.getLogger("test"))
         self.open = True
         self.workers = workers
@@ -47,8 +51,14 @@ class Pool:
         self.calls.append(task.name)
         self.running += 1
         self.most = max(self.most, self.running)
+        if task.name in self.begin:
+            task.started()
         try:
-            await self.released.wait()
+            try:
+                await self.released.wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(task.name)
+                raise
             script = self.answers.get(task.name)
             answer = script.pop(0) if script else (True, task.name)
             if isinstance(answer, BaseException):
@@ -109,13 +119,13 @@ class TestFeed:
     async def test_feed_should_hand_at_most_a_window_of_calls_to_the_pool_at_once(self, workers, per_worker, window):
         """Test the window: per_worker (at least 2) calls per worker (at least 1) in flight; the rest wait here,
         still cancellable."""
-        feed, pool = Feed(), Pool(workers=workers, hold=True)
+        feed, pool = Feed(), Pool(workers=workers, hold=True, begin=("c0",))
         try:
             pool.attach(feed, per_worker=per_worker)
             futures = put(feed, *(f"c{i}" for i in range(10)))
             await eventually(lambda: pool.running == window, timeout=WAIT_S, interval=0.001)
             assert feed.counts() == (10 - window, window)
-            assert not futures[0].cancel() and futures[-1].cancel()  # handed to the pool / still in line
+            assert not futures[0].cancel() and futures[-1].cancel()  # begun on a worker / still in line
             pool.release()
             results = await outcomes(futures)
             assert results == [f"c{i}" for i in range(9)] + ["cancelled"]
@@ -217,16 +227,39 @@ class TestFeed:
         assert feed.counts() == (0, 0)
         await asyncio.wait_for(feed.drained(), WAIT_S)
 
-    async def test_cancel_pending_should_cancel_only_what_was_not_handed_to_the_pool(self):
-        """Test shutdown(cancel_futures=True)'s half here: work in line is cancelled, calls in flight finish."""
-        feed, pool = Feed(), Pool(hold=True)
+    async def test_cancel_pending_should_cancel_every_call_that_has_not_begun_on_a_worker(self):
+        """Test shutdown(cancel_futures=True)'s half here (issue 53 item 5): work in line is cancelled, and so is a
+        call handed to the pool that no worker began (its call is cancelled too); a call that began finishes."""
+        feed, pool = Feed(), Pool(hold=True, begin=("a",))
         try:
             pool.attach(feed)
             futures = put(feed, "a", "b", "c")
             await eventually(lambda: pool.running == 2, timeout=WAIT_S, interval=0.001)
+            assert [f.running() for f in futures] == [True, False, False]  # RUNNING once its worker said it began
             feed.cancel_pending()
+            await eventually(lambda: pool.cancelled == ["b"], timeout=WAIT_S, interval=0.001)
             pool.release()
-            assert await outcomes(futures) == ["a", "b", "cancelled"]
+            assert await outcomes(futures) == ["a", "cancelled", "cancelled"]
+            await asyncio.wait_for(feed.drained(), WAIT_S)
+            assert feed.counts() == (0, 0)
+        finally:
+            await closed(pool)
+
+    async def test_cancelling_a_handed_future_should_take_its_call_back_until_its_worker_began_it(self):
+        """Test that cancel() works on a future whose call waits in the pool or a worker's line (the call is
+        cancelled there, the runner goes on to the next work), and not on one whose worker began it."""
+        feed, pool = Feed(), Pool(hold=True, begin=("began",))
+        try:
+            pool.attach(feed, per_worker=2)
+            began, waiting, after = put(feed, "began", "waiting", "after")
+            await eventually(lambda: pool.running == 2, timeout=WAIT_S, interval=0.001)
+            assert not began.cancel() and waiting.cancel()
+            await eventually(lambda: pool.cancelled == ["waiting"], timeout=WAIT_S, interval=0.001)
+            await eventually(lambda: "after" in pool.calls, timeout=WAIT_S, interval=0.001)  # the runner went on
+            pool.release()
+            assert await outcomes([began, waiting, after]) == ["began", "cancelled", "after"]
+            done, _ = cf.wait([waiting], timeout=0)  # waiters were told of the cancel, as the standard library's are
+            assert done == {waiting}
         finally:
             await closed(pool)
 

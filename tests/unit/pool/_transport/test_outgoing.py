@@ -190,6 +190,22 @@ class TestReply:
         assert c.reply(accept(queued=queued)) is False
         assert c.state == state and list(c._inbox) == [accept(queued=queued)]
 
+    @pytest.mark.parametrize(
+        "answers",
+        [[accept(queued=False)], [accept(queued=True), STARTED_FRAME], [STARTED_FRAME, accept(queued=True)]],
+    )
+    def test_reply_should_call_on_started_once_when_the_callee_says_the_call_began(self, answers):
+        """Test the hook an executor's future turns RUNNING on: once, at the Accept that says started or the
+        Started frame, never at a queued Accept."""
+        c, _ = call(plain=True)
+        began = []
+        c.on_started = lambda: began.append(c.state)
+        c.reply(answers[0])
+        assert began == ([] if answers[0] == accept(queued=True) else [STARTED])
+        for answer in answers[1:]:
+            c.reply(answer)
+        assert began == [STARTED] and c.on_started is None
+
     def test_reply_should_not_move_the_state_back_when_a_queued_accept_follows_a_started(self):
         """Test that a Started that overtook its Accept(queued) leaves the call started."""
         c, _ = call(plain=True)
