@@ -1,10 +1,12 @@
 """Run CPython's own concurrent.futures tests against `pool.Executor`, beside `ProcessPoolExecutor` as a control.
 
-    .venv-3.13/bin/python tools/stdlib_futures.py [--only pool|stdlib] [-k SUBSTRING] [--out FILE.json]
+    .venv-3.13/bin/python tools/stdlib_futures.py [-k SUBSTRING] [--out FILE.json] [--tests FILE]
 
 The interpreter's ``Lib/test/test_concurrent_futures`` (a package from 3.12 on; CPython's ``test``
 package must be installed: pyenv builds have it, Debian's is ``libpython3.X-testsuite``) is loaded
-unchanged. Every ProcessPool test class (the fork, forkserver and spawn mixins) runs twice, each in a
+unchanged; ``--tests`` names a 3.11-style single module instead (``.venv/bin/python
+tools/stdlib_futures.py --tests /usr/lib/python3.11/test/test_concurrent_futures.py``, the file from
+Debian's ``libpython3.11-testsuite``; the interpreter's ``test.support`` must be there). Every ProcessPool test class (the fork, forkserver and spawn mixins) runs twice, each in a
 fresh interpreter: once as shipped (the control), once with the mixins' ``executor_type`` swapped for
 `pool.Executor` (``mp_context`` dropped: its workers do not come from multiprocessing). Thread pool
 tests and tests of ``Future`` alone are left out: they do not touch an executor of ours.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,9 +61,16 @@ ARTEFACTS: dict[str, str] = {
 """Tests this swap cannot judge, and why (their behaviour is covered by tests/integration/executor)."""
 
 
-def _suite(pattern: str) -> unittest.TestSuite:
+MODULE = "test.test_concurrent_futures"
+"""The interpreter's own tests (a package from 3.12 on); ``--tests FILE`` runs a 3.11-style single module instead,
+imported as `LOOSE` from a directory on PYTHONPATH, so that workers import its functions too."""
+
+LOOSE = "test_concurrent_futures"
+
+
+def _suite(pattern: str, module: str) -> unittest.TestSuite:
     loader = unittest.defaultTestLoader
-    suite = loader.loadTestsFromName("test.test_concurrent_futures")
+    suite = loader.loadTestsFromName(module)
     kept = unittest.TestSuite()
 
     def walk(tests: unittest.TestSuite) -> None:
@@ -74,11 +84,13 @@ def _suite(pattern: str) -> unittest.TestSuite:
     return kept
 
 
-def _swap() -> None:
+def _swap(module: str) -> None:
     """Make every ProcessPool mixin build a `pool.Executor` (``mp_context`` dropped)."""
-    from test.test_concurrent_futures import util
+    import importlib
 
     import pool
+
+    util = importlib.import_module(f"{module}.util" if module == MODULE else module)  # where the mixins are
 
     class Executor(pool.Executor):
         def __init__(self, max_workers: int | None = None, mp_context: Any = None, **options: Any) -> None:
@@ -93,11 +105,11 @@ def _last_line(trace: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run(kind: str, pattern: str) -> dict[str, Any]:
+def run(kind: str, pattern: str, module: str = MODULE) -> dict[str, Any]:
     """In this process: run the suite for ``kind`` ("pool" or "stdlib") and return what happened."""
     if kind == "pool":
-        _swap()
-    suite = _suite(pattern)
+        _swap(module)
+    suite = _suite(pattern, module)
     result = unittest.TestResult()
     started = time.monotonic()
     with open(os.devnull, "w") as quiet:
@@ -126,9 +138,10 @@ def main() -> None:
     parser.add_argument("--only", choices=("pool", "stdlib"), help="one run, in this process")
     parser.add_argument("-k", default="", help="only tests whose id contains this")
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--tests", help="a single-module test_concurrent_futures.py (3.11's) to run instead")
     args = parser.parse_args()
     if args.only:
-        text = json.dumps(run(args.only, args.k))
+        text = json.dumps(run(args.only, args.k, LOOSE if args.tests else MODULE))
         if args.out:  # (the tests print on stdout too)
             with open(args.out, "w") as out:
                 out.write(text)
@@ -137,14 +150,21 @@ def main() -> None:
         return
     runs = {}
     with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ)
+        extra = []
+        if args.tests:
+            shutil.copy(args.tests, os.path.join(scratch, f"{LOOSE}.py"))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (scratch, env.get("PYTHONPATH"))))
+            extra = ["--tests", args.tests]
         for kind in ("stdlib", "pool"):
             path = os.path.join(scratch, f"{kind}.json")
             done = subprocess.run(
-                [sys.executable, __file__, "--only", kind, "-k", args.k, "--out", path],
+                [sys.executable, __file__, "--only", kind, "-k", args.k, "--out", path, *extra],
                 capture_output=True,
                 text=True,
                 timeout=3600,
                 check=False,
+                env=env,
             )
             if done.returncode or not os.path.exists(path):
                 raise SystemExit(f"the {kind} run failed ({done.returncode}):\n{done.stderr[-3000:]}")
