@@ -260,3 +260,30 @@ def test_a_map_whose_calls_crash_their_workers_should_cancel_the_rest_at_its_fir
     with pool.Executor(1) as ex, pytest.raises(BrokenProcessPool):
         list(ex.map(calls.mark_and_crash, paths))
     assert len(list(tmp_path.glob("ran-*"))) <= 2  # the first, and at most one its worker's successor began
+
+
+SHUTDOWN_WITHOUT_WAIT = """
+import sys
+import pool
+from tests.integration.routines import executor_calls as calls
+if __name__ == "__main__":
+    executor = pool.Executor(3)
+    executor.submit(calls.nap.__wrapped__, 0.5)
+    executor.submit(print, "apple", flush=True)
+    executor.shutdown(wait=False)
+"""
+
+
+def test_shutdown_without_wait_should_still_finish_the_work_at_exit_and_say_nothing():
+    """Test CPython's test_hang_gh83386 (its child imports the executor by name, so the swap cannot judge it):
+    ``shutdown(wait=False)`` with calls running, then the script ends: they finish, nothing hangs or warns."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    run = subprocess.run(
+        [sys.executable, "-c", SHUTDOWN_WITHOUT_WAIT],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "apple", "")
