@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from .._base._public import public
 from .._errors import PoolClosed
-from .._pool._worker_pool import WorkerPool, attach_feed
+from .._pool._worker_pool import WorkerPool, attach_feed, finishing
 from ._calls import Shipped, _apply, runner_for
 from ._feed import Feed, FeedExecutor, interpreter_exiting
 
@@ -198,6 +198,7 @@ class _Runtime:
             if not self._stopping:
                 await stopping.wait()
             if not self._now:
+                finishing(self._pool)  # no crash back-off while its calls remain
                 await self._feed.drained()
         finally:
             self._wake = None

@@ -22,6 +22,7 @@ traceback and retried after the crash back-off, and while no worker is left
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -114,6 +115,7 @@ class LocalFleet:
         self._tasks = TaskOwner("fleet", _log)
         self._owed = 0  # replacements of dead workers not started yet
         self._crashes = 0
+        self._hurried = asyncio.Event()  # set: replacements skip the crash back-off (`hurry`)
         self._growing = False
         self._grow_after = 0.0
         self._open = False
@@ -224,6 +226,16 @@ class LocalFleet:
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
+
+    def hurry(self) -> None:
+        """From now on replace a dead worker at once, without the crash back-off, and end the back-offs running.
+
+        For a pool whose owner is shutting it down with calls still to run
+        (``Executor.shutdown(wait=True)``): they must not wait out back-offs
+        that grow to 30 s while each of them crashes its worker. The fleet
+        closes once they are done, so a crash loop cannot last.
+        """
+        self._hurried.set()
 
     def replace(self, uid: uuid.UUID) -> None:
         """Kill worker ``uid`` (it is broken); the watcher starts a replacement, as for a crash."""
@@ -355,7 +367,10 @@ class LocalFleet:
         try:
             while self._open:
                 delay = RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)]
-                await asyncio.sleep(delay)
+                if delay and not self._hurried.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await self._hurried.wait()  # (`hurry` ends it)
                 self._owed -= 1  # from here on the starting worker counts in _workers
                 try:
                     await self._spawn(elastic=False)

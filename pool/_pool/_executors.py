@@ -47,3 +47,8 @@ class PoolExecutors:
             per_worker=1 + self._layers.config.plain_prefetch,  # one running, a call for each place in a worker's line
         )
         return feed
+
+    def finishing(self) -> None:
+        """A standalone `pool.Executor` over this pool was shut down and waits for its calls: a worker lost from now
+        on is replaced at once, not after the crash back-off (the pool closes once they are done)."""
+        self._layers.fleet.hurry()

@@ -416,3 +416,8 @@ def attach_feed(pool: WorkerPool, feed: Feed) -> Feed:
     """Attach a standalone `pool.Executor`'s waiting line to open ``pool`` (`PoolExecutors.attach`): its one door
     into the pool it runs (users have ``executor()``; the Executor reads none of the pool's private state)."""
     return pool._executors.attach(feed)
+
+
+def finishing(pool: WorkerPool) -> None:
+    """A standalone `pool.Executor` was shut down with calls still to run (`PoolExecutors.finishing`)."""
+    pool._executors.finishing()

@@ -287,3 +287,21 @@ def test_shutdown_without_wait_should_still_finish_the_work_at_exit_and_say_noth
         check=False,
     )
     assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "apple", "")
+
+
+def test_shutdown_should_replace_workers_lost_meanwhile_at_once(monkeypatch):
+    """Test 53.5: calls that crash their worker after ``shutdown`` do not make the rest wait out the crash back-off
+    (here an hour from the second crash on): each lost worker is replaced at once, and every call ends."""
+    from pool._fleet import _local_fleet
+
+    monkeypatch.setattr(_local_fleet, "RESPAWN_BACKOFF_S", (0.0, 3600.0))
+    ex = pool.Executor(1)
+    try:
+        futures = [ex.submit(f, *args) for _ in range(3) for f, args in ((calls.die, ()), (calls.square, (3,)))]
+        ex.shutdown(wait=False)
+        _, not_done = cf.wait(futures, timeout=60)
+        assert not not_done
+        assert [type(f.exception()) for f in futures[::2]] == [pool.WorkerBroken] * 3
+        assert [f.result() for f in futures[1::2]] == [9] * 3
+    finally:
+        ex.terminate_workers()

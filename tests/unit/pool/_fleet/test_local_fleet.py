@@ -204,6 +204,22 @@ class TestCrashes:
             (_, second) = await events.next("ready")
             assert second.uid != first.uid and fleet.owed == 0 and len(fleet) == 1
 
+    async def test_hurry_should_end_a_running_back_off_and_skip_the_next_ones(self, monkeypatch):
+        """Test an executor shutting down with calls to run: a replacement owed after a long back-off starts at
+        once when told to hurry, and so does the next one."""
+        monkeypatch.setattr(_local_fleet, "RESPAWN_BACKOFF_S", (3600.0,))  # without hurry: an hour
+        async with fleet_of(FleetTemplate(SERVE)) as (fleet, events):
+            (_, first) = await events.next("ready")
+            fleet.replace(first.uid)
+            assert await events.next() == ("exit", first.uid, f"exited with status {-signal.SIGKILL}")
+            assert fleet.owed == 1
+            fleet.hurry()
+            (_, second) = await events.next("ready")
+            fleet.replace(second.uid)
+            assert await events.next() == ("exit", second.uid, f"exited with status {-signal.SIGKILL}")
+            (_, third) = await events.next("ready")
+            assert len({first.uid, second.uid, third.uid}) == 3 and fleet.owed == 0
+
     async def test_a_replacement_that_fails_to_start_should_be_retried_until_one_comes_up(self, monkeypatch):
         monkeypatch.setattr(_local_fleet, "RESPAWN_BACKOFF_S", (0.0, 0.01, 0.02))  # quick timing
         async with fleet_of(FleetTemplate(SERVE, EXIT_BEFORE_READY, EXIT_BEFORE_READY, SERVE)) as (fleet, events):
