@@ -106,7 +106,8 @@ class Feed:
         self._room: asyncio.Event | None = None
         self._broken: BaseException | None = None
         self._on_idle: Callable[[], object] | None = None
-        self._handed: dict[_Work, None] = {}  # handed to the pool, not done (the loop's thread adds and removes)
+        self._handed: dict[cf.Future[Any], _Work] = {}  # handed to the pool, not done (added, removed on the loop)
+        self._cancel_all = False  # shutdown(cancel_futures=True): cancel what leaves the line from now on
 
     def attach(
         self,
@@ -171,9 +172,10 @@ class Feed:
     def cancel_pending(self) -> None:
         """Cancel every future whose call has not begun on a worker (``shutdown(cancel_futures=True)``): those
         waiting here, and those handed to the pool that wait in its line or in a worker's."""
+        self._cancel_all = True  # (first: a work leaving the line now sees it, or is in _handed below)
         self._drain(cf.Future.cancel)
-        for work in list(self._handed):  # (a copy made in C: safe beside the loop's thread)
-            work.future.cancel()  # False for one that began: it runs to its end
+        for future in list(self._handed):  # (a copy made in C: safe beside the loop's thread)
+            future.cancel()  # False for one that began: it runs to its end
 
     def wait_idle(self) -> None:
         """Block until every accepted future is done."""
@@ -248,9 +250,9 @@ class Feed:
                     try:
                         if not work.future.cancelled():
                             await self._settle(work)
-                        if work.future.cancelled():
-                            work.begin()  # (its waiters are told now)
                     finally:
+                        if work.future.cancelled():
+                            work.begin()  # (its waiters are told now, however the runner left)
                         work = None  # type: ignore[assignment]  # hold nothing of a finished call
                         self._done()
                 self._runners -= 1
@@ -263,18 +265,28 @@ class Feed:
 
     async def _settle(self, work: _Work) -> None:
         """Run ``work``'s call and end its future (or, cancelled before its call began, take the call back)."""
-        work.runner = asyncio.current_task()
+        runner = work.runner = asyncio.current_task()
         work.task.started = work.began
-        self._handed[work] = None
-        work.future.add_done_callback(self._cancelled)
+        future = work.future
+        self._handed[future] = work  # (before the flag is read: `cancel_pending` sets it, then looks here)
         try:
+            if self._cancel_all:
+                future.cancel()  # shutdown(cancel_futures=True) came as this work left the line
+            if future.cancelled():
+                return
+            future.add_done_callback(self._cancelled)
             await self._outcome(work)
         except asyncio.CancelledError:
-            if not work.withdrawn or work.runner is None or work.runner.uncancel():
-                raise  # the pool is closing (or the runner was cancelled for more than this call)
+            if work.withdrawn and self._is_open() and runner is not None and not runner.uncancel():
+                return  # taken back: the runner goes on to the next work
+            # The pool is closing (a withdrawal may have crossed it): what it did not finish ends here.
+            if work.begin():
+                future.set_exception(PoolClosed("the pool closed before the call finished"))
+            self.fail(PoolClosed("the pool closed before the call was handed to it"))
+            raise
         finally:
             work.runner = None
-            del self._handed[work]
+            del self._handed[future]
 
     def _cancelled(self, future: cf.Future[Any]) -> None:
         """A handed call's future is done (any thread): if it was cancelled, take its call back from the pool."""
@@ -286,12 +298,10 @@ class Feed:
             pass
 
     def _withdraw(self, future: cf.Future[Any]) -> None:
-        for work in self._handed:
-            if work.future is future:
-                if work.runner is not None and not work.withdrawn:
-                    work.withdrawn = True  # in the pool's line, or a worker's: its call is cancelled there
-                    work.runner.cancel()
-                return
+        work = self._handed.get(future)
+        if work is not None and work.runner is not None and not work.withdrawn:
+            work.withdrawn = True  # in the pool's line, or a worker's: its call is cancelled there
+            work.runner.cancel()
 
     async def _outcome(self, work: _Work) -> None:
         assert self._call is not None and self._room is not None  # noqa: S101 - an invariant, stated for the type checker
@@ -311,12 +321,8 @@ class Feed:
                 except TimeoutError:
                     pass
                 continue
-            except asyncio.CancelledError:  # withdrawn (see `_settle`), or the pool is closing
-                if not work.withdrawn:  # what the closing pool did not finish ends here
-                    if work.begin():
-                        future.set_exception(PoolClosed("the pool closed before the call finished"))
-                    self.fail(PoolClosed("the pool closed before the call was handed to it"))
-                raise
+            except asyncio.CancelledError:
+                raise  # withdrawn, or the pool is closing: `_settle` tells which
             except Exception as exc:  # noqa: BLE001  # a lost worker, a refused call: that future's outcome
                 if work.begin():
                     future.set_exception(exc)

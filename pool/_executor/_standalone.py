@@ -53,8 +53,8 @@ class Executor(FeedExecutor):
     ``dispatch_deadline``, so a long wait is never `NoWorkersAvailable` or
     `CapacityTimeout`). Given ``queue_depth``, every call goes to the pool's
     admission at once and a refused one ends its future in
-    `pool.AdmissionRejected` (then ``cancel()`` cannot stop work already
-    submitted, as for work in ``ProcessPoolExecutor``'s call queue).
+    `pool.AdmissionRejected`. Either way a future can be cancelled until its
+    worker begins the call (docs/from-concurrent-futures.md).
 
     Args:
         max_workers: Local worker processes (WorkerPool's ``spawn``); default

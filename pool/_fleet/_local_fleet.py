@@ -51,6 +51,9 @@ RESPAWN_BACKOFF_S: Final[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30
 CRASH_WINDOW_S: Final[float] = 10.0
 """A worker that exits sooner than this after starting counts towards a crash loop."""
 
+HURRIED_RETRY_S: Final[float] = 0.5
+"""After `hurry`, a replacement that failed to start is tried again this soon (not at once: no spawn storm)."""
+
 GROW_BACKOFF_S: Final[float] = 5.0
 """After a failed attempt to grow, wait this long before trying again."""
 
@@ -364,10 +367,14 @@ class LocalFleet:
     async def _replace(self, dead: uuid.UUID) -> None:
         """Start a replacement, retrying with back-off until one comes up (or the fleet stops)."""
         self._owed += 1
+        failed = False  # a try of this replacement failed to start
         try:
             while self._open:
                 delay = RESPAWN_BACKOFF_S[min(self._crashes, len(RESPAWN_BACKOFF_S) - 1)]
-                if delay and not self._hurried.is_set():
+                if self._hurried.is_set():
+                    delay = min(delay, HURRIED_RETRY_S) if failed else 0.0  # (one that cannot start: no storm)
+                    await asyncio.sleep(delay)
+                elif delay:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(delay):
                             await self._hurried.wait()  # (`hurry` ends it)
@@ -377,6 +384,7 @@ class LocalFleet:
                 except WorkerInitError as exc:
                     self._owed += 1
                     self._crashes += 1
+                    failed = True
                     _log.error(
                         "could not replace worker %s: its initializer raised; retrying after %gs\n%s",
                         dead,
@@ -386,6 +394,7 @@ class LocalFleet:
                 except Exception:  # noqa: BLE001 - a failed respawn is owed and retried after a back-off
                     self._owed += 1
                     self._crashes += 1
+                    failed = True
                     _log.exception("could not replace worker %s; retrying", dead)
                 else:
                     return

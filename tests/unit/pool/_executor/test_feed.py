@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import logging
 import threading
 from types import SimpleNamespace
@@ -33,8 +34,12 @@ class Pool:
     ``cancelled``: the calls cancelled while they waited.
     """
 
-    def __init__(self, *, workers: int = 1, hold: bool = False, begin: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, *, workers: int = 1, hold: bool = False, begin: tuple[str, ...] = (), abort: tuple[str, ...] = ()
+    ) -> None:
         self.begin = begin
+        self.abort = abort  # these calls, cancelled, wait for their callee's word as `OutgoingCall.abort` does
+        self.aborting = asyncio.Event()
         self.cancelled: list[str] = []
         self.tasks = TaskOwner("test pool", logging.getLogger("test"))
         self.open = True
@@ -58,6 +63,10 @@ class Pool:
                 await self.released.wait()
             except asyncio.CancelledError:
                 self.cancelled.append(task.name)
+                if task.name in self.abort:  # (until a second cancel)
+                    self.aborting.set()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.Event().wait()
                 raise
             script = self.answers.get(task.name)
             answer = script.pop(0) if script else (True, task.name)
@@ -242,6 +251,33 @@ class TestFeed:
             assert await outcomes(futures) == ["a", "cancelled", "cancelled"]
             await asyncio.wait_for(feed.drained(), WAIT_S)
             assert feed.counts() == (0, 0)
+        finally:
+            await closed(pool)
+
+    async def test_a_pool_closing_during_a_withdrawal_should_still_end_every_future(self):
+        """Test a cancel whose withdrawal is still waiting for its callee when the pool closes (terminate_workers):
+        the cancelled future's waiters are told, and the rest end in PoolClosed; nothing is left waiting."""
+        feed, pool = Feed(), Pool(hold=True, abort=("a",))
+        pool.attach(feed, per_worker=2)
+        futures = put(feed, "a", "b", "c", "d")
+        await eventually(lambda: pool.running == 2, timeout=WAIT_S, interval=0.001)
+        assert futures[0].cancel()
+        await asyncio.wait_for(pool.aborting.wait(), WAIT_S)
+        pool.open = False
+        await closed(pool)
+        results = await outcomes(futures)
+        assert results[0] == "cancelled" and all(isinstance(r, PoolClosed) for r in results[1:])
+        assert cf.wait([futures[0]], timeout=0)[0] == {futures[0]}  # its waiters were told
+        await asyncio.wait_for(feed.drained(), WAIT_S)
+
+    async def test_cancel_pending_should_catch_a_work_leaving_the_line_as_it_runs(self):
+        """Test shutdown(cancel_futures=True) reaching a work taken from the line but not yet handed to the pool."""
+        feed, pool = Feed(), Pool(hold=True)
+        try:
+            feed.cancel_pending()  # as if it ran between a runner's taking the work and its handing it over
+            pool.attach(feed)
+            (future,) = put(feed, "a")
+            assert await outcomes([future]) == ["cancelled"] and pool.calls == []
         finally:
             await closed(pool)
 
