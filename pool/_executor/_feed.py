@@ -285,7 +285,7 @@ class Feed:
             self.fail(PoolClosed("the pool closed before the call was handed to it"))
             raise
         finally:
-            work.runner = None
+            work.runner = work.task.started = None  # (no cycle task -> work -> task: freed as the call ends)
             del self._handed[future]
 
     def _cancelled(self, future: cf.Future[Any]) -> None:

@@ -270,6 +270,21 @@ class TestFeed:
         assert cf.wait([futures[0]], timeout=0)[0] == {futures[0]}  # its waiters were told
         await asyncio.wait_for(feed.drained(), WAIT_S)
 
+    async def test_a_finished_call_should_leave_no_reference_from_its_task_to_the_feed(self):
+        """Test that the begin hook a call carries is dropped as it ends (a task -> work -> task cycle would keep
+        its arguments until the garbage collector ran)."""
+        feed, pool = Feed(), Pool()
+        try:
+            pool.attach(feed)
+            task = SimpleNamespace(name="a")
+            future: cf.Future[Any] = cf.Future()
+            feed.put(future, task)  # type: ignore[arg-type]
+            assert await outcomes([future]) == ["a"]
+            await asyncio.wait_for(feed.drained(), WAIT_S)
+            assert task.started is None
+        finally:
+            await closed(pool)
+
     async def test_cancel_pending_should_catch_a_work_leaving_the_line_as_it_runs(self):
         """Test shutdown(cancel_futures=True) reaching a work taken from the line but not yet handed to the pool."""
         feed, pool = Feed(), Pool(hold=True)
