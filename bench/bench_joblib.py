@@ -1,4 +1,4 @@
-"""joblib on leakypool beside loky (joblib's default), interleaved rounds, JSON out (DESIGN.md (q2) and (r)).
+"""joblib on leakypool beside loky (joblib's default), interleaved rounds, JSON out (docs/performance.md's (q2) and (r)).
 
 (q2) ``Parallel(n_jobs=2)(delayed(f)(i) for i in range(100_000))`` of a trivial function, items/s;
 (r) ``GridSearchCV(SVC(), grid, cv=5, n_jobs=2)`` on the digits data scikit-learn ships, wall time

@@ -1,4 +1,4 @@
-"""Durable jobs on DESIGN.md's workloads (g)-(j), beside in-memory calls in the same run.
+"""Durable jobs on docs/performance.md's workloads (g)-(j), beside in-memory calls in the same run.
 
     (g) 10,000 no-op jobs submitted 256 at a time, submit to result: jobs/s
         (and (b), the same as in-memory calls, for the ratio; target >= 1/2)

@@ -1,4 +1,4 @@
-"""Plain ``def`` functions on the pool (DESIGN.md workload (p), and (a)/(b) with a plain no-op), beside ProcessPoolExecutor.
+"""Plain ``def`` functions on the pool (docs/performance.md's workload (p), and (a)/(b) with a plain no-op), beside ProcessPoolExecutor.
 
 (p) 400 calls of a plain function that burns ~20 ms of pure-Python CPU, on 2 workers: wall time
 against the ideal (400 x 20 ms / 2) and against ProcessPoolExecutor's, in the same run.

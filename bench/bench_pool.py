@@ -1,4 +1,4 @@
-"""leakypool on DESIGN.md's workloads (a)-(e), plus a busy worker's answer time.
+"""leakypool on docs/performance.md's workloads (a)-(e), plus a busy worker's answer time.
 
 Prints one JSON object. Run from the repository root::
 

@@ -26,7 +26,7 @@ from hypothesis import register_random
 
 from pool._base._random import RANDOM
 
-register_random(RANDOM)  # the one random generator (STYLE.md): a failing example replays with the same draws
+register_random(RANDOM)  # the one random generator (_base/_random.py): failing examples replay the same draws
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -4,7 +4,7 @@
 #   tools/private_net.sh .venv/bin/python -m pytest
 #
 # Zeroconf (LAN discovery) tests multicast; inside a fresh namespace that
-# traffic cannot leave this machine (DESIGN.md). Loopback is brought up,
+# traffic cannot leave this machine (docs/lan-security.md). Loopback is brought up,
 # marked multicast-capable, and given the multicast route. Root gets a
 # plain `unshare -n`; others try a user namespace (`unshare -rn`, plus a
 # mount namespace so tests may create named namespaces). Where neither

@@ -1,4 +1,4 @@
-"""The workloads of DESIGN.md's Performance section, shared by leakypool's benchmarks.
+"""The workloads of docs/performance.md (by letter), shared by leakypool's benchmarks.
 
 Sizes and measurement helpers match ``../shared/bench-peers`` so figures
 from one sitting compare directly.

@@ -1,4 +1,4 @@
-"""The one random generator of the dispatching side (STYLE.md, as trio keeps one in ``_core/_run.py``).
+"""The one random generator of the dispatching side (as trio keeps one in ``_core/_run.py``).
 
 Jitter only (job retries, store back-off, purge timing): nothing here needs
 to be unpredictable, and one generator lets a test seed or register it

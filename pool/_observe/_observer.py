@@ -115,7 +115,7 @@ class PoolObserver:
             _log.debug("observation port: paused queues unavailable (%s)", exc)
 
     async def status(self) -> dict[str, Any]:
-        """What ``/status`` serves (see DESIGN.md: workers, queues, jobs, rates)."""
+        """What ``/status`` serves (docs/observability.md: workers, queues, jobs, rates)."""
         s = self._pool.stats()
         states = await self._pool.worker_states(timeout=1.0)
         workers = []

@@ -1,4 +1,4 @@
-"""Tests for the layout DESIGN.md promises: layers in the tree, imports flowing one way, no circle.
+"""Tests for the layout docs/architecture.md describes: layers in the tree, imports flowing one way, no circle.
 
 The dispatching process has three layers under its public surface (deciding,
 talking to workers, being observed), each a sub-package of ``pool``; the
@@ -279,7 +279,7 @@ def test_a_module_should_not_grow_by_accident(path):
 
 
 def test_the_layout_should_have_the_promised_sub_packages():
-    """Test DESIGN.md's layout: the dispatching side's layers and the worker side are sub-packages of pool."""
+    """Test the layout (docs/architecture.md): the dispatching side's layers and the worker side are sub-packages of pool."""
     for name in (
         *("_dispatch", "_fleet", "_transport", "_observe", "_worker", "_discovery", "_jobs", "_base"),
         *("_call", "_config", "_cli", "_executor", "_pool"),

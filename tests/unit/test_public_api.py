@@ -1,4 +1,4 @@
-"""The public names DESIGN.md promises, and only those under __all__."""
+"""The public names the project promises (docs/concepts.md, docs/jobs.md), and only those under __all__."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_public_classes_should_report_their_public_module(package):
 
 
 def test_design_names_should_be_importable():
-    """Test the names DESIGN.md lists under 'Public names'."""
+    """Test the public names of the pool's front."""
     import pool
     from backpressure import BackpressureContext, TaskCountBackpressure  # noqa: F401
     from balancer import NoWorkersAvailable, PriorityLoadBalancer, RoundRobinLoadBalancer  # noqa: F401
@@ -49,7 +49,7 @@ def test_leaf_packages_should_not_import_pool():
 
 
 def test_durable_job_names_should_be_importable():
-    """Test the names DESIGN.md lists under 'Durable jobs'."""
+    """Test the public names of durable jobs (docs/jobs.md)."""
     import pool
 
     for name in ("Job", "JobStore", "SQLiteStore", "StoreError", "ConfigError", "CapacityTimeout"):
@@ -68,7 +68,7 @@ def test_import_should_not_load_optional_machinery():
 
 
 def test_job_lifecycle_names_should_be_importable():
-    """Test the names DESIGN.md lists under 'Job lifecycle'."""
+    """Test the public names of the job lifecycle (docs/job-lifecycle.md)."""
     import pool
 
     assert "RateLimit" in pool.__all__ and pool.RateLimit.__module__ == "pool"
@@ -79,7 +79,7 @@ def test_job_lifecycle_names_should_be_importable():
 
 
 def test_capacity_names_should_be_importable():
-    """Test that the names of DESIGN.md's "Capacity beyond this host" are public."""
+    """Test that the names of capacity beyond this host (docs/capacity.md) are public."""
     import pool
 
     for name in ("Provisioner", "WorkerRequest", "SubprocessProvisioner", "CommandProvisioner", "StoreDiscovery"):

@@ -106,7 +106,7 @@ class TestSQLiteFiles:
             assert (await store.submit(big))[1]
 
     def test_from_url_should_read_an_absolute_path(self):
-        """Test the URL forms DESIGN.md uses."""
+        """Test the URL forms docs/stores.md uses."""
         assert SQLiteStore.from_url("sqlite:///var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
         assert SQLiteStore.from_url("sqlite:////var/lib/app/jobs.db").path == "/var/lib/app/jobs.db"
         for bad in ("sqlite:///", "sqlite://host/x.db", "postgres://x"):
