@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._base import lazy_attribute
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import CapacityTimeout as CapacityTimeout
 from ._errors import ConfigError as ConfigError
@@ -36,34 +37,24 @@ from ._errors import WorkflowHalted as WorkflowHalted
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # loaded on first use: see _LAZY
-    from ._call._task import Task as Task
+    from ._call import Task
     from ._discovery import DiscoveryEvent as DiscoveryEvent
     from ._discovery import DiscoveryLike as DiscoveryLike
+    from ._discovery import LanDiscovery, StoreDiscovery
     from ._discovery import LocalDiscovery as LocalDiscovery
     from ._discovery import StaticDiscovery as StaticDiscovery
-    from ._discovery._lan import LanDiscovery as LanDiscovery
-    from ._discovery._store import StoreDiscovery as StoreDiscovery
-    from ._dispatch._fanout import map as map
-    from ._dispatch._limits import Queue as Queue
-    from ._dispatch._rates import RateLimit as RateLimit
-    from ._executor._standalone import Executor as Executor
-    from ._fleet._provision import CommandProvisioner as CommandProvisioner
-    from ._fleet._provision import Provisioner as Provisioner
-    from ._fleet._provision import SubprocessProvisioner as SubprocessProvisioner
-    from ._fleet._provision import WorkerRequest as WorkerRequest
+    from ._dispatch import Queue, RateLimit, map
+    from ._fleet import CommandProvisioner, Provisioner, SubprocessProvisioner, WorkerRequest
     from ._jobs import Job as Job
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
     from ._jobs import SQLiteStore as SQLiteStore
-    from ._observe._progress import Progress as Progress
-    from ._observe._stats import GateStats as GateStats
-    from ._observe._stats import PoolStats as PoolStats
-    from ._pool._worker_pool import WorkerPool as WorkerPool
+    from ._observe import GateStats, PoolStats, Progress
+    from ._pool import Executor, WorkerPool
     from ._routine import CallOptions as CallOptions
     from ._routine import Routine as Routine
     from ._routine import routine as routine
-    from ._transport._rpc import WorkerMetadata as WorkerMetadata
-    from ._transport._tls import TlsCredentials as TlsCredentials
+    from ._transport import TlsCredentials, WorkerMetadata
 
 __all__ = [
     "AdmissionRejected",
@@ -120,31 +111,31 @@ _LAZY: dict[str, str] = {
     "CallOptions": "._routine",
     "DiscoveryEvent": "._discovery",
     "DiscoveryLike": "._discovery",
-    "Executor": "._executor._standalone",
-    "GateStats": "._observe._stats",
+    "Executor": "._pool",
+    "GateStats": "._observe",
     "Job": "._jobs",
     "JobStore": "._jobs",
-    "LanDiscovery": "._discovery._lan",
+    "LanDiscovery": "._discovery",
     "LocalDiscovery": "._discovery",
-    "PoolStats": "._observe._stats",
+    "PoolStats": "._observe",
     "PostgresStore": "._jobs",
-    "Progress": "._observe._progress",
-    "Queue": "._dispatch._limits",
+    "Progress": "._observe",
+    "Queue": "._dispatch",
     "Routine": "._routine",
     "SQLiteStore": "._jobs",
     "StaticDiscovery": "._discovery",
-    "Task": "._call._task",
-    "TlsCredentials": "._transport._tls",
-    "WorkerMetadata": "._transport._rpc",
-    "WorkerPool": "._pool._worker_pool",
-    "RateLimit": "._dispatch._rates",
-    "map": "._dispatch._fanout",
+    "Task": "._call",
+    "TlsCredentials": "._transport",
+    "WorkerMetadata": "._transport",
+    "WorkerPool": "._pool",
+    "RateLimit": "._dispatch",
+    "map": "._dispatch",
     "routine": "._routine",
-    "CommandProvisioner": "._fleet._provision",
-    "Provisioner": "._fleet._provision",
-    "StoreDiscovery": "._discovery._store",
-    "SubprocessProvisioner": "._fleet._provision",
-    "WorkerRequest": "._fleet._provision",
+    "CommandProvisioner": "._fleet",
+    "Provisioner": "._fleet",
+    "StoreDiscovery": "._discovery",
+    "SubprocessProvisioner": "._fleet",
+    "WorkerRequest": "._fleet",
 }
 """Public names whose modules load on first use, so ``import pool`` is cheap: a
 worker imports only the side it runs (no gRPC client, no jobs, no zeroconf),
@@ -152,16 +143,7 @@ and a pool only what it uses (zeroconf ~0.1 s, the job machinery)."""
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    loaded = importlib.import_module(module, __name__)
-    for other, where in _LAZY.items():  # every public name of that module at once
-        if where == module:
-            globals()[other] = getattr(loaded, other)  # (named pool.X where defined: `_base._public`)
-    return globals()[name]
+    return lazy_attribute(__name__, _LAZY, globals(), name)
 
 
 def __dir__() -> list[str]:

@@ -16,12 +16,11 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from ._base._public import public
-from ._call._dispatcher import current_dispatcher
-from ._call._task import Task
-from ._dispatch._limits import Queue
+from ._base import public
+from ._call import Task, current_dispatcher
+from ._dispatch import Queue
 from ._errors import ConfigError
-from ._transport import _wire
+from ._transport import wire
 
 if TYPE_CHECKING:
     from ._jobs import Job
@@ -256,16 +255,16 @@ class Routine(Generic[P, R]):
             if queue is not None:
                 fields.update(queue=queue.name, concurrency=queue.concurrency, total=queue.total or 0)
                 fields["rate"] = (queue.rate.n, float(queue.rate.per)) if queue.rate else None
-        packed = _wire.pack_args(self.__qualname__, args, kwargs)
-        interpreter = self._base._interpreter or (_wire.interpreter_of(packed) if packed else "")
+        packed = wire.pack_args(self.__qualname__, args, kwargs)
+        interpreter = self._base._interpreter or (wire.interpreter_of(packed) if packed else "")
         return Task(args=packed, interpreter=interpreter, **fields)
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once (and whether it is code by value)."""
         if self._code is None:
-            blob = _wire.dumps(self, what=f"routine {self.__qualname__}")
-            self._code = (_wire.digest(blob), blob)
-            self._interpreter = _wire.interpreter_of(blob)
+            blob = wire.dumps(self, what=f"routine {self.__qualname__}")
+            self._code = (wire.digest(blob), blob)
+            self._interpreter = wire.interpreter_of(blob)
         return self._code
 
     @overload
@@ -325,7 +324,7 @@ def _importable(routine: Routine[Any, Any]) -> bool:
     """
     module_name = routine.__module__
     module = sys.modules.get(module_name)
-    if module is None or module_name == "__main__" or _wire.by_value(module_name):
+    if module is None or module_name == "__main__" or wire.by_value(module_name):
         return False
     obj: Any = module
     for part in routine.__qualname__.split("."):

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 from joblib import ParallelBackendBase, register_parallel_backend
 from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, SequentialBackend
 
-from ._base._role import in_worker
-from ._executor._standalone import Executor, submit_once
+from ._base import in_worker
+from ._executor import submit_once
+from ._pool import Executor
 
 if TYPE_CHECKING:
     from multiprocessing.pool import ApplyResult

@@ -29,11 +29,8 @@ import time
 from typing import Any, Final
 
 from .._errors import SerializationError, WorkerBroken, WorkerRejected
-from .._transport import _buffers, _wire
-from .._transport._outgoing import HandedBack, OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import LATE_MESSAGE, TRANSIENT_CODES, status_name
-from .._transport._session import Session
+from .._transport import LATE_MESSAGE, TRANSIENT_CODES, HandedBack, OutgoingCall, Session, buffers, status_name, wire
+from .._transport import leakypool_pb2 as pb
 from ._dispatcher import Dispatches
 from ._task import Task
 
@@ -57,7 +54,7 @@ def start_call(session: Session, task: Task) -> OutgoingCall:
         watch = session.watch
         if watch is None:
             watch = session.watch = AnswerWatch(session)
-        watch.add(call, _buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
+        watch.add(call, buffers.size(task.args))  # type: ignore[attr-defined]  # a session's watch is always an AnswerWatch
     return call
 
 
@@ -163,15 +160,15 @@ class AnswerWatch:
         self._timer = None
         calls = self._calls
         now = asyncio.get_running_loop().time()
-        wire = None  # the window restarts once the wire is quiet (see `Session.busy_at`)
+        quiet = None  # the window restarts once the wire is quiet (see `Session.busy_at`)
         while calls:
             deadline, window, call = calls[0]
             if call.answered or call.finished:
                 calls.popleft()
                 continue
-            if wire is None:
-                wire = self._session.busy_at(now)
-            deadline = max(deadline, wire + window)
+            if quiet is None:
+                quiet = self._session.busy_at(now)
+            deadline = max(deadline, quiet + window)
             if deadline <= now:
                 calls.popleft()
                 call.cancel()
@@ -275,18 +272,18 @@ def outcome_result(outcome: pb.Outcome, name: str) -> tuple[bool, Any]:
     """
     kind = outcome.kind
     made_by = outcome.interpreter
-    if made_by and made_by != _wire.INTERPRETER:  # code by value of another Python: nothing of it is loaded (54)
+    if made_by and made_by != wire.INTERPRETER:  # code by value of another Python: nothing of it is loaded (54)
         try:
-            _wire.check_interpreter(made_by, f"the outcome of {name}()")
+            wire.check_interpreter(made_by, f"the outcome of {name}()")
         except SerializationError as exc:
             return False, exc
     if kind == pb.Outcome.RETURN:
         try:
-            return True, _wire.loads(outcome.value, what=f"the result of {name}()")
+            return True, wire.loads(outcome.value, what=f"the result of {name}()")
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the call's outcome, raised to its caller
             return False, exc
     if kind == pb.Outcome.RAISE:
-        return False, _wire.unpack_exception(outcome.value, outcome.traceback, name)
+        return False, wire.unpack_exception(outcome.value, outcome.traceback, name)
     if kind == pb.Outcome.CANCELLED:
         return False, WorkerBroken(f"{name}() was cancelled on the worker (it was stopping) before it finished")
     return False, WorkerBroken(f"{name}(): unexpected outcome {pb.Outcome.Kind.Name(kind)}")
@@ -340,13 +337,13 @@ class RemoteGenerator:
     async def asend(self, value: Any) -> Any:
         """Send ``value`` in; return the next value yielded."""
         return await self._step(
-            pb.Step.SEND, _wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True)
+            pb.Step.SEND, wire.dumps(value, what=f"the value sent to {self._task.name}()", oob=True)
         )
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise an exception at the generator's ``yield``; return what it yields next."""
         exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
-        return await self._step(pb.Step.THROW, _wire.dumps(exc, what=f"the exception thrown into {self._task.name}()"))
+        return await self._step(pb.Step.THROW, wire.dumps(exc, what=f"the exception thrown into {self._task.name}()"))
 
     async def aclose(self) -> None:
         """Close the generator (its ``finally`` blocks run on the worker)."""
@@ -375,7 +372,7 @@ class RemoteGenerator:
             raise
         outcome = frame.outcome
         if outcome.kind == pb.Outcome.YIELD:
-            return _wire.loads(outcome.value, what=f"a value yielded by {self._task.name}()")
+            return wire.loads(outcome.value, what=f"a value yielded by {self._task.name}()")
         self._done = True
         if outcome.kind == pb.Outcome.STOP:
             raise StopAsyncIteration

@@ -21,20 +21,15 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._base._tasks import TaskOwner
+from .._base import TaskOwner
 from .._errors import WorkerBroken
-from .._transport._outgoing import OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import WorkerMetadata
-from .._transport._session import CallHost, Session
-from .._transport._tls import TlsCredentials
-from .._transport._trust import Trust
-from .._transport._unix_channel import UnixChannel
+from .._transport import CallHost, OutgoingCall, Session, TlsCredentials, Trust, UnixChannel, WorkerMetadata
+from .._transport import leakypool_pb2 as pb
 from ._calls import start_call
 from ._task import Task
 
 if TYPE_CHECKING:
-    from .._transport._grpc_channel import GrpcChannel
+    from .._transport import GrpcChannel
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -50,7 +45,7 @@ def open_channel(
     """
     if address.startswith("unix:"):
         return UnixChannel(address.removeprefix("unix:"), trust, uid)
-    from .._transport._grpc_channel import GrpcChannel  # grpc loads only for a pool with a worker over TCP
+    from .._transport import GrpcChannel
 
     return GrpcChannel(address, trust, uid, credentials)
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Protocol
 
 from .._errors import PoolClosed
-from .._transport._outgoing import OutgoingCall
+from .._transport import OutgoingCall
 from ._task import Task
 
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._base._public import public
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._session import Session
+from .._base import public
+from .._transport import Session
+from .._transport import leakypool_pb2 as pb
 
 MIN_REMAINING_S: Final[float] = 0.001
 """The least time left a call is sent with (its deadline may pass while the Call frame is written)."""

@@ -26,16 +26,21 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
-from .._base._redact import redacted
-from .._config._parse import indirect
-from .._config._places import default_secret_file
+from .._base import redacted
+from .._config import default_secret_file, indirect
 from .._errors import ConfigError, StoreError
-from .._jobs._codec import reseal
-from .._jobs._retention import PURGE_BATCH
-from .._jobs._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, MaintainedStore, ResealableStore
-from .._jobs._stores._open import open_store, open_waiting
-from .._transport._seal import Seal
-from .._transport._secret import SecretSource
+from .._jobs import (
+    ACTIVE_STATES,
+    PURGE_BATCH,
+    TERMINAL_STATES,
+    JobRecord,
+    MaintainedStore,
+    ResealableStore,
+    open_store,
+    open_waiting,
+    reseal,
+)
+from .._transport import Seal, SecretSource
 from ._columns import Column, one_line_table
 
 _UNITS: Final[dict[str, float]] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -15,12 +15,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .._config._parse import indirect
+from .._base import redacted
+from .._config import indirect
 from .._errors import ConfigError, StoreError
-from .._jobs._job import queue_name
-from .._jobs._store import PausableStore
-from .._jobs._stores._open import open_store, open_waiting
-from .._jobs._stores._postgres_link import redacted
+from .._jobs import PausableStore, open_store, open_waiting, queue_name
 
 USAGE = "usage: leakypool jobs STORE_URL pause NAME | resume NAME | paused"
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from .._base._redact import redacted
+from .._base import redacted
 from .._errors import ConfigError
 
 PREFIX: Final[str] = "LEAKYPOOL_"

@@ -23,10 +23,53 @@ serves TLS (`WorkerMetadata`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._base import lazy_attribute
 from ._local import LocalDiscovery as LocalDiscovery
 from ._local import LocalPublisher as LocalPublisher
+from ._local import record_to_json as record_to_json
 from ._protocol import DiscoveryEvent as DiscoveryEvent
 from ._protocol import DiscoveryLike as DiscoveryLike
 from ._static import StaticDiscovery as StaticDiscovery
 
-__all__ = ["DiscoveryEvent", "DiscoveryLike", "LocalDiscovery", "LocalPublisher", "StaticDiscovery"]
+if TYPE_CHECKING:
+    from ._lan import LanDiscovery as LanDiscovery
+    from ._lan import LanPublisher as LanPublisher
+    from ._lan import advertised_addresses as advertised_addresses
+    from ._registry import Registry as Registry
+    from ._registry import connect as connect
+    from ._registry import seal_record as seal_record
+    from ._store import StoreDiscovery as StoreDiscovery
+
+LAZY = {
+    "LanDiscovery": "._lan",
+    "LanPublisher": "._lan",
+    "advertised_addresses": "._lan",
+    "Registry": "._registry",
+    "connect": "._registry",
+    "seal_record": "._registry",
+    "StoreDiscovery": "._store",
+}
+"""Names whose modules load on first use (`pool._base._lazy`): zeroconf and the registry stores load only for a pool or worker that uses them."""
+
+
+def __getattr__(name: str) -> object:
+    return lazy_attribute(__name__, LAZY, globals(), name)
+
+
+__all__ = [
+    "DiscoveryEvent",
+    "DiscoveryLike",
+    "LanDiscovery",
+    "LanPublisher",
+    "LocalDiscovery",
+    "LocalPublisher",
+    "Registry",
+    "StaticDiscovery",
+    "StoreDiscovery",
+    "advertised_addresses",
+    "connect",
+    "record_to_json",
+    "seal_record",
+]

@@ -26,9 +26,8 @@ from typing import Final
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from .._base._public import public
-from .._base._tasks import TaskOwner
-from .._transport._rpc import WorkerMetadata
+from .._base import TaskOwner, public
+from .._transport import WorkerMetadata
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")

@@ -21,11 +21,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from .._base._private import check_private, private_directory
-from .._base._public import public
-from .._config._places import default_registry
+from .._base import check_private, private_directory, public
+from .._config import default_registry
 from .._errors import ConfigError
-from .._transport._rpc import WorkerMetadata
+from .._transport import WorkerMetadata
 from ._protocol import DiscoveryEvent
 
 _log = logging.getLogger("leakypool.discovery")

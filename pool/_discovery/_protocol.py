@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol, runtime_checkable
 
-from .._base._public import public
-from .._transport._rpc import WorkerMetadata
+from .._base import public
+from .._transport import WorkerMetadata
 
 EventKind = Literal["added", "updated", "dropped"]
 

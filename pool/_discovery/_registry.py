@@ -27,10 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple, Protocol
 
-from .._base._private import SQLITE_COMPANIONS, private_file, trusted_file
-from .._base._redact import redacted as redacted
+from .._base import SQLITE_COMPANIONS, private_file, redacted, trusted_file
 from .._errors import ConfigError, StoreError
-from .._transport._seal import MAC_BYTES, MAGIC, Seal
+from .._transport import MAC_BYTES, MAGIC, Seal
 
 CHANNEL: Final[str] = "leakypool_workers"
 """The PostgreSQL NOTIFY channel for arrivals and departures."""

@@ -7,12 +7,9 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
-from .._base._public import public
-from .._config._places import default_secret_file
-from .._config._settings import secret_settings
-from .._transport._rpc import WorkerMetadata
-from .._transport._secret import SecretSource
-from .._transport._trust import Trust
+from .._base import public
+from .._config import default_secret_file, secret_settings
+from .._transport import SecretSource, Trust, WorkerMetadata
 from ._protocol import DiscoveryEvent, EventKind
 
 _log = logging.getLogger("leakypool.discovery")
@@ -92,7 +89,7 @@ class StaticDiscovery:
 
 async def probe(address: str, timeout: float, trust: Trust | None = None) -> WorkerMetadata | None:
     """Ask the (plain) worker at ``address`` who it is (it proves its uid in the handshake); None if it does not answer."""
-    from .._call._connection import open_channel  # the client side loads only for a pool that probes
+    from .._call import open_channel
 
     channel = open_channel(address, trust or Trust.of())
     try:

@@ -30,12 +30,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
-from .._base._public import public
-from .._config._places import default_secret_file
+from .._base import public
+from .._config import default_secret_file
 from .._errors import StoreError
-from .._transport._rpc import WorkerMetadata
-from .._transport._seal import Seal
-from .._transport._secret import SecretSource
+from .._transport import Seal, SecretSource, WorkerMetadata
 from ._local import record_from_json
 from ._protocol import DiscoveryEvent
 from ._registry import RECORD_MAX_BYTES, Registry, Rows, connect, open_record, redacted

@@ -15,3 +15,14 @@ Decisions here are synchronous where they can be and return what to do;
 the I/O they need (a worker's Accept, closing a connection) is the
 transport's, one layer down.
 """
+
+from __future__ import annotations
+
+from ._fanout import map as map
+from ._limits import Queue as Queue
+from ._membership import Membership as Membership
+from ._path import CallPath as CallPath
+from ._rates import RateLimit as RateLimit
+from ._relay import NestedHost as NestedHost
+
+__all__ = ["CallPath", "Membership", "NestedHost", "Queue", "RateLimit", "map"]

@@ -18,8 +18,8 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from .._base._public import public
-from .._observe._progress import Progress, _length, reporter
+from .._base import public
+from .._observe import Progress, known_length, reporter
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -73,7 +73,7 @@ async def _window(
 ) -> AsyncIterator[R | BaseException]:
     source = _aiter(items)
     window: dict[int, asyncio.Task[Any]] = {}
-    counts = _Counts(report, _length(items))
+    counts = _Counts(report, known_length(items))
     exhausted = False
     next_index = 0
     to_yield = 0

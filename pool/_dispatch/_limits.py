@@ -35,9 +35,9 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from .._base._public import public
+from .._base import public
 from .._errors import Deadlock, WorkflowHalted
-from .._observe._stats import GateStats
+from .._observe import GateStats
 from ._rates import RateBook, RateLimit
 
 

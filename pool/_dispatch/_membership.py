@@ -20,13 +20,10 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final
 
-from .._call._connection import WorkerConnection
+from .._call import WorkerConnection
 from .._discovery import DiscoveryEvent, DiscoveryLike
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import WorkerMetadata
-from .._transport._session import CallHost
-from .._transport._tls import TlsCredentials
-from .._transport._trust import Trust
+from .._transport import CallHost, TlsCredentials, Trust, WorkerMetadata
+from .._transport import leakypool_pb2 as pb
 from ._roster import Roster
 from ._route import Route, route
 

@@ -48,10 +48,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from balancer import LoadBalancerLike
 
-from .._base._exit import DRAINING_MESSAGE
-from .._call._calls import CANCEL_CONFIRM_S, PLAIN_ABORT_S, call_failure, judge_first, outcome_result
-from .._call._connection import WorkerConnection
-from .._call._task import Task
+from .._base import DRAINING_MESSAGE
+from .._call import CANCEL_CONFIRM_S, PLAIN_ABORT_S, Task, WorkerConnection, call_failure, judge_first, outcome_result
 from .._errors import (
     AdmissionRejected,
     CapacityTimeout,
@@ -61,16 +59,15 @@ from .._errors import (
     WorkerBroken,
     WorkerRejected,
 )
-from .._observe._trace import active_tracer, traced
-from .._transport._outgoing import QUEUED, HandedBack, OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import MISMATCH_MESSAGE, WorkerMetadata
+from .._observe import active_tracer, traced
+from .._transport import MISMATCH_MESSAGE, QUEUED, HandedBack, OutgoingCall, WorkerMetadata
+from .._transport import leakypool_pb2 as pb
 from ._limits import Limits, Ticket
 from ._membership import Membership
 from ._roster import PlainSlots, Roster
 
 if TYPE_CHECKING:
-    from .._observe._metrics import PoolMetrics
+    from .._observe import PoolMetrics
 
 BACKSTOP_S: Final[float] = 1.0
 """While calls wait, the head of the line tries at least this often even without a capacity event.

@@ -16,7 +16,7 @@ import math
 import time
 from typing import Final
 
-from .._base._public import public
+from .._base import public
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

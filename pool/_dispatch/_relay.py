@@ -5,7 +5,7 @@ back up A's stream (an even id). The pool accepts it at once, dispatches
 it like any call of its own (balancer, admission, limits), and relays
 frames both ways: A's steps down to worker B, B's outcomes up to A. Blobs
 pass through untouched; this process never unpickles them (large buffers
-that came out of band are copied into a region of its own: `_buffers.adopt`). A dispatch
+that came out of band are copied into a region of its own: `buffers.adopt`). A dispatch
 that fails (no worker, admission refused) becomes the call's RAISE
 outcome, so A's routine sees the same error a top-level caller would.
 """
@@ -17,14 +17,10 @@ import contextlib
 import dataclasses
 import logging
 
-from .._base._tasks import TaskOwner
-from .._call._dispatcher import Dispatches
-from .._call._task import Task
-from .._transport import _buffers, _wire
-from .._transport._outgoing import FINAL_OUTCOMES, HandedBack, OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import FAILED_PRECONDITION
-from .._transport._session import Session
+from .._base import TaskOwner
+from .._call import Dispatches, Task
+from .._transport import FAILED_PRECONDITION, FINAL_OUTCOMES, HandedBack, OutgoingCall, Session, buffers, wire
+from .._transport import leakypool_pb2 as pb
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -77,7 +73,7 @@ class NestedHost:
         caller = session.outgoing(frame.call.parent)  # the call whose routine made this one
         task = Task.from_message(frame.call, blob)
         with contextlib.suppress(LookupError):  # its buffers never came: sending it raises, the call's RAISE
-            task.args = _buffers.adopt(task.args)  # large buffers: ours now, lent as often as the call is offered
+            task.args = buffers.adopt(task.args)  # large buffers: ours now, lent as often as the call is offered
         relay = _Relay(session, frame.id, task, caller)
         peer.relays[frame.id] = relay
         session.accept(frame.id)
@@ -123,7 +119,7 @@ class NestedHost:
         except asyncio.CancelledError:
             session.outcome(call_id, pb.Outcome.CANCELLED)
         except Exception as exc:  # noqa: BLE001 - a nested call's exception crosses back to the calling worker as the routine's own
-            session.outcome(call_id, pb.Outcome.RAISE, *_wire.pack_exception(exc, relay.task.name))
+            session.outcome(call_id, pb.Outcome.RAISE, *wire.pack_exception(exc, relay.task.name))
         else:
             session.forward(call_id, outcome)
         finally:

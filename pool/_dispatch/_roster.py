@@ -8,10 +8,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
-from .._call._connection import WorkerConnection
-from .._call._task import Task
-from .._transport._outgoing import QUEUED, OutgoingCall
-from .._transport._rpc import WorkerMetadata
+from .._call import Task, WorkerConnection
+from .._transport import QUEUED, OutgoingCall, WorkerMetadata
 from ._room import RoomBook
 
 _UID_INT = operator.attrgetter("int")

@@ -16,9 +16,8 @@ that holds TLS credentials. So, as Dask's ``Security`` refuses a plain
 
 from __future__ import annotations
 
-from .._config._parse import is_loopback
-from .._transport._rpc import WorkerMetadata
-from .._transport._tls import TlsCredentials
+from .._config import is_loopback
+from .._transport import TlsCredentials, WorkerMetadata
 
 
 class Route:

@@ -19,9 +19,9 @@ from typing import Any, Final
 
 import cloudpickle
 
-from .._call._task import Task
+from .._call import Task
 from .._routine import BoundRoutine, Routine, routine
-from .._transport import _wire
+from .._transport import wire
 from ._map import Chunk
 
 CACHE_BYTES: Final[int] = 8 << 20
@@ -46,9 +46,9 @@ class Shipped:
 
     def __init__(self, fn: Callable[..., Any], *, keep: bool = True) -> None:
         self.name = name_of(fn)  # what its calls are called in errors, logs and metrics (not `_apply`)
-        self.blob = _wire.dumps(fn, what=f"the callable {self.name}")
+        self.blob = wire.dumps(fn, what=f"the callable {self.name}")
         self.mains = self.blob.count(_MAIN)
-        self.interpreter = _wire.interpreter_of(self.blob)  # a lambda, a closure: code only its Python may load
+        self.interpreter = wire.interpreter_of(self.blob)  # a lambda, a closure: code only its Python may load
         self.keep = keep
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -87,13 +87,13 @@ def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
     ):
         task.args = data
     else:  # (large: its big buffers, the shipped callable's included, cross out of band where they can)
-        task.args = _wire.pack_args(task.name, args, {})
-    task.interpreter = shipped.interpreter or _wire.interpreter_of(task.args)
+        task.args = wire.pack_args(task.name, args, {})
+    task.interpreter = shipped.interpreter or wire.interpreter_of(task.args)
     return task
 
 
 LARGE_ARGS_BYTES: Final[int] = 512 << 10
-"""Arguments (the callable included) that pickle at least this large go through `_wire.pack_args`, whose large
+"""Arguments (the callable included) that pickle at least this large go through `wire.pack_args`, whose large
 buffers cross in a memory region beside the stream: the worker maps them instead of reading and copying them
 through the stream, and they are let go as the call ends."""
 
@@ -111,11 +111,11 @@ def _load(blob: bytes | memoryview, keep: bool = True) -> Callable[..., Any]:
     """
     global _loaded_bytes
     if not keep or len(blob) > CACHE_ENTRY_BYTES or not isinstance(blob, bytes):
-        loaded: Callable[..., Any] = _wire.loads(blob, what="a submitted callable")
+        loaded: Callable[..., Any] = wire.loads(blob, what="a submitted callable")
         return loaded
     fn = _LOADED.pop(blob, None)
     if fn is None:
-        fn = _wire.loads(blob, what="a submitted callable")
+        fn = wire.loads(blob, what="a submitted callable")
         _loaded_bytes += len(blob)
         while _LOADED and _loaded_bytes > CACHE_BYTES:
             oldest = next(iter(_LOADED))
@@ -171,7 +171,7 @@ def _apply_chunk(fn: Callable[..., Any], chunk: Chunk) -> tuple[list[Any], tuple
         try:
             value = _settled(fn(*args))
         except Exception as exc:  # noqa: BLE001  # fn's own error, sent back packed: the values before it still reach the caller
-            return values, _wire.pack_exception(exc, name_of(fn))
+            return values, wire.pack_exception(exc, name_of(fn))
         values.append(value)
     return values, None
 

@@ -30,11 +30,11 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
-from .._call._task import Task
-from .._config._settings import PLAIN_PREFETCH
+from .._call import Task
+from .._config import PLAIN_PREFETCH
 from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, WorkerBroken
 from .._routine import Routine
-from .._transport import _wire
+from .._transport import wire
 from ._calls import Shipped, _apply, _apply_chunk, name_of, runner_for, task_for
 from ._map import Chunk, batched, check_map_arguments, ordered_results, single
 
@@ -406,7 +406,7 @@ class FeedExecutor(cf.Executor):
 
         def split(result: tuple[list[Any], tuple[bytes, str] | None]) -> tuple[list[Any], BaseException | None]:
             values, failure = result
-            return values, None if failure is None else _wire.unpack_exception(*failure, name)
+            return values, None if failure is None else wire.unpack_exception(*failure, name)
 
         return ordered_results(
             functools.partial(self._put_chunk, runner_for(_apply_chunk, fn), shipped),
@@ -484,3 +484,16 @@ class PoolExecutor(FeedExecutor):
     def _stop(self, wait: bool) -> None:
         if wait and not self._feed.on_loop():
             self._feed.wait_idle()
+
+
+def submit_once(executor: cf.Executor, fn: Callable[[], Any]) -> cf.Future[Any]:
+    """``executor.submit(fn)`` for a callable made for this one call that carries its data (a joblib batch).
+
+    On a leakypool executor the worker loads ``fn`` for its call and keeps
+    nothing of it (``submit`` keeps a small callable loaded for the next call
+    that sends it; the executor's ``submit`` is not called). Any other
+    executor just gets ``submit(fn)``.
+    """
+    if isinstance(executor, FeedExecutor):
+        return executor._put(runner_for(_apply, fn), lambda: (Shipped(fn, keep=False), (), {}))
+    return executor.submit(fn)

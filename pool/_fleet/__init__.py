@@ -7,3 +7,13 @@ _provision     Provisioner, WorkerRequest, SubprocessProvisioner, CommandProvisi
 _plan          ProvisionPlan: how many workers to request now (I/O-free)
 _provisioning  Growth: the fleet or the provisioner, on overflow; pool_capacity wires both
 """
+
+from __future__ import annotations
+
+from ._provision import CommandProvisioner as CommandProvisioner
+from ._provision import Provisioner as Provisioner
+from ._provision import SubprocessProvisioner as SubprocessProvisioner
+from ._provision import WorkerRequest as WorkerRequest
+from ._provisioning import pool_capacity as pool_capacity
+
+__all__ = ["CommandProvisioner", "Provisioner", "SubprocessProvisioner", "WorkerRequest", "pool_capacity"]

@@ -34,12 +34,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from .._base._exit import EXIT_RETIRED
-from .._base._ids import new_uid
-from .._base._private import check_private
-from .._base._tasks import TaskOwner
+from .._base import EXIT_RETIRED, TaskOwner, check_private, new_uid
 from .._errors import WorkerInitError, WorkerStartError
-from .._transport._rpc import WorkerMetadata
+from .._transport import WorkerMetadata
 from ._local_worker import LocalWorker, child_env
 from ._template import WorkerTemplate
 

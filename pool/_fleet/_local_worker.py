@@ -38,11 +38,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._base._process import watch_exit
-from .._config._parse import PREFIX
+from .._base import watch_exit
+from .._config import PREFIX
 from .._errors import WorkerInitError, WorkerStartError
-from .._transport import _wire
-from .._transport._rpc import WorkerMetadata
+from .._transport import WorkerMetadata, wire
 from ._template import ForkedWorker, WorkerTemplate
 
 _log = logging.getLogger("leakypool.pool")
@@ -257,7 +256,7 @@ def init_error(uid: uuid.UUID, payload: str) -> WorkerInitError:
     try:
         report = json.loads(payload)
         tb = str(report.get("traceback", ""))
-        cause: BaseException = _wire.unpack_exception(base64.b64decode(report["error"]), "", "the initializer")
+        cause: BaseException = wire.unpack_exception(base64.b64decode(report["error"]), "", "the initializer")
     except (ValueError, KeyError, TypeError) as exc:
         tb, cause = payload, exc  # a garbled report: keep what we have
     last = tb.strip().splitlines()[-1] if tb.strip() else type(cause).__name__

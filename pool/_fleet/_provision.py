@@ -28,10 +28,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
-from .._base._process import watch_exit
-from .._base._public import public
-from .._base._redact import redacted
-from .._base._tasks import TaskOwner
+from .._base import TaskOwner, public, redacted, watch_exit
 from .._errors import ConfigError, ProvisionError
 from ._local_worker import child_env
 

@@ -23,14 +23,10 @@ from typing import Any, Final
 
 from backpressure import BackpressureLike, TaskCountBackpressure
 
-from .._base._ids import new_uid
-from .._base._redact import redacted
-from .._base._tasks import TaskOwner
-from .._config._settings import PoolConfig, WorkerConfig
+from .._base import TaskOwner, new_uid, redacted
+from .._config import PoolConfig, WorkerConfig
 from .._errors import ConfigError
-from .._transport import _wire
-from .._transport._rpc import WorkerMetadata
-from .._transport._secret import SecretSource
+from .._transport import SecretSource, WorkerMetadata, wire
 from ._local_fleet import LocalFleet
 from ._plan import ProvisionPlan
 from ._provision import Provisioner, SubprocessProvisioner, WorkerRequest
@@ -267,7 +263,7 @@ def pool_capacity(
         transport=config.local_transport,
         template=config.worker_template,
         template_fork=config.template_fork,
-        initializer=b"" if initializer is None else _wire.dumps(initializer, what=f"initializer {initializer[0]!r}"),
+        initializer=b"" if initializer is None else wire.dumps(initializer, what=f"initializer {initializer[0]!r}"),
     )
 
     def request(uid: uuid.UUID, seq: int) -> WorkerRequest:
@@ -303,7 +299,7 @@ def worker_env(
     elif backpressure is None:
         capacity, shipped = 0, ""
     else:
-        blob = _wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
+        blob = wire.dumps(backpressure, what=f"backpressure hook {backpressure!r}")
         capacity, shipped = 0, base64.b64encode(blob).decode()
     worker = WorkerConfig(
         max_tasks=config.max_tasks_per_worker or 0,

@@ -29,8 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .._base._process import ForkedChild, descriptors, native_threads, resident_bytes, watch_exit
-from .._base._tasks import TaskOwner
+from .._base import ForkedChild, TaskOwner, descriptors, native_threads, resident_bytes, watch_exit
 from .._errors import WorkerStartError
 
 _log = logging.getLogger("leakypool.pool")

@@ -22,12 +22,40 @@ The command line over a store (``leakypool jobs``) is the surface's: pool._cli.
 
 from __future__ import annotations
 
+from ._codec import reseal as reseal
 from ._job import Job as Job
 from ._job import Jobs as Jobs
+from ._job import queue_name as queue_name
+from ._retention import PURGE_BATCH as PURGE_BATCH
 from ._scheduler import Scheduler as Scheduler
+from ._store import ACTIVE_STATES as ACTIVE_STATES
+from ._store import TERMINAL_STATES as TERMINAL_STATES
+from ._store import JobRecord as JobRecord
 from ._store import JobStore as JobStore
+from ._store import MaintainedStore as MaintainedStore
+from ._store import PausableStore as PausableStore
+from ._store import ResealableStore as ResealableStore
 from ._stores._open import open_store as open_store
+from ._stores._open import open_waiting as open_waiting
 from ._stores._postgres import PostgresStore as PostgresStore
 from ._stores._sqlite import SQLiteStore as SQLiteStore
 
-__all__ = ["Job", "JobStore", "Jobs", "PostgresStore", "SQLiteStore", "Scheduler", "open_store"]
+__all__ = [
+    "ACTIVE_STATES",
+    "PURGE_BATCH",
+    "TERMINAL_STATES",
+    "Job",
+    "JobRecord",
+    "JobStore",
+    "Jobs",
+    "MaintainedStore",
+    "PausableStore",
+    "PostgresStore",
+    "ResealableStore",
+    "SQLiteStore",
+    "Scheduler",
+    "open_store",
+    "open_waiting",
+    "queue_name",
+    "reseal",
+]

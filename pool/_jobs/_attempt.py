@@ -15,12 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .._base._random import RANDOM
-from .._call._calls import outcome_result
-from .._call._task import Task
+from .._base import RANDOM
+from .._call import Task, outcome_result
 from .._errors import CapacityTimeout, SerializationError, StoreError, VersionMismatch, WorkerBroken
-from .._transport import _wire
-from .._transport._proto import leakypool_pb2 as pb
+from .._transport import leakypool_pb2 as pb
+from .._transport import wire
 from ._codec import RetryPolicy
 from ._store import JobRecord
 
@@ -112,7 +111,7 @@ def decide(job: JobRecord, policy: RetryPolicy, outcome: pb.Outcome) -> Verdict:
     if outcome.kind == pb.Outcome.RETURN and outcome.value[:1] == b"\x00":  # large buffers out of band (`_buffers`)
         stored = pb.Outcome()
         stored.CopyFrom(outcome)
-        stored.value = _wire.inline(outcome.value)  # a store keeps bytes, not descriptors
+        stored.value = wire.inline(outcome.value)  # a store keeps bytes, not descriptors
         outcome = stored
     if outcome.kind == pb.Outcome.RETURN and len(outcome.value) > RESULT_LIMIT_BYTES:
         error = SerializationError(
@@ -182,7 +181,7 @@ async def persist(what: str, write: Callable[[], Awaitable[T]]) -> T:
 
 
 def raised(error: BaseException, name: str) -> pb.Outcome:
-    value, tb = _wire.pack_exception(error, name)
+    value, tb = wire.pack_exception(error, name)
     return pb.Outcome(kind=pb.Outcome.RAISE, value=value, traceback=tb)
 
 

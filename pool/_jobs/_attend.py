@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from .._call._calls import StartByPassed
+from .._call import StartByPassed
 from .._errors import NoWorkersAvailable, PoolClosed, VersionMismatch
 from ._attempt import Attempt, persist
 from ._holdings import Holdings
@@ -28,8 +28,8 @@ from ._store import JobRecord
 _log = logging.getLogger("leakypool.jobs")
 
 if TYPE_CHECKING:
-    from .._call._task import Task
-    from .._transport._outgoing import OutgoingCall
+    from .._call import Task
+    from .._transport import OutgoingCall
     from ._due import NextDue
     from ._placements import PlacementWindow
     from ._recorder import Recorder

@@ -16,10 +16,9 @@ import dataclasses
 import pickle
 from typing import Any, Final
 
-from .._call._task import Task
+from .._call import Task
 from .._errors import SerializationError
-from .._transport import _wire
-from .._transport._seal import Seal, is_sealed
+from .._transport import Seal, is_sealed, wire
 
 PAYLOAD_VERSION: Final[int] = 1
 """Bumped when the payload's fields change incompatibly."""
@@ -53,7 +52,7 @@ def payload_fields(task: Task, policy: RetryPolicy, build: str = "") -> dict[str
         "name": task.name,
         "digest": task.digest,
         "blob": task.blob,
-        "args": _wire.inline(task.args),  # a store keeps bytes, not descriptors
+        "args": wire.inline(task.args),  # a store keeps bytes, not descriptors
         "timeout": task.timeout,
         "queue": task.queue,
         "concurrency": task.concurrency,
@@ -65,7 +64,7 @@ def payload_fields(task: Task, policy: RetryPolicy, build: str = "") -> dict[str
         "interpreter": task.interpreter,  # the Python its code by value was made by ("": none is)
         "build": build,
         "retry_backoff": policy.retry_backoff,
-        "retry_on": _wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
+        "retry_on": wire.dumps(policy.retry_on, what=f"retry_on of {task.name}()") if policy.retry_on else b"",
     }
 
 
@@ -89,7 +88,7 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
             its ``retry_on`` types cannot be imported here.
     """
     fields = _opened(job_id, payload, seal)
-    retry_on = _wire.loads(fields["retry_on"], what="retry_on") if fields["retry_on"] else ()
+    retry_on = wire.loads(fields["retry_on"], what="retry_on") if fields["retry_on"] else ()
     return task_of(fields), RetryPolicy(fields["retry_backoff"], retry_on)
 
 
@@ -120,7 +119,7 @@ def _interpreter(fields: dict[str, Any]) -> str:
     by value counts as this process's Python."""
     made_by = fields.get("interpreter")
     if made_by is None:
-        made_by = _wire.interpreter_of(fields["blob"]) or _wire.interpreter_of(fields["args"])
+        made_by = wire.interpreter_of(fields["blob"]) or wire.interpreter_of(fields["args"])
     return str(made_by)
 
 

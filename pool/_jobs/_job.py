@@ -15,12 +15,11 @@ import time
 import uuid
 from typing import Any, Final, Protocol
 
-from .._base._public import public
-from .._call._calls import outcome_result
-from .._call._task import Task
+from .._base import public
+from .._call import Task, outcome_result
 from .._errors import ConfigError
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._seal import Seal
+from .._transport import Seal
+from .._transport import leakypool_pb2 as pb
 from ._codec import RetryPolicy, open_outcome, payload_fields, pinned_build, seal_fields, task_of
 from ._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, JobStore, NewJob, PausableStore
 

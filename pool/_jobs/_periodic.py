@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._call._task import Task
+from .._call import Task
 from .._errors import ConfigError, StoreError
-from .._transport import _wire
+from .._transport import wire
 from ._attempt import Outage
 from ._job import JobOptions, Jobs
 from ._store import MaintainedStore
@@ -112,7 +112,7 @@ class Slots:
 
 def schedule_name(task: Task, cron: str, tz: str) -> str:
     """``cron:ROUTINE:DIGEST``: the same routine, expression, zone and arguments give the same name everywhere."""
-    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, _wire.inline(task.args)])).hexdigest()[
+    digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, wire.inline(task.args)])).hexdigest()[
         :12
     ]
     return f"cron:{task.name}:{digest}"
@@ -211,7 +211,7 @@ class Schedules:
     """A process's schedules (``WorkerPool.schedule``), each a task this owner ends when the pool closes."""
 
     def __init__(self, jobs: Jobs, wake: Callable[[], None]) -> None:
-        from .._base._tasks import TaskOwner
+        from .._base import TaskOwner
 
         self._jobs = jobs
         self._wake = wake

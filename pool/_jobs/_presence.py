@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from .._base._tasks import TaskOwner
+from .._base import TaskOwner
 from .._errors import StoreError
 from ._attempt import Outage
 from ._lease import OwnLease

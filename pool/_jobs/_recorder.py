@@ -21,11 +21,10 @@ import logging
 import time
 from typing import Final
 
-from .._call._calls import CANCEL_CONFIRM_S
+from .._call import CANCEL_CONFIRM_S
 from .._errors import StoreError, WorkerBroken
-from .._transport._outgoing import OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._seal import Seal
+from .._transport import OutgoingCall, Seal
+from .._transport import leakypool_pb2 as pb
 from ._attempt import Attempt, decide, describe, persist, raised
 from ._codec import seal_outcome
 from ._store import JobRecord, JobStore

@@ -18,7 +18,7 @@ import random
 import time
 from typing import Final
 
-from .._base._random import RANDOM
+from .._base import RANDOM
 from .._errors import StoreError
 from ._attempt import Outage
 from ._store import JobStore, MaintainedStore

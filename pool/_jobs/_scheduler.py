@@ -31,11 +31,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from .._base._tasks import TaskOwner
-from .._call._task import Task
+from .._base import TaskOwner
+from .._call import Task
 from .._errors import SerializationError, StoreError
-from .._transport._outgoing import OutgoingCall
-from .._transport._seal import Seal
+from .._transport import OutgoingCall, Seal
 from ._attempt import Attempt as _Attempt
 from ._attempt import Outage, expired, persist
 from ._attend import Attendant

@@ -21,7 +21,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-from .._base._public import public
+from .._base import public
 
 JobState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 

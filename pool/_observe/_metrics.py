@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import ConfigError
-from .._transport._proto import leakypool_pb2 as pb
+from .._transport import leakypool_pb2 as pb
 
 if TYPE_CHECKING:
-    from .._transport._outgoing import OutgoingCall
+    from .._transport import OutgoingCall
     from ._stats import PoolStats
 
 OUTCOMES = ("ok", "error", "cancelled", "lost")

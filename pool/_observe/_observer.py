@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any, Final
 
-from .._base._redact import redacted
+from .._base import redacted
 from ._http import ObservationServer, Rates
 from ._metrics import recycled_by_reason
 

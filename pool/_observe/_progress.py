@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from .._base._public import public
+from .._base import public
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,13 +64,13 @@ def reporter(
     if progress is None or progress is False:
         return None
     if progress is True:
-        return RichBar(name, _length(items))
+        return RichBar(name, known_length(items))
     if not callable(progress):
         raise TypeError(f"progress: expected a callable, True or None, got {progress!r}")
     return progress
 
 
-def _length(items: Any) -> int | None:
+def known_length(items: Any) -> int | None:
     try:
         return len(items)
     except TypeError:

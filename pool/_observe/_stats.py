@@ -6,7 +6,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 
-from .._base._public import public
+from .._base import public
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Final
 from .._version import __version__
 
 if TYPE_CHECKING:
-    from .._call._task import Task
-    from .._transport._outgoing import OutgoingCall
+    from .._call import Task
+    from .._transport import OutgoingCall
 
 TRACER_NAME: Final[str] = "leakypool"
 """The instrumentation scope of every span leakypool makes."""

@@ -9,7 +9,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from .._errors import PoolClosed
-from .._executor._feed import Feed, PoolExecutor
+from .._executor import Feed, PoolExecutor
 
 if TYPE_CHECKING:
     from ._layers import Layers

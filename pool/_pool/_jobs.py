@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .._call._task import Task
+from .._call import Task
 from .._errors import ConfigError, PoolClosed
 from .._routine import CallOptions, Routine
 

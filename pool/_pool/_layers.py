@@ -20,20 +20,12 @@ from typing import TYPE_CHECKING, Any
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
-from .._base._tasks import TaskOwner
-from .._call._connection import WorkerConnection
-from .._call._task import Task
-from .._config._places import default_secret_file
-from .._config._settings import PoolConfig
-from .._dispatch._membership import Membership
-from .._dispatch._path import CallPath
-from .._dispatch._relay import NestedHost
-from .._fleet._provisioning import Provisioner, pool_capacity
-from .._transport._outgoing import OutgoingCall
-from .._transport._seal import Seal
-from .._transport._secret import SecretSource, spawn_key
-from .._transport._tls import TlsCredentials
-from .._transport._trust import Trust
+from .._base import TaskOwner
+from .._call import Task, WorkerConnection
+from .._config import PoolConfig, default_secret_file
+from .._dispatch import CallPath, Membership, NestedHost
+from .._fleet import Provisioner, pool_capacity
+from .._transport import OutgoingCall, Seal, SecretSource, TlsCredentials, Trust, spawn_key
 
 if TYPE_CHECKING:
     from .._jobs import JobStore, Scheduler

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._observe._stats import PoolStats, WorkerSignals
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import WorkerMetadata
+from .._observe import PoolStats, WorkerSignals
+from .._transport import WorkerMetadata
+from .._transport import leakypool_pb2 as pb
 
 if TYPE_CHECKING:
     from ._layers import Layers

@@ -18,21 +18,17 @@ from typing import TYPE_CHECKING, Any, Self
 from backpressure import BackpressureLike
 from balancer import LoadBalancerLike
 
-from .._base._public import public
-from .._call._calls import RemoteGenerator
-from .._call._dispatcher import closed, opened, reset_dispatcher, set_dispatcher
-from .._call._task import Task
-from .._config._settings import POOL_SETTINGS, PoolConfig
+from .._base import public
+from .._call import RemoteGenerator, Task, closed, opened, reset_dispatcher, set_dispatcher
+from .._config import POOL_SETTINGS, PoolConfig
 from .._discovery import DiscoveryLike
 from .._errors import PoolClosed
-from .._executor._feed import Feed, PoolExecutor
-from .._fleet._provisioning import Provisioner
-from .._observe._stats import PoolStats
+from .._executor import Feed, PoolExecutor
+from .._fleet import Provisioner
+from .._observe import PoolStats
 from .._routine import CallOptions, Routine
-from .._transport._outgoing import OutgoingCall
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import WorkerMetadata
-from .._transport._tls import TlsCredentials
+from .._transport import OutgoingCall, TlsCredentials, WorkerMetadata
+from .._transport import leakypool_pb2 as pb
 from ._executors import PoolExecutors
 from ._jobs import PoolJobs
 from ._layers import Layers
@@ -40,7 +36,7 @@ from ._views import PoolViews
 
 if TYPE_CHECKING:
     from .._jobs import Job, Jobs, JobStore
-    from .._observe._observer import PoolObserver
+    from .._observe import PoolObserver
 
 _log = logging.getLogger("leakypool.pool")
 
@@ -231,7 +227,7 @@ class WorkerPool:
         self._token: Any = None
         self._observer: PoolObserver | None = None
         if config.metrics_port is not None:
-            from .._observe._observer import PoolObserver  # prometheus-client loads only for a pool with metrics
+            from .._observe import PoolObserver
 
             self._observer = PoolObserver(
                 self, config.metrics_port, config.metrics_host, config.metrics_token, config.metrics_names

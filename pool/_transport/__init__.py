@@ -20,3 +20,128 @@ What a call is (Task, opening one, decoding its outcome, a worker's connection) 
 Both processes import this package (the worker side: its server-side half);
 it imports nothing above it.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._base import lazy_attribute
+from . import _buffers as buffers
+from . import _malloc as malloc
+from . import _side as side
+from . import _wire as wire
+from ._framing import HELLO_MAX_BYTES as HELLO_MAX_BYTES
+from ._framing import MESSAGE_MAX_BYTES as MESSAGE_MAX_BYTES
+from ._framing import MessageStream as MessageStream
+from ._framing import ProtocolError as ProtocolError
+from ._framing import method_of as method_of
+from ._handshake import HANDSHAKE_MAX_BYTES as HANDSHAKE_MAX_BYTES
+from ._handshake import TIMEOUT_S as TIMEOUT_S
+from ._handshake import Keyring as Keyring
+from ._handshake import Refused as Refused
+from ._handshake import Responder as Responder
+from ._outbox import Write as Write
+from ._outbox import WriteNow as WriteNow
+from ._outgoing import FINAL_OUTCOMES as FINAL_OUTCOMES
+from ._outgoing import QUEUED as QUEUED
+from ._outgoing import HandedBack as HandedBack
+from ._outgoing import OutgoingCall as OutgoingCall
+from ._peer import check_unix as check_unix
+from ._peer import loopback_host as loopback_host
+from ._peer import tcp_owner as tcp_owner
+from ._peer import trusted_uids as trusted_uids
+from ._pieces import Assembler as Assembler
+from ._pieces import pieces as pieces
+from ._proto import leakypool_pb2 as leakypool_pb2
+from ._rpc import FAILED_PRECONDITION as FAILED_PRECONDITION
+from ._rpc import LATE_MESSAGE as LATE_MESSAGE
+from ._rpc import MISMATCH_MESSAGE as MISMATCH_MESSAGE
+from ._rpc import RESOURCE_EXHAUSTED as RESOURCE_EXHAUSTED
+from ._rpc import SERVER_OPTIONS as SERVER_OPTIONS
+from ._rpc import SERVICE as SERVICE
+from ._rpc import TRANSIENT_CODES as TRANSIENT_CODES
+from ._rpc import UNAVAILABLE as UNAVAILABLE
+from ._rpc import WorkerMetadata as WorkerMetadata
+from ._rpc import bind_address as bind_address
+from ._rpc import status_name as status_name
+from ._seal import MAC_BYTES as MAC_BYTES
+from ._seal import MAGIC as MAGIC
+from ._seal import Seal as Seal
+from ._seal import is_sealed as is_sealed
+from ._secret import SecretSource as SecretSource
+from ._secret import spawn_key as spawn_key
+from ._session import CallHost as CallHost
+from ._session import Read as Read
+from ._session import Session as Session
+from ._through import framed as framed
+from ._trust import Trust as Trust
+from ._wire import INTERPRETER as INTERPRETER
+
+if TYPE_CHECKING:
+    from ._grpc_channel import GrpcChannel as GrpcChannel
+    from ._tls import TlsCredentials as TlsCredentials
+    from ._unix_channel import UnixChannel as UnixChannel
+
+LAZY = {"GrpcChannel": "._grpc_channel", "TlsCredentials": "._tls", "UnixChannel": "._unix_channel"}
+"""Names whose modules load on first use (`pool._base._lazy`): the dispatching side's channels (gRPC loads only for TCP workers)."""
+
+
+def __getattr__(name: str) -> object:
+    return lazy_attribute(__name__, LAZY, globals(), name)
+
+
+__all__ = [
+    "FAILED_PRECONDITION",
+    "FINAL_OUTCOMES",
+    "HANDSHAKE_MAX_BYTES",
+    "HELLO_MAX_BYTES",
+    "INTERPRETER",
+    "LATE_MESSAGE",
+    "MAC_BYTES",
+    "MAGIC",
+    "MESSAGE_MAX_BYTES",
+    "MISMATCH_MESSAGE",
+    "QUEUED",
+    "RESOURCE_EXHAUSTED",
+    "SERVER_OPTIONS",
+    "SERVICE",
+    "TIMEOUT_S",
+    "TRANSIENT_CODES",
+    "UNAVAILABLE",
+    "Assembler",
+    "CallHost",
+    "GrpcChannel",
+    "HandedBack",
+    "Keyring",
+    "MessageStream",
+    "OutgoingCall",
+    "ProtocolError",
+    "Read",
+    "Refused",
+    "Responder",
+    "Seal",
+    "SecretSource",
+    "Session",
+    "TlsCredentials",
+    "Trust",
+    "UnixChannel",
+    "WorkerMetadata",
+    "Write",
+    "WriteNow",
+    "bind_address",
+    "buffers",
+    "check_unix",
+    "framed",
+    "is_sealed",
+    "leakypool_pb2",
+    "loopback_host",
+    "malloc",
+    "method_of",
+    "pieces",
+    "side",
+    "spawn_key",
+    "status_name",
+    "tcp_owner",
+    "trusted_uids",
+    "wire",
+]

@@ -19,8 +19,7 @@ from typing import Any, Final
 import grpc
 
 from ._framing import MESSAGE_MAX_BYTES, ProtocolError
-from ._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
-from ._handshake import TIMEOUT_S, Dialler, Refused, printable
+from ._handshake import HANDSHAKE_MAX_BYTES, TIMEOUT_S, Dialler, Refused, printable
 from ._peer import check_tcp_listener, loopback_host
 from ._pieces import Assembler, pieces
 from ._proto import leakypool_pb2 as pb

@@ -29,7 +29,7 @@ are labelled apart, so a worker's proof cannot be reflected back as a
 pool's; the method is bound in, so a relay cannot turn a State into a Stop;
 the worker's uid is bound in, so a worker cannot answer for another (a
 record that moves a worker must lead to one that proves that uid). Each
-message is at most `MESSAGE_MAX_BYTES`: the worker reads nothing larger
+message is at most `HANDSHAKE_MAX_BYTES`: the worker reads nothing larger
 before the pool proved itself. A relay that merely passes the bytes on
 would pass too; on this host each end also checks the other's uid
 (`_peer`), and off the host TLS does.
@@ -58,7 +58,7 @@ KEY_ID_BYTES: Final[int] = 8
 MAX_KEYS: Final[int] = 4
 """Keys one challenge may offer (a current secret and one being rotated in or out, and the spawn key)."""
 
-MESSAGE_MAX_BYTES: Final[int] = 256
+HANDSHAKE_MAX_BYTES: Final[int] = 256
 """The largest handshake message: what a peer may make the other read before it proved itself."""
 
 TIMEOUT_S: Final[float] = 10.0

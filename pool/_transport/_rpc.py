@@ -11,7 +11,7 @@ import dataclasses
 import uuid
 from typing import Final
 
-from .._base._public import public
+from .._base import public
 from ._pieces import GRPC_MESSAGE_MAX_BYTES
 
 SERVICE: Final[str] = "leakypool.v2.Worker"

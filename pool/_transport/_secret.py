@@ -79,7 +79,7 @@ def load_or_create(path: str) -> str:
     except FileNotFoundError:
         pass
     directory = os.path.dirname(path) or "."
-    from .._base._private import private_directory  # (a leaf: directories that carry trust)
+    from .._base import private_directory
 
     private_directory(directory, what="the secret's directory")
     try:
@@ -122,7 +122,7 @@ def read_file(path: str, *, strict: bool = False) -> str:
         ConfigError: it cannot be read, is empty, could be written by
             another user, or (``strict``) is not private.
     """
-    from .._base._private import read_only_filesystem, trusted_file
+    from .._base import read_only_filesystem, trusted_file
 
     try:
         with open(path, "rb") as f:
@@ -148,7 +148,7 @@ def read_file(path: str, *, strict: bool = False) -> str:
             raise ConfigError(f"{problem}: chmod 600 it (or remove it to have a new one made)")
         _log.warning("%s: other users may learn it", problem)
     if strict:
-        from .._base._private import private_directory
+        from .._base import private_directory
 
         private_directory(os.path.dirname(path) or ".", what="the secret's directory", create=False)
     found = split(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Final
 
-from .._base._public import public
+from .._base import public
 from .._errors import ConfigError
 
 if TYPE_CHECKING:

@@ -18,8 +18,7 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from ._framing import MESSAGE_MAX_BYTES, MessageStream, ProtocolError, framed, hello
-from ._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
-from ._handshake import TIMEOUT_S, Dialler, Refused
+from ._handshake import HANDSHAKE_MAX_BYTES, TIMEOUT_S, Dialler, Refused
 from ._peer import check_unix
 from ._proto import leakypool_pb2 as pb
 from ._session import Session

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from backpressure import BackpressureContext, BackpressureLike
 
-from .._transport._rpc import RESOURCE_EXHAUSTED, UNAVAILABLE
+from .._transport import RESOURCE_EXHAUSTED, UNAVAILABLE
 from ._signals import ResourceSignals
 
 

@@ -35,8 +35,8 @@ import time
 from collections.abc import Collection
 from typing import Final, cast
 
-from .._base._tasks import TaskOwner
-from .._transport._peer import loopback_host, tcp_owner
+from .._base import TaskOwner
+from .._transport import loopback_host, tcp_owner
 
 _log = logging.getLogger("leakypool.worker")
 

@@ -24,10 +24,20 @@ import uuid
 from collections.abc import Callable, Collection
 from typing import Final, cast
 
-from .._transport._framing import HELLO_MAX_BYTES, MESSAGE_MAX_BYTES, MessageStream, ProtocolError, framed, method_of
-from .._transport._handshake import MESSAGE_MAX_BYTES as HANDSHAKE_MAX_BYTES
-from .._transport._handshake import TIMEOUT_S, Keyring, Refused, Responder
-from .._transport._peer import check_unix
+from .._transport import (
+    HANDSHAKE_MAX_BYTES,
+    HELLO_MAX_BYTES,
+    MESSAGE_MAX_BYTES,
+    TIMEOUT_S,
+    Keyring,
+    MessageStream,
+    ProtocolError,
+    Refused,
+    Responder,
+    check_unix,
+    framed,
+    method_of,
+)
 
 _log = logging.getLogger("leakypool.worker")
 

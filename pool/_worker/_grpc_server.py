@@ -21,13 +21,22 @@ from typing import Any
 
 import grpc
 
-from .._config._settings import ConfigError, WorkerConfig
-from .._transport._framing import MESSAGE_MAX_BYTES, ProtocolError
-from .._transport._handshake import TIMEOUT_S, Refused, Responder
-from .._transport._pieces import Assembler, pieces
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import SERVER_OPTIONS, SERVICE, bind_address
-from .._transport._trust import Trust
+from .._config import WorkerConfig
+from .._errors import ConfigError
+from .._transport import (
+    MESSAGE_MAX_BYTES,
+    SERVER_OPTIONS,
+    SERVICE,
+    TIMEOUT_S,
+    Assembler,
+    ProtocolError,
+    Refused,
+    Responder,
+    Trust,
+    bind_address,
+    pieces,
+)
+from .._transport import leakypool_pb2 as pb
 from ._door import Door
 from ._keys import worker_trust
 from ._peers import undecodable

@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._call._task import Task
-from .._transport import _wire
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._session import Session
+from .._call import Task
+from .._transport import Session, wire
+from .._transport import leakypool_pb2 as pb
 
 Outcome = tuple[int, bytes, str]
 """(Outcome kind, pickled value, traceback text): what the runner hands the service."""
@@ -73,7 +72,7 @@ class Code:
 
     def resolve(self) -> Callable[..., Any]:
         if self.fn is None:
-            obj = _wire.loads(self.blob, what=f"routine {self.name}")
+            obj = wire.loads(self.blob, what=f"routine {self.name}")
             self.fn = getattr(obj, "__wrapped__", obj)
         return self.fn
 

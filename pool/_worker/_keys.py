@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import os
 
-from .._config._places import default_secret_file
-from .._config._settings import ConfigError, WorkerConfig
-from .._transport._handshake import Keyring
-from .._transport._peer import trusted_uids
-from .._transport._seal import Seal
-from .._transport._secret import SecretSource
-from .._transport._trust import Trust
+from .._config import WorkerConfig, default_secret_file
+from .._errors import ConfigError
+from .._transport import Keyring, Seal, SecretSource, Trust, trusted_uids
 
 
 def worker_secrets(config: WorkerConfig) -> SecretSource:

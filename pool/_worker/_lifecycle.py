@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from .._base._tasks import TaskOwner
+from .._base import TaskOwner
 from ._admission import WorkerAdmission
 from ._recycle import Recycler
 

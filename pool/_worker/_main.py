@@ -18,17 +18,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from backpressure import BackpressureLike
 
-from .._base._exit import EXIT_INIT_FAILED, EXIT_RETIRED
-from .._base._ids import new_uid
-from .._base._role import become_worker
-from .._config._parse import is_loopback
-from .._config._places import default_registry
-from .._config._settings import ConfigError, WorkerConfig
+from .._base import EXIT_INIT_FAILED, EXIT_RETIRED, become_worker, new_uid
+from .._config import WorkerConfig, default_registry, is_loopback
 from .._discovery import LocalPublisher
-from .._observe._http import ObservationServer
-from .._transport import _malloc
-from .._transport._rpc import WorkerMetadata, bind_address
-from .._transport._wire import INTERPRETER
+from .._errors import ConfigError
+from .._observe import ObservationServer
+from .._transport import INTERPRETER, WorkerMetadata, bind_address, malloc
 from .._version import __version__
 from ._keys import adopt_authkey, forget_secret, worker_trust
 from ._native_threads import cap_native_threads
@@ -62,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_registry(config)
     except ConfigError as exc:
         fail(str(exc))
-    _malloc.tune()
+    malloc.tune()
     logging.basicConfig(
         level=config.log_level,
         format="%(asctime)s %(levelname)s leakypool-worker[%(process)d] %(message)s",
@@ -266,7 +261,7 @@ def _publish(config: WorkerConfig, service: WorkerService, info: dict[str, Any])
 
         return remove
     if config.discovery == "lan":
-        from .._discovery._lan import LanPublisher, advertised_addresses  # zeroconf: only when asked for
+        from .._discovery import LanPublisher, advertised_addresses
 
         publisher = LanPublisher(
             worker,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._errors import ConfigError
-from .._transport._proto import leakypool_pb2 as pb
+from .._transport import leakypool_pb2 as pb
 
 REASONS = {"BUSY": "backpressure", "DRAINING": "draining", "HOOK_FAILED": "hook_error"}
 """``leakypool_worker_rejected_total{reason}`` by admission verdict name."""

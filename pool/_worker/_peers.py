@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .._errors import WorkerBroken
-from .._transport._outbox import WriteNow
+from .._transport import WriteNow
 from ._hosted import Code, Hosted
 
 STREAM_END_WAIT_S: Final[float] = 5.0

@@ -47,8 +47,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._transport import _buffers, _wire
-from .._transport._proto import leakypool_pb2 as pb
+from .._transport import buffers, wire
+from .._transport import leakypool_pb2 as pb
 from . import _trace
 from ._hosted import Hosted, Outcome
 
@@ -252,7 +252,7 @@ class PlainLine:
             hosted, outcome = last
             if hosted.cancelled:
                 pass  # its caller left: the loop answered for it
-            elif outcome[1][:1] == bytes([_buffers.MARK]):
+            elif outcome[1][:1] == bytes([buffers.MARK]):
                 self._ended(hosted, outcome, via_loop=True)  # large buffers cross on the loop (`Session.carry`)
                 last = None
             elif starting is None or hosted.session is not starting.session:
@@ -330,11 +330,11 @@ def call_plain(hosted: Hosted) -> Outcome:
     name = hosted.task.name
     try:
         fn = hosted.code.resolve()
-        args, kwargs = _wire.unpack_args(hosted.task.args, name)
+        args, kwargs = wire.unpack_args(hosted.task.args, name)
         value = fn(*args, **kwargs)
-        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()", oob=True), "")
+        return (pb.Outcome.RETURN, wire.dumps(value, what=f"the result of {name}()", oob=True), "")
     except BaseException as exc:  # noqa: BLE001 - user code: any exception is the routine's outcome
-        return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+        return (pb.Outcome.RAISE, *wire.pack_exception(exc, name))
 
 
 def timed_out(hosted: Hosted, timeout: float, *, started: bool = True) -> Outcome:
@@ -344,4 +344,4 @@ def timed_out(hosted: Hosted, timeout: float, *, started: bool = True) -> Outcom
         error = TimeoutError(f"{name}() ran past its timeout of {timeout:g}s; the worker running it exits")
     else:
         error = TimeoutError(f"{name}() reached its deadline while it waited in a worker; it never started")
-    return (pb.Outcome.RAISE, *_wire.pack_exception(error, name))
+    return (pb.Outcome.RAISE, *wire.pack_exception(error, name))

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from .._transport._rpc import UNAVAILABLE
+from .._transport import UNAVAILABLE
 from ._admission import WorkerAdmission
 from ._hosted import CANCELLED, Hosted, Outcome
 from ._lifecycle import Lifecycle

@@ -16,9 +16,9 @@ from typing import Final
 
 from backpressure import AnyOf, BackpressureLike, TaskCountBackpressure
 
-from .._config._parse import is_loopback
-from .._config._settings import ConfigError, WorkerConfig
-from .._transport import _wire
+from .._config import WorkerConfig, is_loopback
+from .._errors import ConfigError
+from .._transport import wire
 
 WILDCARD_HOSTS: Final[frozenset[str]] = frozenset({"0.0.0.0", "::", "[::]", ""})  # noqa: S104 - names the wildcard binds to tell them apart
 """Binds to every address: no one address to publish."""
@@ -32,7 +32,7 @@ def load_backpressure(config: WorkerConfig) -> BackpressureLike | None:
     """
     if config.backpressure:
         try:
-            hook = _wire.loads(base64.b64decode(config.backpressure), what="the shipped backpressure hook")
+            hook = wire.loads(base64.b64decode(config.backpressure), what="the shipped backpressure hook")
         except Exception as exc:  # noqa: BLE001 - any fault unpickling the hook is a bad setting, said in one line
             raise ConfigError(f"LEAKYPOOL_BACKPRESSURE: {exc}") from None
         if not callable(hook):

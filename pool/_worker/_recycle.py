@@ -39,11 +39,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Final, NoReturn, Protocol
 
-from .._base._exit import EXIT_RETIRED
-from .._base._process import resident_bytes
-from .._base._random import RANDOM
-from .._config._settings import ConfigError, WorkerConfig
-from .._transport import _buffers, _wire
+from .._base import EXIT_RETIRED, RANDOM, resident_bytes
+from .._config import WorkerConfig
+from .._errors import ConfigError
+from .._transport import buffers, wire
 
 _log = logging.getLogger("leakypool.worker")
 
@@ -125,7 +124,7 @@ class Recycler:
 
 def _own_memory() -> int:
     """Resident bytes, less the large-value regions kept for reuse (`_buffers`: not the worker's own growth)."""
-    return resident_bytes() - _buffers.idle_bytes()
+    return resident_bytes() - buffers.idle_bytes()
 
 
 class InitializerFailed(Exception):
@@ -142,7 +141,7 @@ def load_initializer(config: WorkerConfig) -> tuple[Callable[..., Any], tuple[An
     if config.initializer_file:
         try:
             with open(config.initializer_file, "rb") as f:
-                fn, args = _wire.loads(f.read(), what="the shipped initializer")
+                fn, args = wire.loads(f.read(), what="the shipped initializer")
         except (OSError, ValueError, TypeError) as exc:
             raise ConfigError(f"LEAKYPOOL_INITIALIZER_FILE: {exc}") from None
         return fn, tuple(args)
@@ -236,7 +235,7 @@ def report_init_failure(fd: int, exc: BaseException) -> None:
     _log.error("the initializer raised; exiting:\n%s", tb.rstrip())
     if fd < 0:
         return
-    blob, _ = _wire.pack_exception(exc, "the initializer")
+    blob, _ = wire.pack_exception(exc, "the initializer")
     line = "INITFAIL " + json.dumps({"error": base64.b64encode(blob).decode(), "traceback": tb}) + "\n"
     _write(fd, line)
 

@@ -19,17 +19,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from .._base._lost import lost_connection
-from .._base._tasks import TaskOwner
-from .._discovery._local import record_to_json
-from .._discovery._registry import Registry, connect, redacted, seal_record
+from .._base import TaskOwner, lost_connection, redacted
+from .._discovery import Registry, connect, record_to_json, seal_record
 from .._errors import ConfigError, StoreError
-from .._transport._rpc import WorkerMetadata, bind_address
-from .._transport._seal import Seal
+from .._transport import Seal, WorkerMetadata, bind_address
 from ._keys import worker_seal
 
 if TYPE_CHECKING:
-    from .._config._settings import WorkerConfig
+    from .._config import WorkerConfig
     from ._service import WorkerService
 
 _log = logging.getLogger("leakypool.worker")

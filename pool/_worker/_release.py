@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from .._transport import _buffers, _malloc
+from .._transport import buffers, malloc
 
 RELEASE_AFTER_S: Final[float] = 2.0
 """Idle this long, a worker gives back the regions it kept and trims its heap (its RSS is back within seconds)."""
@@ -32,5 +32,5 @@ class IdleRelease:
         if in_flight or idle_since == self._released_at or time.monotonic() - idle_since < RELEASE_AFTER_S:
             return
         self._released_at = idle_since
-        if _buffers.release_idle() or _malloc.large_since_trim():
-            _malloc.trim()
+        if buffers.release_idle() or malloc.large_since_trim():
+            malloc.trim()

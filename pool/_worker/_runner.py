@@ -21,9 +21,9 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from .._call._dispatcher import reset_dispatcher, set_dispatcher
-from .._transport import _wire
-from .._transport._proto import leakypool_pb2 as pb
+from .._call import reset_dispatcher, set_dispatcher
+from .._transport import leakypool_pb2 as pb
+from .._transport import wire
 from . import _trace
 from ._hosted import CANCELLED, STOP, Host, Hosted, Outcome
 from ._upstream import Carry, Upstream
@@ -134,11 +134,11 @@ async def _call(hosted: Hosted) -> Outcome:
     name = hosted.task.name
     try:
         value = await _invoke(hosted)
-        return (pb.Outcome.RETURN, _wire.dumps(value, what=f"the result of {name}()", oob=True), "")
+        return (pb.Outcome.RETURN, wire.dumps(value, what=f"the result of {name}()", oob=True), "")
     except asyncio.CancelledError:
         return CANCELLED
     except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
-        return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+        return (pb.Outcome.RAISE, *wire.pack_exception(exc, name))
 
 
 async def _open(hosted: Hosted) -> tuple[Any, Outcome | None]:
@@ -146,13 +146,13 @@ async def _open(hosted: Hosted) -> tuple[Any, Outcome | None]:
     try:
         return _invoke(hosted), None
     except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
-        return None, (pb.Outcome.RAISE, *_wire.pack_exception(exc, hosted.task.name))
+        return None, (pb.Outcome.RAISE, *wire.pack_exception(exc, hosted.task.name))
 
 
 def _invoke(hosted: Hosted) -> Any:
     """Call the routine with its arguments (both unpickled here): its coroutine or async generator."""
     fn = hosted.code.resolve()
-    args, kwargs = _wire.unpack_args(hosted.task.args, hosted.task.name)
+    args, kwargs = wire.unpack_args(hosted.task.args, hosted.task.name)
     return fn(*args, **kwargs)
 
 
@@ -162,19 +162,19 @@ async def _advance(agen: AsyncGenerator[Any, Any], step: pb.Step, name: str) -> 
         if step.kind == pb.Step.NEXT:
             value = await agen.__anext__()
         elif step.kind == pb.Step.SEND:
-            value = await agen.asend(_wire.loads(step.value, what=f"the value sent to {name}()"))
+            value = await agen.asend(wire.loads(step.value, what=f"the value sent to {name}()"))
         elif step.kind == pb.Step.THROW:
-            value = await agen.athrow(_wire.loads(step.value, what=f"the exception thrown into {name}()"))
+            value = await agen.athrow(wire.loads(step.value, what=f"the exception thrown into {name}()"))
         else:
             await agen.aclose()
             return STOP
-        return (pb.Outcome.YIELD, _wire.dumps(value, what=f"a value yielded by {name}()", oob=True), "")
+        return (pb.Outcome.YIELD, wire.dumps(value, what=f"a value yielded by {name}()", oob=True), "")
     except StopAsyncIteration:
         return STOP
     except asyncio.CancelledError:
         return CANCELLED
     except BaseException as exc:  # noqa: BLE001 - the routine's exception, whatever it is, is its outcome
-        return (pb.Outcome.RAISE, *_wire.pack_exception(exc, name))
+        return (pb.Outcome.RAISE, *wire.pack_exception(exc, name))
 
 
 async def _close(agen: AsyncGenerator[Any, Any], name: str) -> None:

@@ -32,14 +32,21 @@ from typing import Any, Final
 
 from backpressure import BackpressureLike
 
-from .._base._tasks import TaskOwner
-from .._call._task import Task
-from .._transport import _buffers
-from .._transport._outbox import Write, WriteNow
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._rpc import FAILED_PRECONDITION, LATE_MESSAGE, MISMATCH_MESSAGE, UNAVAILABLE
-from .._transport._session import Read, Session
-from .._transport._wire import INTERPRETER
+from .._base import TaskOwner
+from .._call import Task
+from .._transport import (
+    FAILED_PRECONDITION,
+    INTERPRETER,
+    LATE_MESSAGE,
+    MISMATCH_MESSAGE,
+    UNAVAILABLE,
+    Read,
+    Session,
+    Write,
+    WriteNow,
+    buffers,
+)
+from .._transport import leakypool_pb2 as pb
 from ._admission import Verdict, WorkerAdmission
 from ._hosted import Code, Hosted, Outcome
 from ._lifecycle import Lifecycle
@@ -291,7 +298,7 @@ class WorkerService:
         if start_by and verdict is Verdict.ACCEPT and (late := time.time() - start_by) >= 0:
             # A job's call that would start after its start-by time (its dispatching process's lease may have lapsed
             # meanwhile, and another process may run the job): declined unstarted, its job goes back to the store.
-            _buffers.forget(hosted.task.args)
+            buffers.forget(hosted.task.args)
             session.reject(hosted.id, UNAVAILABLE, f"{LATE_MESSAGE}: {late:.3f}s late by this worker's clock")
             return
         if verdict is Verdict.ACCEPT and not (self._plain.room(hosted) if plain else self.lifecycle.take()):
@@ -317,7 +324,7 @@ class WorkerService:
             session.accept(hosted.id, hold_s=QUICK_ACCEPT_S if hold else 0.0)
             self.runner.start(hosted)
             return
-        _buffers.forget(hosted.task.args)  # turned away: the descriptor of its large arguments is not kept
+        buffers.forget(hosted.task.args)  # turned away: the descriptor of its large arguments is not kept
         if verdict is Verdict.HOOK_FAILED:
             # Fail closed but transient: the dispatcher rotates to another worker
             # and keeps this one; a buggy hook neither floods nor evicts it.

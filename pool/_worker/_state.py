@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._wire import INTERPRETER
+from .._transport import INTERPRETER
+from .._transport import leakypool_pb2 as pb
 from .._version import __version__
 from ._admission import WorkerAdmission
 from ._lifecycle import Lifecycle

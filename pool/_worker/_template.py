@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn
 
-from .._base._process import native_threads
+from .._base import native_threads
 
 MAX_MESSAGE = 1 << 20
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._call._task import Task
-from .._observe._trace import active_tracer, remote_context, traceparent
-from .._transport._proto import leakypool_pb2 as pb
+from .._call import Task
+from .._observe import active_tracer, remote_context, traceparent
+from .._transport import leakypool_pb2 as pb
 
 if TYPE_CHECKING:
     from contextvars import Token

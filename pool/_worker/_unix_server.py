@@ -17,13 +17,9 @@ import time
 import uuid
 from typing import Final
 
-from .._base._tasks import TaskOwner
-from .._transport import _side
-from .._transport._framing import MessageStream, ProtocolError, framed
-from .._transport._handshake import Refused
-from .._transport._peer import check_unix
-from .._transport._proto import leakypool_pb2 as pb
-from .._transport._trust import Trust
+from .._base import TaskOwner
+from .._transport import MessageStream, ProtocolError, Refused, Trust, check_unix, framed, side
+from .._transport import leakypool_pb2 as pb
 from ._gate import Doorman, Gate
 from ._service import WorkerService
 
@@ -52,7 +48,7 @@ def _peer(stream: MessageStream) -> int:
     """The pid of the dispatcher on a stream (0 if unknown): its side connection's key."""
     sock = stream.transport.get_extra_info("socket") if stream.transport is not None else None
     try:
-        return 0 if sock is None else _side.peer_pid(sock.fileno())
+        return 0 if sock is None else side.peer_pid(sock.fileno())
     except OSError:
         return 0
 
@@ -228,7 +224,7 @@ class UnixServer:
                     attach=stream.attach,
                     write_now=stream.write_frames_now,
                     busy_at=stream.busy_at,
-                    side=lambda: _side.channel(pid),
+                    side=lambda: side.channel(pid),
                     through=(stream.through.pull, stream.through.write_through),
                     thread_write=stream.through.send,
                     on_wire=stream.through.on_wire,
@@ -264,7 +260,7 @@ class UnixServer:
             return
         transport.pause_reading()
         dup = socket.socket(fileno=os.dup(sock.fileno()))
-        _side.register(_side.peer_pid(dup.fileno()), _side.SideChannel(dup))
+        side.register(side.peer_pid(dup.fileno()), side.SideChannel(dup))
         transport.write(framed(b"ok"))
 
     async def aclose(self) -> None:

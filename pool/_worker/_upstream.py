@@ -16,9 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .._call._calls import RemoteGenerator, call_routine, open_call
-from .._call._task import Task
-from .._transport._outgoing import OutgoingCall
+from .._call import RemoteGenerator, Task, call_routine, open_call
+from .._transport import OutgoingCall
 from ._hosted import Host, Hosted
 from ._trace import outgoing
 

@@ -53,9 +53,9 @@ SURFACE = frozenset(
         "pool._cli",
     }
 )
-"""The public surface: the front modules and the families behind it (WorkerPool, the concurrent.futures
-family, the command line), each a folder. It wires the layers together, so it may import any of them; folded
-to layers it is one (`folded_layer`): WorkerPool offers ``executor()`` and ``pool.Executor`` runs a WorkerPool."""
+"""The public surface: the front modules and the families behind it (WorkerPool and pool.Executor, the
+concurrent.futures machinery they share, the command line), each a folder. It wires the layers together, so it
+may import any of them; its families lean on each other one way only (no circle between layers)."""
 
 MAX_TOP_MODULES = 6
 """Modules at the top of pool/ (DESIGN "Layout"): the public front only; every family is a folder."""
@@ -116,7 +116,8 @@ def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
 
 def dependencies(path: pathlib.Path, root: pathlib.Path, known: set[str]) -> set[str]:
     """The modules of ``known`` that ``path`` imports: ``from pkg import name`` is pkg.name when that
-    is a module, else pkg (the module that defines the name); ``import a.b.c`` is its longest known prefix."""
+    is a module, else the module pkg's ``__init__`` takes the name from (a package's exports, `exported`),
+    else pkg; ``import a.b.c`` is its longest known prefix."""
     name = module_name(path, root)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str | None] = set()
@@ -128,8 +129,35 @@ def dependencies(path: pathlib.Path, root: pathlib.Path, known: set[str]) -> set
             module = ".".join(base + ([node.module] if node.module else []))
             for alias in node.names:
                 sub = f"{module}.{alias.name}"
-                found.add(sub if sub in known else _known(module, known))
+                if sub in known:
+                    found.add(sub)
+                elif module != name and (origin := exported(module, root).get(alias.name)) in known:
+                    found.add(origin)
+                else:
+                    found.add(_known(module, known))
     return {m for m in found if m is not None and m != name}
+
+
+def exported(package: str, root: pathlib.Path = ROOT) -> dict[str, str]:
+    """What a package's ``__init__`` re-exports: name -> the module it imports it from (type-checking and lazy
+    exports included), or {} for a module or an unknown package."""
+    init = root / package.replace(".", "/") / "__init__.py"
+    if not init.is_file():
+        return {}
+    parts = package.split(".")
+    names = {}
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = parts[: len(parts) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                origin = (
+                    f"{module}.{alias.name}"
+                    if (root / module.replace(".", "/") / f"{alias.name}.py").is_file()
+                    else module
+                )
+                names[alias.asname or alias.name] = origin
+    return names
 
 
 def _known(dotted: str, known: set[str]) -> str | None:
@@ -155,10 +183,59 @@ def layer_of(module: str) -> str:
     return module if len(parts) <= 2 else ".".join(parts[:2])
 
 
-def folded_layer(module: str) -> str:
-    """`layer_of`, with the whole public surface as one layer (its families may lean on each other)."""
-    layer = layer_of(module)
-    return "pool (surface)" if layer in SURFACE else layer
+def private_imports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """What ``path`` takes from inside another package: ``pool._x._y`` (a private module of pool._x) or a
+    ``_name`` from pool._x, imported by a module outside pool._x. A package's ``__init__`` is its wall."""
+    name = module_name(path, root)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    reached = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[tuple[str, str | None]] = []
+        if isinstance(node, ast.Import):
+            targets = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            targets = [(module, alias.name) for alias in node.names]
+        for module, imported in targets:
+            parts = module.split(".")
+            if len(parts) < 2 or parts[0] != "pool" or not parts[1].startswith("_"):
+                continue
+            home = ".".join(parts[:2])
+            if name == home or name.startswith(f"{home}."):
+                continue
+            if any(p.startswith("_") for p in parts[2:]) or _private_name(imported):
+                reached.append(f"{module}:{imported}" if imported else module)
+    return reached
+
+
+def _private_name(name: str | None) -> bool:
+    return name is not None and name.startswith("_") and not name.startswith("__")
+
+
+def lazy_tables(root: pathlib.Path = ROOT) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """Package -> (its ``LAZY`` table, what its ``__init__`` imports under ``TYPE_CHECKING``: name -> module)."""
+    found = {}
+    for init in sorted((root / "pool").rglob("__init__.py")):
+        tree = ast.parse(init.read_text())
+        table: dict[str, str] = {}
+        typed: dict[str, str] = {}
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if (
+                isinstance(node, ast.Assign | ast.AnnAssign)
+                and isinstance(target, ast.Name)
+                and target.id in ("LAZY", "_LAZY")
+            ):
+                table = ast.literal_eval(node.value)  # type: ignore[arg-type]
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                for inner in node.body:
+                    if isinstance(inner, ast.ImportFrom):
+                        where = "." * inner.level + (inner.module or "")
+                        typed.update({alias.asname or alias.name: where for alias in inner.names})
+        if table:
+            found[module_name(init, root)] = (table, typed)
+    return found
 
 
 def forbidden_edges(graph: Mapping[str, set[str]]) -> list[tuple[str, str]]:
@@ -238,9 +315,26 @@ def test_the_layers_should_have_no_circle_between_them():
     """Test that, folded to layers, the graph still has no circle (no two layers lean on each other)."""
     folded: dict[str, set[str]] = {}
     for module, deps in GRAPH.items():
-        here = folded_layer(module)
-        folded.setdefault(here, set()).update(folded_layer(d) for d in deps if folded_layer(d) != here)
+        here = layer_of(module)
+        folded.setdefault(here, set()).update(layer_of(d) for d in deps if layer_of(d) != here)
     assert cycles(folded) == []
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in POOL.rglob("*.py") if not p.name.endswith("_pb2.py")], ids=lambda p: str(p.relative_to(POOL))
+)
+def test_no_module_should_reach_into_another_packages_private_modules(path):
+    """Test the package walls: a sibling is imported through its ``__init__`` (what it exports), never its modules."""
+    assert private_imports(path) == []
+
+
+def test_a_packages_lazy_names_should_be_the_ones_it_imports_for_type_checkers():
+    """Test that each ``LAZY`` table (names loaded on first use) names the module its TYPE_CHECKING import does,
+    so type checkers and this file's import graph see what the name really is."""
+    tables = lazy_tables()
+    assert {"pool", "pool._transport", "pool._call", "pool._observe", "pool._discovery"} <= set(tables)
+    for package, (table, typed) in tables.items():
+        assert table == {name: typed[name] for name in table}, package
 
 
 @pytest.mark.parametrize("path", sorted(WORKER.rglob("*.py")), ids=lambda p: p.name)
@@ -323,6 +417,16 @@ def test_no_grpc_should_load_for_local_work(code):
     assert subprocess.run([sys.executable, "-c", check], cwd=ROOT, timeout=120, check=False).returncode == 0
 
 
+def test_a_worker_should_load_no_dispatching_side_module():
+    """Test, at run time, what the import graph says: a worker imports the shared packages (whose ``__init__``
+    exports their dispatching-side names lazily) and loads none of `WORKER_MAY_NOT_IMPORT`."""
+    check = "import sys, pool._worker._main; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, timeout=120, check=True, capture_output=True, text=True
+    )
+    assert set(out.stdout.split()) & WORKER_MAY_NOT_IMPORT == set()
+
+
 def test_the_dispatching_side_should_name_worker_modules_only_to_start_a_worker_process():
     """Test that pool._worker appears outside its package only as a process's entry point, never imported.
 
@@ -377,8 +481,32 @@ class TestChecker:
             },
         )
         graph = module_graph(root, ["pkg"])
-        assert graph["pkg.sub.mod"] == {"pkg.low", "pkg"}
+        assert graph["pkg.sub.mod"] == {"pkg.low"}  # `thing` through pkg's exports is pkg.low's
         assert graph["pkg"] == {"pkg.low"}
+
+    def test_module_graph_should_see_through_a_packages_type_checking_exports(self, tmp_path):
+        """Test that a name a package exports lazily (imported only for type checkers) is its module's."""
+        root = _tree(
+            tmp_path,
+            {
+                "pkg/__init__.py": "if TYPE_CHECKING:\n    from .heavy import Big as Big\nhere = 1\n",
+                "pkg/heavy.py": "Big = 1\n",
+                "pkg/sub/__init__.py": "",
+                "pkg/sub/mod.py": "from .. import Big, here\n",
+            },
+        )
+        assert module_graph(root, ["pkg"])["pkg.sub.mod"] == {"pkg.heavy", "pkg"}
+
+    def test_private_imports_should_report_a_reach_into_a_sibling_and_allow_its_exports(self, tmp_path):
+        """Test that ``from .._b._m import x`` and ``from .._b import _x`` are reported, and ``from .._b import x``
+        or an import inside one's own package is not."""
+        root = _tree(
+            tmp_path,
+            {
+                "pool/_a/m.py": "from .._b._m import x\nfrom .._b import _y, z\nfrom ._n import w\nfrom pool._b._m import v\n",
+            },
+        )
+        assert private_imports(root / "pool/_a/m.py", root) == ["pool._b._m:x", "pool._b:_y", "pool._b._m:v"]
 
     def test_forbidden_edges_should_report_an_upward_import(self):
         """Test that transport importing dispatch (upward) is reported, and the reverse is not."""

@@ -57,7 +57,8 @@ tested on their own, belongs here; a new module gets a unit test module, or a li
 
 def package_modules(root: pathlib.Path = ROOT) -> list[str]:
     """Paths (``pool/_dispatch/_limits.py``) of the modules that need tests: all but generated stubs and
-    package ``__init__`` files that only re-export (a docstring, imports and ``__all__``)."""
+    package ``__init__`` files that only re-export (a docstring, imports, ``__all__``, and a ``LAZY`` table with
+    the ``__getattr__`` that reads it: `pool._base._lazy`, tested there and in tests/unit/test_layout.py)."""
     found = []
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
@@ -73,7 +74,15 @@ def _only_reexports(path: pathlib.Path) -> bool:
             return True
         if isinstance(node, ast.Expr):
             return isinstance(node.value, ast.Constant)  # the docstring
-        return isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]
+        if isinstance(node, ast.If):  # if TYPE_CHECKING: imports
+            return getattr(node.test, "id", None) == "TYPE_CHECKING" and all(plain(inner) for inner in node.body)
+        if isinstance(node, ast.FunctionDef):  # def __getattr__(name): return lazy_attribute(...)
+            call = node.body[-1].value if isinstance(node.body[-1], ast.Return) else None
+            return node.name == "__getattr__" and getattr(getattr(call, "func", None), "id", None) == "lazy_attribute"
+        return isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] in (
+            ["__all__"],
+            ["LAZY"],
+        )
 
     return all(plain(node) for node in ast.parse(path.read_text()).body)
 

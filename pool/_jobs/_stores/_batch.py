@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Final, Generic, TypeVar
 
-from ..._base._tasks import TaskOwner
+from ..._base import TaskOwner
 from ..._errors import StoreError
 
 T = TypeVar("T")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..._base._redact import redacted
-from ..._config._settings import PoolConfig
+from ..._base import redacted
+from ..._config import PoolConfig
 from ..._errors import ConfigError
 from .._store import JobStore
 from ._retry import retrying

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from ..._base._public import public
+from ..._base import public
 from ..._errors import ConfigError, StoreError
 from .._store import ACTIVE_STATES, TERMINAL_STATES, JobRecord, NewJob
 from . import _postgres_admin as admin

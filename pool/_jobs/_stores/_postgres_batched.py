@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..._base._tasks import TaskOwner
+from ..._base import TaskOwner
 from .._store import JobRecord, NewJob, require_terminal
 from . import _postgres_sql as sql
 from ._batch import Batcher

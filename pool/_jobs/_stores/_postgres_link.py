@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-from ..._base._redact import redacted as redacted
+from ..._base import redacted
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from . import _postgres_sql as sql
 from ._retry import lost_connection

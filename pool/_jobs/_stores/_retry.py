@@ -30,8 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, TypeVar
 
-from ..._base._lost import lost_connection as lost_connection
-from ..._base._random import RANDOM
+from ..._base import RANDOM, lost_connection
 from ..._errors import StoreError
 from .._store import JobRecord, JobStore, MaintainedStore, NewJob, PausableStore
 

@@ -21,7 +21,7 @@ import sqlite3
 import time
 from typing import Any, Final
 
-from ..._base._public import public
+from ..._base import public
 from ..._errors import AdmissionRejected, ConfigError, StoreError
 from .. import _store
 from .._store import ACTIVE_STATES, HELD_BACK_SQL, LEASE_ORDER, LIMITED_DUE_SQL, TERMINAL_STATES, JobRecord, NewJob

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from ..._base._private import SQLITE_COMPANIONS, private_file, trusted_file
+from ..._base import SQLITE_COMPANIONS, private_file, trusted_file
 from ..._errors import ConfigError, StoreError
 
 BATCH_OPS: Final[int] = 1024

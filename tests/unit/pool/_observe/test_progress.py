@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pool._observe._progress import Progress, RichBar, _length, reporter
+from pool._observe._progress import Progress, RichBar, known_length, reporter
 
 
 class TestProgress:
@@ -49,7 +49,7 @@ class TestReporter:
 class TestLength:
     def test_length_should_be_the_length_when_the_items_have_one_and_none_otherwise(self):
         """Test that a sized input gives the bar a total, and an iterator leaves it open."""
-        assert _length([1, 2, 3]) == 3
-        assert _length(range(7)) == 7
-        assert _length(iter([1, 2])) is None
-        assert _length(x for x in ()) is None
+        assert known_length([1, 2, 3]) == 3
+        assert known_length(range(7)) == 7
+        assert known_length(iter([1, 2])) is None
+        assert known_length(x for x in ()) is None

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pool._transport._handshake import MAX_KEYS, MESSAGE_MAX_BYTES, Dialler, Keyring, Refused, Responder, key
+from pool._transport._handshake import HANDSHAKE_MAX_BYTES, MAX_KEYS, Dialler, Keyring, Refused, Responder, key
 
 WORKER = uuid.UUID(int=7)
 
@@ -113,9 +113,9 @@ class TestHandshake:
         responder = Responder(Keyring(["s3"]), "Dispatch", WORKER)
         challenge = dialler.challenge()
         answer = responder.answer(challenge)
-        assert max(len(challenge), len(answer), len(dialler.proof(answer))) <= MESSAGE_MAX_BYTES
+        assert max(len(challenge), len(answer), len(dialler.proof(answer))) <= HANDSHAKE_MAX_BYTES
 
-    @given(garbage=st.binary(max_size=2 * MESSAGE_MAX_BYTES))
+    @given(garbage=st.binary(max_size=2 * HANDSHAKE_MAX_BYTES))
     def test_garbage_should_only_ever_be_refused(self, garbage):
         """Test that bytes of any shape, at any step, end in `Refused` and never anything else (fuzz)."""
         with pytest.raises(Refused):

@@ -16,18 +16,16 @@ and every later one, with that error instead of leaving them waiting.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
 import os
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._base._public import public
+from .._base import public
 from .._errors import PoolClosed
-from .._pool._worker_pool import WorkerPool, attach_feed, finishing
-from ._calls import Shipped, _apply, runner_for
-from ._feed import Feed, FeedExecutor, interpreter_exiting
+from .._executor import Feed, FeedExecutor, interpreter_exiting
+from ._worker_pool import WorkerPool, attach_feed, finishing
 
 UNBOUNDED_QUEUE_DEPTH: Final[int] = 2**62
 """The pool's ``queue_depth`` when no ``queue_depth`` is given: calls the executor hands over never find it full."""
@@ -230,16 +228,3 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 public(Executor)
-
-
-def submit_once(executor: cf.Executor, fn: Callable[[], Any]) -> cf.Future[Any]:
-    """``executor.submit(fn)`` for a callable made for this one call that carries its data (a joblib batch).
-
-    On a leakypool executor the worker loads ``fn`` for its call and keeps
-    nothing of it (``submit`` keeps a small callable loaded for the next call
-    that sends it; the executor's ``submit`` is not called). Any other
-    executor just gets ``submit(fn)``.
-    """
-    if isinstance(executor, FeedExecutor):
-        return executor._put(runner_for(_apply, fn), lambda: (Shipped(fn, keep=False), (), {}))
-    return executor.submit(fn)
