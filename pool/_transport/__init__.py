@@ -3,12 +3,14 @@
     _session       one multiplexed stream (both ends), routing frames by call id; _outgoing a call it opened
     _outbox        frames waiting to leave, batched per event-loop turn
     _framing       the protocol's messages on a unix socket (no HTTP/2); _through its writes from other threads
+    _framer        the one framing (a 4-byte length, then the message): bytes in, messages out, no I/O
     _unix_channel  the channel to a spawned worker; _grpc_channel to one over TCP (gRPC)
     _wire          values <-> bytes (the only cloudpickle importer); _malloc large-message heap tuning
     _buffers       large buffers beside the stream: memfd regions; _side the connection their descriptors cross
     _chunks        large buffers in chunks on the stream itself (a peer with no side connection: gRPC)
     _rpc           what both ends share: service name, status codes, the worker record
     _tls           mutual TLS credentials; _secret the secrets both ends hold (per user, or a pool's own)
+    _stream_seal   a stream's messages sealed where TLS does not protect it (off loopback, insecure)
     _seal          what a store keeps, sealed with the secret for its row and field, checked before it is loaded
     _handshake     the HMAC challenge both ends answer on every connection; _trust a keyring and the trusted uids
     _peer          the uid at the other end of a unix socket or a loopback connection
@@ -30,10 +32,13 @@ from . import _buffers as buffers
 from . import _malloc as malloc
 from . import _side as side
 from . import _wire as wire
+from ._framer import Framer as Framer
+from ._framer import ProtocolError as ProtocolError
+from ._framer import framed as framed
+from ._framer import message_size as message_size
 from ._framing import HELLO_MAX_BYTES as HELLO_MAX_BYTES
 from ._framing import MESSAGE_MAX_BYTES as MESSAGE_MAX_BYTES
 from ._framing import MessageStream as MessageStream
-from ._framing import ProtocolError as ProtocolError
 from ._framing import method_of as method_of
 from ._handshake import HANDSHAKE_MAX_BYTES as HANDSHAKE_MAX_BYTES
 from ._handshake import TIMEOUT_S as TIMEOUT_S
@@ -73,7 +78,7 @@ from ._secret import spawn_key as spawn_key
 from ._session import CallHost as CallHost
 from ._session import Read as Read
 from ._session import Session as Session
-from ._through import framed as framed
+from ._stream_seal import StreamSeal as StreamSeal
 from ._trust import Trust as Trust
 from ._wire import INTERPRETER as INTERPRETER
 
@@ -110,6 +115,7 @@ __all__ = [
     "UNAVAILABLE",
     "Assembler",
     "CallHost",
+    "Framer",
     "GrpcChannel",
     "HandedBack",
     "Keyring",
@@ -122,6 +128,7 @@ __all__ = [
     "Seal",
     "SecretSource",
     "Session",
+    "StreamSeal",
     "TlsCredentials",
     "Trust",
     "UnixChannel",
@@ -136,6 +143,7 @@ __all__ = [
     "leakypool_pb2",
     "loopback_host",
     "malloc",
+    "message_size",
     "method_of",
     "pieces",
     "side",

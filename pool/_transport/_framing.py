@@ -9,7 +9,7 @@ Wire format, per connection::
 
     dialler -> worker:  hello    "leakypool-local/2 <Method>"   (Dispatch, State, Stop or Buffers)
     then the handshake (`_handshake`): challenge ->, <- answer, proof ->
-    then, both ways:    message  = 4-byte big-endian length, then that many bytes
+    then, both ways:    message  = 4-byte big-endian length, then that many bytes (`_framer`)
 
 ``Dispatch`` carries `pb.Frames` both ways until either end closes (the
 `Session` protocol, as on the gRPC stream). ``Buffers`` is answered with
@@ -29,13 +29,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import struct
 import time
 from collections.abc import Callable
 from typing import Final, cast
 
+from ._framer import Framer, ProtocolError, framed, prefix
 from ._proto import leakypool_pb2 as pb
-from ._through import Through, framed
+from ._through import Through
 
 HELLO: Final[bytes] = b"leakypool-local/2 "
 """What every connection's first message starts with; the method name follows (/2: the handshake, issue 43)."""
@@ -58,16 +58,6 @@ READ_AHEAD_MESSAGES: Final[int] = 256
 SMALL_MESSAGE_BYTES: Final[int] = 64 << 10
 """Below this size a message and its length leave as one copied buffer (one write, no gather)."""
 
-_LENGTH: Final[struct.Struct] = struct.Struct(">I")
-
-
-class ProtocolError(ValueError):
-    """The peer sent bytes that are not this protocol (a bad hello, an oversized length).
-
-    Not a `ConnectionError`: a peer that speaks something else is a fault to
-    report (a worker gets evicted for it), not a peer that merely went away.
-    """
-
 
 class MessageStream(asyncio.Protocol):
     """Length-prefixed messages in both directions over one stream connection.
@@ -88,12 +78,9 @@ class MessageStream(asyncio.Protocol):
     """
 
     def __init__(self, limit: int = MESSAGE_MAX_BYTES, received: bytes = b"", *, read_rest: bool = False) -> None:
-        self.limit = limit  # largest message accepted
+        self._framer = Framer(limit)  # whole messages out of what arrives
         self._received = received  # what was read off the connection before this stream took it
         self.transport: asyncio.Transport | None = None
-        self._pending: list[bytes] = []  # the start of a message still arriving
-        self._pending_bytes = 0
-        self._wanted = 0  # bytes the pending part must reach before it is worth parsing
         self._messages: collections.deque[bytes | memoryview] = collections.deque()
         self._reading_paused = False
         self._waiter: asyncio.Future[None] | None = None
@@ -112,6 +99,15 @@ class MessageStream(asyncio.Protocol):
         self._moved_mark: tuple[int, int] = (-1, -1)  # (bytes out of the buffer, bytes in) at the last `busy_at`
         self._busy_at = float("-inf")  # when a message was last seen mid-transfer (see `busy_at`)
 
+    @property
+    def limit(self) -> int:
+        """The largest message accepted (a dialler raises it once the worker proved itself)."""
+        return self._framer.limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self._framer.limit = limit
+
     # -- asyncio.Protocol -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -127,15 +123,14 @@ class MessageStream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._in_bytes += len(data)
-        if self._pending:
-            self._pending.append(data)
-            self._pending_bytes += len(data)
-            if self._pending_bytes < self._wanted:
-                return
-            data = b"".join(self._pending)
-            self._pending, self._pending_bytes = [], 0
-            self._mid_transfer()  # a message that took more than one read just arrived whole
-        self._split(data)
+        try:
+            if self._framer.split(data, self._messages.append):
+                self._mid_transfer()  # a message that took more than one read just arrived whole
+        except ProtocolError as exc:
+            self.fail(exc)
+            return
+        if not self._messages:
+            return  # (a message still arriving)
         if self._sink is not None:
             self._to_sink()  # the reader only waits for the end: no wake-up per message
             return
@@ -143,24 +138,6 @@ class MessageStream(asyncio.Protocol):
         if len(self._messages) > READ_AHEAD_MESSAGES and not self._reading_paused and self.transport is not None:
             self._reading_paused = True
             self.transport.pause_reading()
-
-    def _split(self, data: bytes) -> None:
-        view = memoryview(data)
-        end = len(data)
-        at = 0
-        while end - at >= 4:
-            (size,) = _LENGTH.unpack_from(data, at)
-            if size > self.limit:
-                self.fail(ProtocolError(f"a {size}-byte message is over this stream's limit of {self.limit}"))
-                return
-            if end - at - 4 < size:
-                break
-            self._messages.append(view[at + 4 : at + 4 + size])
-            at += 4 + size
-        if at < end:
-            rest = data[at:]
-            self._pending, self._pending_bytes = [rest], len(rest)
-            self._wanted = 4 + _LENGTH.unpack_from(rest)[0] if len(rest) >= 4 else 4
 
     def eof_received(self) -> bool:
         self.read_to_end = True
@@ -244,7 +221,7 @@ class MessageStream(asyncio.Protocol):
             raise ConnectionResetError("the connection is closed")
         await self.through.settled()
         with self.through.lock:
-            transport.writelines((_LENGTH.pack(len(message)), message))
+            transport.writelines((prefix(len(message)), message))
         self._out_bytes += 4 + len(message)
         if self._writing_paused:
             if self._drained is None:
@@ -264,7 +241,7 @@ class MessageStream(asyncio.Protocol):
             if len(message) < SMALL_MESSAGE_BYTES:
                 transport.write(framed(message))
             else:
-                transport.writelines((_LENGTH.pack(len(message)), message))
+                transport.writelines((prefix(len(message)), message))
         self._out_bytes += 4 + len(message)
         return True
 
@@ -284,7 +261,7 @@ class MessageStream(asyncio.Protocol):
         mark = (self._out_bytes - buffered, self._in_bytes)
         if mark != self._moved_mark:
             self._moved_mark = mark
-            if buffered or self._pending:
+            if buffered or self._framer.held:
                 self._mid_transfer()
         return self._busy_at
 
@@ -347,7 +324,7 @@ class MessageStream(asyncio.Protocol):
 
     def __repr__(self) -> str:
         state = "open" if self._ended is None else ("closed" if self._clean else f"failed: {self._ended}")
-        return f"<MessageStream {state} queued={len(self._messages)} limit={self.limit}>"
+        return f"<MessageStream {state} queued={len(self._messages)} limit={self._framer.limit}>"
 
     # -- internals ------------------------------------------------------------------
 
@@ -360,13 +337,11 @@ class MessageStream(asyncio.Protocol):
     def _end_here(self, exc: Exception | None) -> None:
         if self._ended is not None:
             return
-        if exc is None and not self._pending:
+        if exc is None and not self._framer.held:
             self._clean = True
             self._end(ConnectionResetError("the peer closed the connection"))
         elif exc is None:
-            self._end(
-                ConnectionResetError(f"the peer closed the connection {self._pending_bytes} bytes into a message")
-            )
+            self._end(ConnectionResetError(f"the peer closed the connection {self._framer.held} bytes into a message"))
         else:
             self._end(exc)
 

@@ -6,7 +6,9 @@ until the worker proved itself, and on loopback also checks that the
 sockets at the worker's address belong to a trusted uid (`_peer`: a relay
 of another user's owns its own). gRPC may reconnect under a channel
 silently, so this is done per stream, never per channel. The Dispatch
-stream's messages cross in pieces (`_pieces`).
+stream's messages cross in pieces (`_pieces`). Off loopback without TLS,
+the pool's proof asks for every message after it to be sealed, both ways
+(`_stream_seal`): a relay on the path cannot alter a call undetected.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ._pieces import Assembler, pieces
 from ._proto import leakypool_pb2 as pb
 from ._rpc import CHANNEL_OPTIONS, SERVICE
 from ._session import Session
+from ._stream_seal import StreamSeal
 from ._tls import TlsCredentials
 from ._trust import Trust
 
@@ -51,6 +54,7 @@ class GrpcChannel:
         host, _, port = address.rpartition(":")
         self._loopback = loopback_host(host)
         self._port = int(port) if port.isdigit() else 0
+        self._sealed = credentials is None and self._loopback is None  # off loopback without TLS
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(
                 address, credentials.channel_credentials(), options=CHANNEL_OPTIONS + credentials.channel_options()
@@ -61,8 +65,8 @@ class GrpcChannel:
             name: self._channel.stream_stream(f"/{SERVICE}/{name}") for name in ("Dispatch", "State", "Stop")
         }
 
-    async def _open(self, method: str) -> Any:
-        """A call of ``method`` whose worker has proven itself.
+    async def _open(self, method: str) -> tuple[Any, StreamSeal | None]:
+        """A call of ``method`` whose worker has proven itself, and the seal of its messages (None: unsealed).
 
         Raises:
             Refused: it did not prove itself, or sockets at its (loopback) address belong to an untrusted uid.
@@ -80,18 +84,18 @@ class GrpcChannel:
                     raise await _status(call)
                 if len(answer) > HANDSHAKE_MAX_BYTES:
                     raise Refused(f"it answered the challenge with {len(answer)} bytes (not a leakypool worker)")
-                proof = dialler.proof(answer)
+                proof = dialler.proof(answer, sealed=self._sealed)
                 self.uid = dialler.uid
                 await call.write(proof)
         except BaseException:
             call.cancel()
             raise
-        return call
+        return call, dialler.seal
 
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
         """Open a Dispatch stream and run ``session`` on it until it ends."""
         try:
-            stream = await self._open("Dispatch")
+            stream, seal = await self._open("Dispatch")
         except BaseException as exc:
             session.fail(describe(exc))  # calls already opened on it learn why
             if isinstance(exc, (grpc.aio.AioRpcError, OSError, ProtocolError, TimeoutError)):
@@ -106,11 +110,12 @@ class GrpcChannel:
                     return piece
                 whole = assembler.add(piece)
                 if whole is not None:
-                    return pb.Frames.FromString(whole)
+                    return pb.Frames.FromString(whole if seal is None else seal.open(whole))
 
         async def write(frames: pb.Frames) -> None:
+            data = frames.SerializeToString()
             try:
-                for piece in pieces(frames.SerializeToString()):
+                for piece in pieces(data if seal is None else seal.seal(data)):
                     await stream.write(piece)
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):  # the call ended under the write: why?
                 raise await _status(stream) from None
@@ -133,16 +138,16 @@ class GrpcChannel:
 
     async def _unary(self, method: str, request: bytes, timeout: float) -> pb.WorkerState:
         async with asyncio.timeout(timeout):
-            call = await self._open(method)
+            call, seal = await self._open(method)
             try:
-                await call.write(next(pieces(request)))
+                await call.write(next(pieces(request if seal is None else seal.seal(request))))
                 reply = await call.read()
                 if reply is grpc.aio.EOF:
                     raise await _status(call)
                 whole = Assembler(REPLY_MAX_BYTES).add(reply)
                 if whole is None:
                     raise ProtocolError(f"the worker answered {method} in more than one piece")
-                return pb.WorkerState.FromString(whole)
+                return pb.WorkerState.FromString(whole if seal is None else seal.open(whole))
             finally:
                 call.cancel()
 

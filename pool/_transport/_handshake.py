@@ -12,11 +12,13 @@ secret never crosses the wire, not even to a genuine peer::
     checks proof_w (and that the uid is the one           (or Refusal "LPR1" why, then it hangs up)
     it dialled), then, and only then:
     Proof      "LPP1" proof_p                   ──>   checks proof_p; until then it reads nothing else
+            or "LPP2" proof_p (sealed: every message after it carries a tag, `_stream_seal`)
     (the method's own messages follow at once)
 
     key id  = HMAC-SHA256(key, "leakypool/1 key id" nonce_p)[:8]       (salted by the challenge's nonce)
     proof_w = HMAC-SHA256(key, "leakypool/1 worker" method nonce_p nonce_w key_id uid)
     proof_p = HMAC-SHA256(key, "leakypool/1 pool"   method nonce_p nonce_w key_id uid)
+              (sealed: "leakypool/1 pool sealed"; a relay cannot turn one kind into the other)
 
 A key's id is salted with the pool's fresh nonce (issue 51): an id that
 were a fixed function of the secret would let anyone who saw one
@@ -32,7 +34,8 @@ record that moves a worker must lead to one that proves that uid). Each
 message is at most `HANDSHAKE_MAX_BYTES`: the worker reads nothing larger
 before the pool proved itself. A relay that merely passes the bytes on
 would pass too; on this host each end also checks the other's uid
-(`_peer`), and off the host TLS does.
+(`_peer`), and off the host TLS does, or, without TLS, the seal on every
+message that the pool's proof asks for (`_stream_seal`).
 
 This module is sans-I/O: the transports (`_unix_channel`, `_grpc_channel`,
 the worker's servers) move its messages.
@@ -48,6 +51,7 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from ._secret import SecretSource
+from ._stream_seal import StreamSeal, stream_keys
 
 NONCE_BYTES: Final[int] = 32
 """Random bytes in each challenge."""
@@ -73,6 +77,8 @@ _CHALLENGE_FIXED_IDS: Final[bytes] = b"LPC1"
 _ANSWER: Final[bytes] = b"LPA1"
 _REFUSAL: Final[bytes] = b"LPR1"
 _PROOF: Final[bytes] = b"LPP1"
+_PROOF_SEALED: Final[bytes] = b"LPP2"
+"""A proof that asks for every message after it to be sealed (`_stream_seal`)."""
 _DIGEST: Final[int] = 32
 _ANSWER_BYTES: Final[int] = len(_ANSWER) + NONCE_BYTES + KEY_ID_BYTES + 16 + _DIGEST
 
@@ -155,8 +161,12 @@ class Keyring:
         return f"<Keyring {self.describe()}>"
 
 
+def _transcript(k: Key, method: str, nonce_p: bytes, nonce_w: bytes, uid: bytes) -> bytes:
+    return method.encode() + b"\0" + nonce_p + nonce_w + k.id + uid
+
+
 def _proof(k: Key, label: bytes, method: str, nonce_p: bytes, nonce_w: bytes, uid: bytes) -> bytes:
-    message = b"leakypool/1 " + label + b"\0" + method.encode() + b"\0" + nonce_p + nonce_w + k.id + uid
+    message = b"leakypool/1 " + label + b"\0" + _transcript(k, method, nonce_p, nonce_w, uid)
     return hmac.new(k.secret, message, hashlib.sha256).digest()
 
 
@@ -179,13 +189,17 @@ class Dialler:
             raise Refused(f"this pool holds no secret to prove itself with ({keyring.describe()})")
         self._method = method
         self.uid = uid
+        self.seal: StreamSeal | None = None  # set by `proof` when it asks for sealed messages
 
     def challenge(self) -> bytes:
         """The first message."""
         return _CHALLENGE + self._nonce + bytes([len(self._keys)]) + b"".join(self._keys)
 
-    def proof(self, answer: bytes | memoryview) -> bytes:
+    def proof(self, answer: bytes | memoryview, *, sealed: bool = False) -> bytes:
         """Check the worker's answer; the proof to send back (then the connection is the pool's to use).
+
+        ``sealed``: ask for every message after the proof to be sealed, both ways (`seal` then seals and
+        opens them): a stream off loopback without TLS.
 
         Raises:
             Refused: it refused, or its proof, its key or its uid is not what was asked.
@@ -210,7 +224,11 @@ class Dialler:
         if self.uid is not None and proven != self.uid:
             raise Refused(f"it proved to be worker {proven}, not {self.uid} (a record that points elsewhere)")
         self.uid = proven
-        return _PROOF + _proof(k, b"pool", self._method, self._nonce, nonce_w, uid)
+        if not sealed:
+            return _PROOF + _proof(k, b"pool", self._method, self._nonce, nonce_w, uid)
+        to_worker, to_pool = stream_keys(k.secret, _transcript(k, self._method, self._nonce, nonce_w, uid))
+        self.seal = StreamSeal(sending=to_worker, receiving=to_pool)
+        return _PROOF_SEALED + _proof(k, b"pool sealed", self._method, self._nonce, nonce_w, uid)
 
 
 class Responder:
@@ -227,6 +245,7 @@ class Responder:
         self._method = method
         self._uid = uid.bytes
         self._pending: tuple[Key, bytes, bytes] | None = None  # (key, nonce_p, nonce_w) once answered
+        self.seal: StreamSeal | None = None  # set by `check` when the pool's proof asks for sealed messages
 
     def answer(self, challenge: bytes | memoryview) -> bytes:
         """The answer to the pool's challenge.
@@ -260,7 +279,7 @@ class Responder:
         return _ANSWER + nonce_w + chosen.id + self._uid + proof_w
 
     def check(self, proof: bytes | memoryview) -> None:
-        """Check the pool's proof: from here on its messages may be read.
+        """Check the pool's proof: from here on its messages may be read (through `seal`, if it asked for one).
 
         Raises:
             Refused: it is not the proof of a holder of the key.
@@ -270,9 +289,13 @@ class Responder:
         k, nonce_p, nonce_w = self._pending
         self._pending = None
         proof = bytes(proof)
-        expected = _proof(k, b"pool", self._method, nonce_p, nonce_w, self._uid)
-        if not (proof.startswith(_PROOF) and hmac.compare_digest(proof[len(_PROOF) :], expected)):
+        sealed = proof.startswith(_PROOF_SEALED)
+        expected = _proof(k, b"pool sealed" if sealed else b"pool", self._method, nonce_p, nonce_w, self._uid)
+        if not (proof.startswith((_PROOF, _PROOF_SEALED)) and hmac.compare_digest(proof[len(_PROOF) :], expected)):
             raise Refused("the peer could not prove it holds the secret")
+        if sealed:
+            to_worker, to_pool = stream_keys(k.secret, _transcript(k, self._method, nonce_p, nonce_w, self._uid))
+            self.seal = StreamSeal(sending=to_pool, receiving=to_worker)
 
 
 def refusal(why: str) -> bytes:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import threading
 import time
 from typing import Final, Protocol
 
+from ._framer import framed
 from ._proto import leakypool_pb2 as pb
 
 PULL_READS: Final[int] = 16
@@ -38,14 +38,6 @@ LAND_TIMEOUT_S: Final[float] = 30.0
 
 SETTLE_POLL_S: Final[float] = 0.001
 """How often a thread waiting for its handed-over bytes to leave looks again (a full socket: the rare path)."""
-
-
-_LENGTH: Final[struct.Struct] = struct.Struct(">I")
-
-
-def framed(message: bytes) -> bytes:
-    """``message`` with its length in front, as one buffer (a small message: one write)."""
-    return _LENGTH.pack(len(message)) + message
 
 
 class Stream(Protocol):

@@ -17,7 +17,8 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from ._framing import MESSAGE_MAX_BYTES, MessageStream, ProtocolError, framed, hello
+from ._framer import PREFIX_BYTES, ProtocolError, framed, message_size
+from ._framing import MESSAGE_MAX_BYTES, MessageStream, hello
 from ._handshake import HANDSHAKE_MAX_BYTES, TIMEOUT_S, Dialler, Refused
 from ._peer import check_unix
 from ._proto import leakypool_pb2 as pb
@@ -216,10 +217,7 @@ async def _receive(sock: socket.socket, limit: int) -> bytes:
         ProtocolError: it announces more.
         ConnectionResetError: the peer hung up first.
     """
-    size = int.from_bytes(await _exactly(sock, 4), "big")
-    if size > limit:
-        raise ProtocolError(f"a {size}-byte message where at most {limit} were expected")
-    return await _exactly(sock, size)
+    return await _exactly(sock, message_size(await _exactly(sock, PREFIX_BYTES), limit))
 
 
 async def _exactly(sock: socket.socket, n: int) -> bytes:

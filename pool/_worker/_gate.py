@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import uuid
 from collections.abc import Callable, Collection
 from typing import Final, cast
@@ -29,6 +28,7 @@ from .._transport import (
     HELLO_MAX_BYTES,
     MESSAGE_MAX_BYTES,
     TIMEOUT_S,
+    Framer,
     Keyring,
     MessageStream,
     ProtocolError,
@@ -44,8 +44,6 @@ _log = logging.getLogger("leakypool.worker")
 HOLD_BYTES: Final[int] = 64 << 10
 """Bytes past the handshake held (not parsed) until the dialler proved itself; beyond them reading pauses."""
 
-_LENGTH: Final[struct.Struct] = struct.Struct(">I")
-
 
 class Gate:
     """The hello and the handshake of one connection, fed its bytes as they come.
@@ -58,7 +56,7 @@ class Gate:
     def __init__(self, keyring: Keyring, uid: uuid.UUID) -> None:
         self._keyring = keyring
         self._uid = uid
-        self._buffer = bytearray()
+        self._framer = Framer(HELLO_MAX_BYTES)  # one message at a time, each with its step's limit
         self._responder: Responder | None = None
         self.method: str | None = None
         self._answered = False  # the challenge was answered: the proof comes next
@@ -67,7 +65,7 @@ class Gate:
     @property
     def held(self) -> int:
         """Bytes received and not yet consumed."""
-        return len(self._buffer)
+        return self._framer.held
 
     def feed(self, data: bytes) -> list[bytes]:
         """Take ``data``; the messages to send back, framed, in order.
@@ -76,10 +74,13 @@ class Gate:
             ProtocolError: not our protocol (a bad hello, an oversized message).
             Refused: the dialler failed the handshake (``reply``: what to tell it first).
         """
-        self._buffer += data
+        self._framer.hold(data)
         out: list[bytes] = []
         while not self.open:
-            message = self._next(HELLO_MAX_BYTES if self.method is None else HANDSHAKE_MAX_BYTES)
+            try:
+                message = self._framer.next(HELLO_MAX_BYTES if self.method is None else HANDSHAKE_MAX_BYTES)
+            except ProtocolError as exc:
+                raise ProtocolError(f"{exc}, before the handshake ended") from None
             if message is None:
                 break
             if self.method is None:
@@ -99,27 +100,13 @@ class Gate:
         assert self._responder is not None  # noqa: S101 - set with the method
         return self._responder
 
-    def _next(self, limit: int) -> bytes | None:
-        buffer = self._buffer
-        if len(buffer) < 4:
-            return None
-        (size,) = _LENGTH.unpack_from(buffer)
-        if size > limit:
-            raise ProtocolError(f"a {size}-byte message before the handshake ended (at most {limit})")
-        if len(buffer) < 4 + size:
-            return None
-        message = bytes(buffer[4 : 4 + size])
-        del buffer[: 4 + size]
-        return message
-
     def unread(self, data: bytes) -> None:
         """Put ``data`` back in front of what is held (read past the gate by the watch thread, not consumed)."""
-        self._buffer[:0] = data
+        self._framer.unread(data)
 
     def rest(self) -> bytes:
         """What came after the proof (the dialler's first messages), handed to the stream."""
-        rest, self._buffer = bytes(self._buffer), bytearray()
-        return rest
+        return self._framer.rest()
 
 
 class Doorman(asyncio.Protocol):

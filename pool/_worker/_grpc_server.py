@@ -8,7 +8,9 @@ must run as a trusted uid), caps them per peer and in all, closes one that
 does not prove itself within seconds, and relays the rest to this server on
 a unix socket of its own. Nothing a caller sends is read before it proved
 itself, except its challenge, and no gRPC message larger than
-`GRPC_MESSAGE_MAX_BYTES` is read at all (`_pieces`).
+`GRPC_MESSAGE_MAX_BYTES` is read at all (`_pieces`). A caller off loopback
+without TLS asks in its proof for sealed messages (`pool._transport._stream_seal`):
+each one it sends is checked before it is read, and each answer sealed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .._transport import (
     ProtocolError,
     Refused,
     Responder,
+    StreamSeal,
     Trust,
     bind_address,
     pieces,
@@ -53,8 +56,9 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
     the first that does on a connection tells ``door`` (which then keeps no deadline for it)."""
     uid = uuid.UUID(service.uid)
 
-    async def admit(method: str, context: grpc.aio.ServicerContext) -> None:
-        """The handshake; returns once the caller proved itself, else ends the call (UNAUTHENTICATED)."""
+    async def admit(method: str, context: grpc.aio.ServicerContext) -> StreamSeal | None:
+        """The handshake; returns once the caller proved itself (with the seal of the call's messages, if it asked
+        for one), else ends the call (UNAUTHENTICATED)."""
         try:
             responder = Responder(trust.keyring, method, uid)
             async with asyncio.timeout(TIMEOUT_S):
@@ -72,6 +76,7 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
                     raise Refused("it hung up before its proof")
                 responder.check(proof)
             door.proven(context.peer())
+            return responder.seal
         except (Refused, TimeoutError) as exc:
             _log.warning("refused a caller at %s: %s", door.describe(context.peer()), exc)
             await context.abort(
@@ -79,11 +84,14 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
                 f"this worker runs calls only for callers that prove "
                 f"they hold its secret (docs/lan-security.md): {exc}",
             )
+            raise AssertionError("abort raised") from None  # (abort raised)
 
-    async def request(context: grpc.aio.ServicerContext) -> bytes | memoryview:
+    async def request(context: grpc.aio.ServicerContext, seal: StreamSeal | None) -> bytes | memoryview:
         piece = await context.read()
         try:
             whole = Assembler(REQUEST_MAX_BYTES).add(piece) if isinstance(piece, bytes) else None
+            if whole is not None and seal is not None:
+                whole = seal.open(whole)
         except ProtocolError as exc:
             whole, why = None, str(exc)
         else:
@@ -94,7 +102,7 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
         return whole
 
     async def dispatch(requests: Any, context: grpc.aio.ServicerContext) -> None:
-        await admit("Dispatch", context)
+        seal = await admit("Dispatch", context)
         assembler = Assembler(MESSAGE_MAX_BYTES)
 
         async def read() -> object:
@@ -104,10 +112,11 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
                     return piece
                 whole = assembler.add(piece)
                 if whole is not None:
-                    return pb.Frames.FromString(whole)
+                    return pb.Frames.FromString(whole if seal is None else seal.open(whole))
 
         async def write(frames: pb.Frames) -> None:
-            for piece in pieces(frames.SerializeToString()):
+            data = frames.SerializeToString()
+            for piece in pieces(data if seal is None else seal.seal(data)):
                 await context.write(piece)
 
         reason = await service.serve_stream(
@@ -117,14 +126,15 @@ def handler(service: WorkerService, trust: Trust, door: Door) -> grpc.GenericRpc
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable frames: {reason}")
 
     async def stop(requests: Any, context: grpc.aio.ServicerContext) -> None:
-        await admit("Stop", context)
-        reply = service.stop(pb.StopRequest.FromString(await request(context)))
-        await context.write(next(pieces(reply.SerializeToString())))
+        seal = await admit("Stop", context)
+        reply = service.stop(pb.StopRequest.FromString(await request(context, seal))).SerializeToString()
+        await context.write(next(pieces(reply if seal is None else seal.seal(reply))))
 
     async def state(requests: Any, context: grpc.aio.ServicerContext) -> None:
-        await admit("State", context)
-        await request(context)
-        await context.write(next(pieces(service.state().SerializeToString())))
+        seal = await admit("State", context)
+        await request(context, seal)
+        reply = service.state().SerializeToString()
+        await context.write(next(pieces(reply if seal is None else seal.seal(reply))))
 
     return grpc.method_handlers_generic_handler(
         SERVICE,

@@ -18,7 +18,7 @@ import uuid
 from typing import Final
 
 from .._base import TaskOwner
-from .._transport import MessageStream, ProtocolError, Refused, Trust, check_unix, framed, side
+from .._transport import Framer, MessageStream, ProtocolError, Refused, Trust, check_unix, framed, side
 from .._transport import leakypool_pb2 as pb
 from ._gate import Doorman, Gate
 from ._service import WorkerService
@@ -161,16 +161,15 @@ class UnixServer:
     @staticmethod
     def _state_request(conn: socket.socket, gate: Gate, deadline: float) -> bytes | None:
         """The State request after the proof, read by ``deadline``; None if it did not all come (kept in ``gate``)."""
-        data = gate.rest()
+        framer = Framer(STATE_REQUEST_MAX_BYTES)
+        framer.hold(gate.rest())
         try:
-            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-                if len(data) >= 4 and int.from_bytes(data[:4], "big") > STATE_REQUEST_MAX_BYTES:
-                    raise ProtocolError("an oversized State request")
-                data += _recv(conn, deadline)
+            while (request := framer.next(STATE_REQUEST_MAX_BYTES)) is None:
+                framer.hold(_recv(conn, deadline))
         except TimeoutError:
-            gate.unread(data)
+            gate.unread(framer.rest())
             return None
-        return data[4 : 4 + int.from_bytes(data[:4], "big")]
+        return request
 
     def _adopt(self, conn: socket.socket, gate: Gate) -> None:
         """Serve a connection the watch thread accepted, from where its gate is (on the loop)."""
