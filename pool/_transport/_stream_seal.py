@@ -12,15 +12,19 @@ and each message carries a tag::
 
     key (pool -> worker)  = HMAC-SHA256(secret, "leakypool/1 seal pool"   method nonce_p nonce_w key_id uid)
     key (worker -> pool)  = HMAC-SHA256(secret, "leakypool/1 seal worker" method nonce_p nonce_w key_id uid)
-    message on the wire   = message, then BLAKE2b-128(message; key, salt = its number in that direction)
+    message on the wire   = message, then its tag:
+    tag (under 64 KiB)    = BLAKE2b-128(message; key, salt = its number in that direction)
+    tag (64 KiB and more) = HMAC-SHA256(key, its number | message), its first 16 bytes
 
 A relay without the secret cannot make a tag, so it cannot alter, insert,
 drop, reorder or replay a message (the number is bound in), nor move one
 from another stream (the nonces are) or bounce one back (the direction is):
 the receiver ends the stream instead. It can still read them: what must not
-be read belongs behind TLS (docs/lan-security.md). Keyed BLAKE2b is the tag
-(it takes a key and a salt natively: one C call per message, ~0.7 µs for a
-small one).
+be read belongs behind TLS (docs/lan-security.md). Two MACs, chosen by the
+message's length (which both ends know): keyed BLAKE2b takes a key and a
+salt natively (one C call, ~0.7 µs for a small message, against ~2 µs for an
+HMAC), and SHA-256 runs at about twice BLAKE2b's speed on a CPU with SHA
+instructions (~1.9 against ~1 GB/s here), which is what a large value pays.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from ._framer import ProtocolError
 
 TAG_BYTES: Final[int] = 16
 """The tag after each sealed message."""
+
+LARGE_BYTES: Final[int] = 64 << 10
+"""From this length a message's tag is an HMAC-SHA256 (faster per byte), below it a keyed BLAKE2b (less to set up)."""
 
 
 class StreamSeal:
@@ -78,7 +85,12 @@ class StreamSeal:
 
 
 def _tag(key: bytes, number: int, message: bytes | memoryview) -> bytes:
-    return hashlib.blake2b(message, key=key, salt=number.to_bytes(16, "big"), digest_size=TAG_BYTES).digest()
+    salt = number.to_bytes(16, "big")
+    if len(message) < LARGE_BYTES:
+        return hashlib.blake2b(message, key=key, salt=salt, digest_size=TAG_BYTES).digest()
+    mac = hmac.new(key, salt, "sha256")
+    mac.update(message)  # (no copy of a large message)
+    return mac.digest()[:TAG_BYTES]
 
 
 def stream_keys(secret: bytes, transcript: bytes) -> tuple[bytes, bytes]:

@@ -23,12 +23,16 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Awaitable
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from backpressure import BackpressureContext, BackpressureLike
 
 from .._transport import RESOURCE_EXHAUSTED, UNAVAILABLE
 from ._signals import ResourceSignals
+
+_NOBODY: Final[frozenset[Any]] = frozenset()
+"""What `release` returns when nobody was turned away."""
 
 
 class Verdict(enum.Enum):
@@ -149,10 +153,10 @@ class WorkerAdmission:
         self.in_flight += 1
         return self.in_flight == 1
 
-    def release(self) -> set[Any]:
-        """A call ended; returns the sessions to tell there is room now."""
+    def release(self) -> AbstractSet[Any]:
+        """A call ended; returns the sessions to tell there is room now (most often none: no set is made)."""
         self.in_flight -= 1
-        return self._room()
+        return self._room() if self._turned_away else _NOBODY
 
     def room_now(self) -> set[Any]:
         """The sessions turned away since the last room, to tell now (a plain call left the thread)."""

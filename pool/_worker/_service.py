@@ -27,7 +27,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from backpressure import BackpressureLike
@@ -301,7 +301,9 @@ class WorkerService:
             buffers.forget(hosted.task.args)
             session.reject(hosted.id, UNAVAILABLE, f"{LATE_MESSAGE}: {late:.3f}s late by this worker's clock")
             return
-        if verdict is Verdict.ACCEPT and not (self._plain.room(hosted) if plain else self.lifecycle.take()):
+        if verdict is Verdict.ACCEPT and not (
+            self._plain.room(hosted) if plain else self.lifecycle.recycler is None or self.lifecycle.take()
+        ):
             # no room in the plain line (filled while an async hook vetted this one), or the task limit was
             # reached by a call the plain thread started meanwhile
             verdict = Verdict.BUSY if plain and self.admission.accepting else Verdict.DRAINING
@@ -311,7 +313,8 @@ class WorkerService:
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
-            self.lifecycle.counted()  # the last call of its task limit: stop accepting now
+            if self.lifecycle.recycler is not None:
+                self.lifecycle.counted()  # the last call of its task limit: stop accepting now
             if plain:
                 self._plain.accept(hosted)  # its Accept (queued, or to start at once), its deadline, in line
                 return
@@ -395,10 +398,12 @@ class WorkerService:
             self.signals.finished(took)
             if self.metrics is not None:
                 self.metrics.ended(kind, took)
-        self._tell_room(self.admission.release())
+        if sessions := self.admission.release():
+            self._tell_room(sessions)
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
-        self.lifecycle.ended()  # past its memory limit: recycle
+        if self.lifecycle.recycler is not None:
+            self.lifecycle.ended()  # past its memory limit: recycle
 
     def park(self, hosted: Hosted) -> None:
         """``hosted`` awaits a nested call: it stops counting against backpressure."""
@@ -424,7 +429,7 @@ class WorkerService:
         # Turned calls away with nothing running: for its signals (memory, latency), which may have changed.
         self._tell_room(self.admission.idle_room())
 
-    def _tell_room(self, sessions: set[Session]) -> None:
+    def _tell_room(self, sessions: Iterable[Session]) -> None:
         # Dispatchers we turned away may retry now (their queued calls move at once, not on a timer).
         for session in sessions:
             session.room(self.admission.in_flight, self.capacity, self.signals.memory_fraction, self.signals.loop_lag_s)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pool._transport._framer import ProtocolError
 from pool._transport._handshake import Dialler, Keyring, Refused, Responder
-from pool._transport._stream_seal import TAG_BYTES, StreamSeal, stream_keys
+from pool._transport._stream_seal import LARGE_BYTES, TAG_BYTES, StreamSeal, stream_keys
 
 WORKER = uuid.UUID(int=7)
 
@@ -73,6 +73,21 @@ class TestSeal:
         sealed[at] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
         with pytest.raises(ProtocolError, match="does not carry its seal"):
             worker_end.open(bytes(sealed))
+
+    def test_a_large_message_should_be_sealed_too_and_an_altered_byte_refused(self):
+        """Test the other MAC (HMAC-SHA256 from `LARGE_BYTES`): it opens, and one byte changed in the middle does not;
+        nor does one message's tag under the other MAC's length (a message cut or padded across the line)."""
+        pool_end, worker_end = seals()
+        large = bytes(range(256)) * (LARGE_BYTES // 256 + 1)
+        assert bytes(worker_end.open(pool_end.seal(large))) == large
+        sealed = bytearray(pool_end.seal(large))
+        sealed[len(large) // 2] ^= 0x40
+        with pytest.raises(ProtocolError):
+            worker_end.open(bytes(sealed))
+        pool_end, worker_end = seals()
+        sealed = pool_end.seal(large[: LARGE_BYTES - 1])
+        with pytest.raises(ProtocolError):
+            worker_end.open(sealed[:-TAG_BYTES] + b"x" + sealed[-TAG_BYTES:])
 
     def test_a_replayed_dropped_or_reordered_message_should_be_refused(self):
         """Test that the number in each tag catches a message sent twice, one skipped, and two swapped."""

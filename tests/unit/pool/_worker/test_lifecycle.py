@@ -225,6 +225,21 @@ class TestLifecycle:
         await worker.done()
         await worker.close()
 
+    async def test_a_call_that_ends_while_the_idle_timer_runs_should_get_the_whole_timeout_after_it(self):
+        """Test the one idle timer many calls share: a call started and ended after the timer was armed does not
+        cancel it, yet the worker retires only a whole --idle-timeout after that call ended (the timer, firing
+        early for it, is armed again for what is left), never before."""
+        worker = Worker(idle_timeout=QUIET_S)
+        worker.lifecycle.start()
+        await asyncio.sleep(QUIET_S / 2)  # (time passing is what is tested: the timer armed at start is half run)
+        worker.start_call()
+        worker.end_call()
+        ended = time.monotonic()
+        await worker.done()
+        assert time.monotonic() - ended >= QUIET_S * 0.99  # (timers never fire early; the loop's clock may round)
+        assert worker.lifecycle.exit_reason.startswith("idle")
+        await worker.close()
+
     async def test_restart_idle_clock_should_count_idleness_from_now(self):
         """Test that a worker discoverable only now gets its whole idle timeout from now, not from its start."""
         worker = Worker(idle_timeout=0.3)
