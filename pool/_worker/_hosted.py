@@ -25,6 +25,7 @@ class Hosted:
         "code",
         "counted",
         "deadline",
+        "entered",
         "id",
         "landing",
         "nested",
@@ -47,6 +48,7 @@ class Hosted:
         # A generator's Steps, used where routines run only (a coroutine call has none).
         self.steps: asyncio.Queue[pb.Step] | None = asyncio.Queue() if task.generator else None
         self.runner: asyncio.Task[None] | None = None
+        self.entered = False  # its runner's first step ran (a runner cancelled before that never ran `_run`)
         self.cancelled = False
         self.nested = 0  # nested calls it is awaiting now
         self.started = 0.0  # when it was accepted (monotonic)

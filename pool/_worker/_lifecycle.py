@@ -59,8 +59,7 @@ class Lifecycle:
         self.done = asyncio.Event()
         self.started = time.monotonic()
         self.idle_since = self.started
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle = asyncio.Event()  # nothing in flight: kept only while draining (`_drain` waits on it)
         self._idle_timer: asyncio.TimerHandle | None = None
         self._lifetime_timer: asyncio.TimerHandle | None = None
         self._draining: asyncio.Task[None] | None = None
@@ -92,13 +91,16 @@ class Lifecycle:
 
     def busy(self) -> None:
         """A call started on an idle worker (an idle timer stays armed: when it fires, it looks again)."""
-        self._idle.clear()
+        if self._draining is not None:
+            self._idle.clear()
 
     def idle(self) -> None:
         """The last call in flight ended."""
         self.idle_since = time.monotonic()
-        self._idle.set()
-        self._arm_idle_timer()
+        if self._draining is not None:
+            self._idle.set()
+        if self._idle_timer is None:
+            self._arm_idle_timer()
 
     def take(self) -> bool:
         """Count a call that starts now against the task limit; False: the limit was reached (it must not start)."""
@@ -150,6 +152,8 @@ class Lifecycle:
 
     async def _drain(self) -> None:
         self._disarm_idle_timer()
+        if self._admission.in_flight == 0:  # from here on `busy` and `idle` keep it
+            self._idle.set()
         for callback in self._on_drain:
             try:
                 callback()
@@ -199,7 +203,7 @@ class Lifecycle:
 
     def _idle_due(self) -> None:
         self._idle_timer = None
-        if not self._idle.is_set():
+        if self._admission.in_flight:
             return  # busy: `idle` arms it again
         left = self.idle_since + self._idle_timeout - time.monotonic()
         if left > 0:

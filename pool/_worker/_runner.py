@@ -16,8 +16,8 @@ against the worker's backpressure.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
@@ -75,30 +75,33 @@ class RoutineRunner:
     def cancel(self, hosted: Hosted) -> None:
         """Cancel ``hosted`` wherever it is (call where the streams live, or from the watch thread)."""
         hosted.cancelled = True
-        self._to_routines.post(_cancel_runner, hosted)
+        self._to_routines.post(self._cancel_runner, hosted)
 
     def _start_routine(self, hosted: Hosted) -> None:
+        if hosted.cancelled:  # cancelled before it could start (from the watch thread, say): it never runs
+            self._to_io.post(self._host.finish, hosted, CANCELLED)
+            return
         loop = asyncio.get_running_loop()
         hosted.runner = loop.create_task(self._run(hosted))
-        hosted.runner.add_done_callback(functools.partial(self._cancelled_before_start, hosted))
-        if hosted.cancelled:
-            hosted.runner.cancel()
-        elif not hosted.task.generator:
+        if not hosted.task.generator:
             loop.call_soon(self._first_step_done, hosted)  # runs right after the task's first step
 
     def _first_step_done(self, hosted: Hosted) -> None:
         if hosted.runner is not None and not hosted.runner.done():
             self._to_io.post(self._host.started, hosted)
 
-    def _cancelled_before_start(self, hosted: Hosted, runner: asyncio.Task[None]) -> None:
-        # A task cancelled before its first step never enters `_run`'s try
-        # block; report it here, or the call would stay in flight forever.
-        if runner.cancelled():
+    def _cancel_runner(self, hosted: Hosted) -> None:
+        runner = hosted.runner
+        if runner is not None and runner.cancel() and not hosted.entered:
+            # Cancelled before its first step: its coroutine never runs (not even `_run`'s try block), so its
+            # outcome is reported here, or the call would stay in flight forever.
             self._to_io.post(self._host.finish, hosted, CANCELLED)
 
     async def _run(self, hosted: Hosted) -> None:
+        hosted.entered = True
         token = set_dispatcher(Upstream(self._host, hosted, self._carry))
-        span = _trace.start(hosted.task)  # None unless this process traces (OpenTelemetry)
+        # None unless this process traces (OpenTelemetry); not even a call when OpenTelemetry is not loaded
+        span = _trace.start(hosted.task) if "opentelemetry.trace" in sys.modules else None
         try:
             if hosted.task.generator:
                 outcome = await self._drive(hosted)
@@ -186,8 +189,3 @@ async def _close(agen: AsyncGenerator[Any, Any], name: str) -> None:
 
 def _as_is(awaitable: Coroutine[Any, Any, Any]) -> Awaitable[Any]:
     return awaitable
-
-
-def _cancel_runner(hosted: Hosted) -> None:
-    if hosted.runner is not None:
-        hosted.runner.cancel()

@@ -248,7 +248,8 @@ class WorkerService:
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
-        self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
+        if self._plain.line.used:  # (no call at all for a worker that never ran a plain call)
+            self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
         peer = self._peers[session]
         call = frame.call
         routine = call.routine

@@ -239,8 +239,23 @@ class TestRoutineRunner:
         assert await host.finished() == [CANCELLED]
         for _ in range(3):
             await asyncio.sleep(0)
-        assert host.of("finish") == [CANCELLED]  # once: from its done callback, not its run as well
+        assert host.of("finish") == [CANCELLED]  # once: it never ran
         assert host.of("started") == []
+
+    async def test_cancel_should_report_cancelled_once_when_cancelled_after_start_but_before_its_first_step(self):
+        """Test that a call whose runner exists but has not taken its first step (so its coroutine never runs,
+        not even its try block) ends CANCELLED, once, and never says it started."""
+        host = Host()
+        call = hosted(double, 1)
+        runner = runner_here(host)
+        runner.start(call)
+        runner.cancel(call)  # the same loop turn: the runner's first step has not run
+        assert await host.finished() == [CANCELLED]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert host.of("finish") == [CANCELLED]
+        assert host.of("started") == []
+        assert call.runner is not None and call.runner.cancelled()
 
     async def test_step_should_drive_a_generator_one_value_per_step_until_it_stops(self):
         """Test a generator routine: each NEXT or SEND yields one value, the end is STOP, the generator closed."""
