@@ -29,6 +29,7 @@ from typing import Any, Final
 from backpressure import BackpressureContext, BackpressureLike
 
 from .._transport import RESOURCE_EXHAUSTED, UNAVAILABLE
+from ._plain import QUEUE
 from ._signals import ResourceSignals
 
 _NOBODY: Final[frozenset[Any]] = frozenset()
@@ -112,7 +113,7 @@ class WorkerAdmission:
             where = self.line.room(task)
             if where is None:
                 return Verdict.BUSY  # the plain thread busy and its line full: the call waits at the dispatcher
-            behind = 1 if where == "queue" else 0  # it starts once the running plain call ends: judged as if it had
+            behind = 1 if where is QUEUE else 0  # it starts once the running plain call ends: judged as if it had
         if self.hook is None:
             return Verdict.ACCEPT
         try:

@@ -40,6 +40,7 @@ one makes the worker answer `TimeoutError` and exit (`WorkerService._overdue`).
 from __future__ import annotations
 
 import collections
+import enum
 import logging
 import math
 import threading
@@ -54,8 +55,16 @@ from ._hosted import Hosted, Outcome
 
 _log = logging.getLogger("leakypool.worker")
 
-START: Final[str] = "start"
-QUEUE: Final[str] = "queue"
+
+class Place(enum.Enum):
+    """Where a new plain call goes (`PlainLine.room`)."""
+
+    START = "start"  # the thread is idle: it starts the call at once
+    QUEUE = "queue"  # behind the running call, in the line: its Accept says "queued"
+
+
+START: Final = Place.START
+QUEUE: Final = Place.QUEUE
 
 NOT_STARTED: Outcome = (pb.Outcome.CANCELLED, b"", "")
 """What a call the thread gave up before starting it reports (its Started could not be written)."""
@@ -88,7 +97,9 @@ class PlainLine:
         self.budget = budget
         self._urgent = urgent
         self._wake = wake
-        self._done: list[tuple[Hosted, Outcome, float]] = []  # ended on the thread, not yet in the loop's books
+        # Ended on the thread, not yet in the loop's books: (call, outcome, when it ended, or None: its outcome
+        # carries large buffers and is written on the loop, where they cross).
+        self._done: list[tuple[Hosted, Outcome, float | None]] = []
         self._owed: list[tuple[Hosted, float]] = []  # queued calls whose Accept has not left, and since when
         self._held = False  # the next call may not start: the worker's task limit is reached
         self._stopping = False
@@ -97,7 +108,7 @@ class PlainLine:
 
     # -- the loop's side -------------------------------------------------------------------------------
 
-    def room(self, task: Any) -> str | None:
+    def room(self, task: Any) -> Place | None:
         """Where a new plain call would go: `START`, `QUEUE`, or None (no room: BUSY)."""
         with self.lock:  # (the thread moves a call from waiting to running under it)
             taken = len(self.waiting) + (self.running is not None)
@@ -177,8 +188,9 @@ class PlainLine:
                 self.waiting.remove(hosted)
             return taken
 
-    def settle(self) -> list[tuple[Hosted, Outcome, float]]:
-        """The calls that ended on the thread since the last look: (call, outcome, when it ended)."""
+    def settle(self) -> list[tuple[Hosted, Outcome, float | None]]:
+        """The calls that ended on the thread since the last look: (call, outcome, when it ended, or None: its
+        outcome is still to write, on the loop)."""
         if not self._done:
             return []  # (read without the lock: one the thread adds now is the next look's)
         with self.lock:
@@ -308,7 +320,7 @@ class PlainLine:
         with self.lock:
             if self.running is hosted:
                 self.running = None  # (one that never started)
-            self._done.append((hosted, outcome, -2.0 if via_loop else time.monotonic()))
+            self._done.append((hosted, outcome, None if via_loop else time.monotonic()))
             if via_loop or self._urgent():
                 self._wake()
 

@@ -178,7 +178,7 @@ class PlainCalls:
         if not self.line.used:
             return  # no plain call yet: nothing ended there, nothing was counted there (the async path's cost)
         for hosted, outcome, ended in self.line.settle():
-            if ended == -2.0:  # its outcome carries large buffers: written here, where they cross
+            if ended is None:  # its outcome carries large buffers: written here, where they cross
                 if not (hosted.settled or hosted.cancelled):
                     self._books.finish(hosted, outcome)
             elif not hosted.settled:
