@@ -27,6 +27,7 @@ import asyncio
 import builtins
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Protocol, TypeVar
 
@@ -107,24 +108,114 @@ async def retrying(
     if budget_s <= 0:
         return await call()
     errors: list[StoreError] = []
-    bound = asyncio.timeout(budget_s + LAST_TRY_S)
+    bound = _bounds().enter(budget_s + LAST_TRY_S)
     try:
-        async with bound:
-            try:
-                return await call()
-            except StoreError as exc:
-                if not lost_connection(exc):
-                    raise
-                errors.append(exc)
-            result = await _tries(what, budget_s, again or call, errors, log_each)
-            recovered()
-            return result
-    except TimeoutError:
-        if not bound.expired():
+        try:
+            return await call()
+        except StoreError as exc:
+            if not lost_connection(exc):
+                raise
+            errors.append(exc)
+        result = await _tries(what, budget_s, again or call, errors, log_each)
+        recovered()
+        return result
+    except asyncio.CancelledError:
+        if not bound.ended_by_us():
             raise
         if errors:
             raise errors[-1]  # noqa: B904 - (its cause, the lost connection, kept)
         raise StoreError(f"{store}: no answer within {budget_s + LAST_TRY_S:g}s while {what}") from None
+    finally:
+        bound.leave()
+
+
+class _Bound:
+    """One store call's deadline (`_Bounds`): its task is cancelled if it is still running then."""
+
+    __slots__ = ("_line", "cancelling", "deadline", "expired", "task")
+
+    def __init__(self, line: dict[_Bound, None], task: asyncio.Task[Any], deadline: float) -> None:
+        self._line = line
+        self.task = task
+        self.deadline = deadline
+        self.cancelling = task.cancelling()  # cancellations already requested when it began (not ours)
+        self.expired = False
+
+    def ended_by_us(self) -> bool:
+        """The task is being cancelled because this bound expired, and by nothing else (then it is not any more)."""
+        return self.expired and self.task.uncancel() <= self.cancelling
+
+    def leave(self) -> None:
+        """The call ended (whichever way)."""
+        self._line.pop(self, None)
+
+
+class _Bounds:
+    """The deadlines of the store calls in flight on one loop, kept by one timer, not one per call.
+
+    `asyncio.timeout` makes a timer handle per call and cancels it after it; the jobs path makes two store
+    calls a job (~10 µs of a job's ~120 in the dispatching process). Calls of the same length of bound
+    start in deadline order, so each length keeps its calls in a line in insertion order (a dict: an ended
+    call leaves in O(1)), and one timer is armed for the oldest call of all; when it fires, what has
+    expired is cancelled and the timer is armed again for the oldest call left. A steady stream of calls
+    arms it about once a bound, whatever the rate.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lines: dict[float, dict[_Bound, None]] = {}  # length of bound -> its calls, oldest first
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+
+    def enter(self, seconds: float) -> _Bound:
+        """A bound of ``seconds`` from now on the current task's call.
+
+        Raises:
+            RuntimeError: not called from a task.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a bounded store call must run in a task")
+        line = self._lines.get(seconds)
+        if line is None:
+            line = self._lines[seconds] = {}
+        bound = _Bound(line, task, self._loop.time() + seconds)
+        line[bound] = None
+        if bound.deadline < self._timer_at:
+            self._arm(bound.deadline)
+        return bound
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = self._loop.call_at(at, self._fire), at
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        now = self._loop.time()
+        next_at = float("inf")
+        for line in self._lines.values():
+            while line:
+                oldest = next(iter(line))
+                if oldest.deadline > now:
+                    next_at = min(next_at, oldest.deadline)
+                    break
+                del line[oldest]
+                oldest.expired = True
+                oldest.task.cancel()
+        if next_at < float("inf"):
+            self._arm(next_at)
+
+
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Bounds] = weakref.WeakKeyDictionary()
+
+
+def _bounds() -> _Bounds:
+    loop = asyncio.get_running_loop()
+    bounds = _by_loop.get(loop)
+    if bounds is None:
+        bounds = _by_loop[loop] = _Bounds(loop)
+    return bounds
 
 
 async def _tries(

@@ -245,6 +245,53 @@ class TestRetryingBound:
         with pytest.raises(pool.StoreError, match=r"^store x: no answer within 0.5s while testing$"):
             await asyncio.wait_for(_retry.retrying("testing", 0.3, call, "store x"), 60)
 
+    async def test_a_shorter_bound_begun_after_a_longer_one_should_still_end_first(self, monkeypatch):
+        """Test the one timer bounds share (`_Bounds`): a call of a shorter bound, begun while a longer-bound call
+        runs, ends at its own bound, not the longer one's; the longer one ends at its own, and both fail."""
+        monkeypatch.setattr(_retry, "LAST_TRY_S", 0.1)
+        loop = asyncio.get_running_loop()
+        ended: dict[str, float] = {}
+
+        async def hang():
+            await asyncio.Event().wait()
+
+        async def bounded(name, budget):
+            start = loop.time()
+            with pytest.raises(pool.StoreError, match="no answer"):
+                await _retry.retrying(name, budget, hang)
+            ended[name] = loop.time() - start
+            assert asyncio.current_task().cancelling() == 0  # the bound's cancel taken back: the task goes on as new
+
+        long = asyncio.ensure_future(bounded("long", 2.0))
+        await asyncio.sleep(0)
+        await asyncio.wait_for(bounded("short", 0.1), 60)
+        assert 0.19 <= ended["short"] < 2.0  # (its own 0.2 s, not the long one's 2.1 s; the clock may round)
+        await asyncio.wait_for(long, 60)
+        assert ended["long"] >= 2.09
+
+    async def test_a_cancel_from_outside_should_stay_a_cancel(self, monkeypatch):
+        """Test that cancelling a bounded call's task is a CancelledError as always, not a store error, and that
+        a call that ended leaves its bound (nothing of it is kept, nothing cancels the task later)."""
+        monkeypatch.setattr(_retry, "LAST_TRY_S", 0.1)
+
+        async def hang():
+            await asyncio.Event().wait()
+
+        task = asyncio.ensure_future(_retry.retrying("testing", 0.1, hang))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        async def quick():
+            return 7
+
+        assert await _retry.retrying("testing", 0.05, quick) == 7
+        bounds = _retry._bounds()
+        assert all(not line for line in bounds._lines.values())
+        await asyncio.sleep(0.3)  # past both bounds: the timer fires and finds nothing to cancel
+        assert asyncio.current_task().cancelling() == 0
+
     async def test_a_lease_cut_off_by_the_bound_should_be_in_doubt(self, monkeypatch):
         """Test a lease that never answers (a frozen server, whose commit may still land): the store says it is in doubt."""
         monkeypatch.setattr(_retry, "LAST_TRY_S", 0.2)
