@@ -98,6 +98,12 @@ def module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def from_module(node: ast.ImportFrom, package: list[str]) -> str:
+    """The absolute dotted name ``from X import ...`` names, inside ``package`` (relative imports resolved)."""
+    base = package[: len(package) - node.level + 1] if node.level else []
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
     """Absolute dotted names ``path`` imports (relative imports resolved, ``from x import y`` as x.y too)."""
     name = module_name(path, root)
@@ -107,8 +113,7 @@ def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = from_module(node, package)
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
     return found
@@ -125,8 +130,7 @@ def dependencies(path: pathlib.Path, root: pathlib.Path, known: set[str]) -> set
         if isinstance(node, ast.Import):
             found.update(_known(alias.name, known) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = from_module(node, package)
             for alias in node.names:
                 sub = f"{module}.{alias.name}"
                 if sub in known:
@@ -148,8 +152,7 @@ def exported(package: str, root: pathlib.Path = ROOT) -> dict[str, str]:
     names = {}
     for node in ast.walk(ast.parse(init.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = parts[: len(parts) - node.level + 1]
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = from_module(node, parts)
             for alias in node.names:
                 origin = (
                     f"{module}.{alias.name}"
@@ -194,8 +197,7 @@ def private_imports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
         if isinstance(node, ast.Import):
             targets = [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = from_module(node, package)
             targets = [(module, alias.name) for alias in node.names]
         for module, imported in targets:
             parts = module.split(".")

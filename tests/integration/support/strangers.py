@@ -36,8 +36,10 @@ instead, running gRPC's fork handlers in a process with gRPC threads, which can 
 RELAY = r"""
 import socket, sys, threading
 target, log = int(sys.argv[1]), sys.argv[2]
+listen_ip, target_ip = (sys.argv[3:5] + ["127.0.0.1", "127.0.0.1"][len(sys.argv[3:5]):])
+find, put = (arg.encode() for arg in (sys.argv[5:7] or ["", ""]))
 listener = socket.socket()
-listener.bind(("127.0.0.1", 0))
+listener.bind((listen_ip, 0))
 listener.listen()
 print(listener.getsockname()[1], flush=True)
 lock = threading.Lock()
@@ -55,8 +57,11 @@ def pump(src, dst, tag):
                 except OSError:
                     pass
             return
-        with lock, open(log, "ab") as f:
-            f.write(tag + data)
+        if log != "-":
+            with lock, open(log, "ab") as f:
+                f.write(tag + data)
+        if find and tag == b"\n>>":
+            data = data.replace(find, put)
         try:
             dst.sendall(data)
         except OSError:
@@ -64,11 +69,13 @@ def pump(src, dst, tag):
 
 while True:
     client, _ = listener.accept()
-    upstream = socket.create_connection(("127.0.0.1", target))
+    upstream = socket.create_connection((target_ip, target))
     threading.Thread(target=pump, args=(client, upstream, b"\n>>"), daemon=True).start()
     threading.Thread(target=pump, args=(upstream, client, b"\n<<"), daemon=True).start()
 """
-"""A transparent TCP relay to 127.0.0.1:TARGET that logs every byte both ways (``>>`` from the dialler)."""
+"""A TCP relay: ``TARGET LOG [LISTEN_IP TARGET_IP [FIND PUT]]``. Listens on LISTEN_IP (127.0.0.1), forwards to
+TARGET_IP:TARGET (127.0.0.1), logs every byte both ways to LOG (``>>`` from the dialler; ``-``: no log), and
+replaces FIND with PUT in what the dialler sends (none: a transparent relay)."""
 
 LISTENER = r"""
 import socket, sys, threading

@@ -22,6 +22,7 @@ import pool
 from tests.integration.routines import common as routines
 from tests.integration.support.child import Child
 from tests.integration.support.netns import BRIDGE_IP, Lan, require_private_net
+from tests.integration.support.strangers import RELAY
 from tests.integration.support.workers import worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.lan]
@@ -31,47 +32,11 @@ WAIT_S = 30.0
 ORIGINAL, REWRITTEN = "pay-alice-0000100", "pay-mallory-99999"
 """The argument a caller sends, and what the relay turns it into (the same length: gRPC's framing holds)."""
 
-REWRITING_RELAY = r"""
-import socket, sys, threading
-listen_ip, target_ip, target_port, find, put = sys.argv[1], sys.argv[2], int(sys.argv[3]), *map(str.encode, sys.argv[4:6])
-listener = socket.socket()
-listener.bind((listen_ip, 0))
-listener.listen()
-print(listener.getsockname()[1], flush=True)
-
-def pump(src, dst, rewrite):
-    while True:
-        try:
-            data = src.recv(65536)
-        except OSError:
-            data = b""
-        if not data:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            return
-        if rewrite:
-            data = data.replace(find, put)
-        try:
-            dst.sendall(data)
-        except OSError:
-            return
-
-while True:
-    client, _ = listener.accept()
-    upstream = socket.create_connection((target_ip, target_port))
-    threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
-    threading.Thread(target=pump, args=(upstream, client, False), daemon=True).start()
-"""
-"""A TCP relay that replaces FIND with PUT in what the dialler sends (a payment's payee, say), and nothing else."""
-
 
 @asynccontextmanager
 async def relay(target_ip: str, target_port: int, find: str, put: str) -> AsyncIterator[int]:
-    """Run `REWRITING_RELAY` on the bridge address; yield its port; kill and reap it after."""
-    args = [sys.executable, "-c", REWRITING_RELAY, BRIDGE_IP, target_ip, str(target_port), find, put]
+    """Run the `RELAY` script on the bridge address, rewriting FIND to PUT; yield its port; kill and reap it after."""
+    args = [sys.executable, "-c", RELAY, str(target_port), "-", BRIDGE_IP, target_ip, find, put]
     async with Child(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) as child:
         yield int((await child.stdout.readline()).decode())
 
