@@ -12,7 +12,7 @@ from backpressure import TaskCountBackpressure
 from pool._dispatch._roster import PlainSlots, Roster
 from pool._transport._outgoing import QUEUED, STARTED
 from pool._worker._admission import Verdict, WorkerAdmission
-from pool._worker._plain import PlainLine
+from pool._worker._plain import PlainLine, Place
 
 UIDS = [uuid.UUID(int=i) for i in range(1, 5)]
 
@@ -133,6 +133,6 @@ class TestWorkerAdmissionPlainLine:
         """
         line = _line(depth=1)
         line.waiting.append("starting")  # type: ignore[arg-type]
-        assert line.room(PLAIN) == "queue"
+        assert line.room(PLAIN) is Place.QUEUE
         line.waiting.append("queued")  # type: ignore[arg-type]
         assert line.room(PLAIN) is None
