@@ -12,7 +12,7 @@ from backpressure import TaskCountBackpressure
 from pool._dispatch._roster import PlainSlots, Roster
 from pool._transport._outgoing import QUEUED, STARTED
 from pool._worker._admission import Verdict, WorkerAdmission
-from pool._worker._plain import PlainLine, Place
+from pool._worker._plain import Place, PlainLine
 
 UIDS = [uuid.UUID(int=i) for i in range(1, 5)]
 
