@@ -82,6 +82,7 @@ class MessageStream(asyncio.Protocol):
         self._received = received  # what was read off the connection before this stream took it
         self.transport: asyncio.Transport | None = None
         self._messages: collections.deque[bytes | memoryview] = collections.deque()
+        self._deliver = self._messages.append  # (a bound method made once, not per read)
         self._reading_paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._ended: BaseException | None = None  # why the connection ended
@@ -124,7 +125,7 @@ class MessageStream(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._in_bytes += len(data)
         try:
-            if self._framer.split(data, self._messages.append):
+            if self._framer.split(data, self._deliver):
                 self._mid_transfer()  # a message that took more than one read just arrived whole
         except ProtocolError as exc:
             self.fail(exc)

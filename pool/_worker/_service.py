@@ -248,8 +248,7 @@ class WorkerService:
     # -- CallHost: calls the dispatcher opens ------------------------------------
 
     def on_call(self, session: Session, frame: pb.Frame) -> None:
-        if self._plain.line.used:  # (no call at all for a worker that never ran a plain call)
-            self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
+        self._plain.settle()  # plain calls that ended since: out of the counts the hook sees
         peer = self._peers[session]
         call = frame.call
         routine = call.routine
@@ -302,9 +301,7 @@ class WorkerService:
             buffers.forget(hosted.task.args)
             session.reject(hosted.id, UNAVAILABLE, f"{LATE_MESSAGE}: {late:.3f}s late by this worker's clock")
             return
-        if verdict is Verdict.ACCEPT and not (
-            self._plain.room(hosted) if plain else self.lifecycle.recycler is None or self.lifecycle.take()
-        ):
+        if verdict is Verdict.ACCEPT and not (self._plain.room(hosted) if plain else self.lifecycle.take()):
             # no room in the plain line (filled while an async hook vetted this one), or the task limit was
             # reached by a call the plain thread started meanwhile
             verdict = Verdict.BUSY if plain and self.admission.accepting else Verdict.DRAINING
@@ -314,8 +311,7 @@ class WorkerService:
             alone = self.admission.admit()
             if alone:
                 self.lifecycle.busy()
-            if self.lifecycle.recycler is not None:
-                self.lifecycle.counted()  # the last call of its task limit: stop accepting now
+            self.lifecycle.counted()  # the last call of its task limit: stop accepting now
             if plain:
                 self._plain.accept(hosted)  # its Accept (queued, or to start at once), its deadline, in line
                 return
@@ -403,8 +399,7 @@ class WorkerService:
             self._tell_room(sessions)
         if self.admission.in_flight == 0:
             self.lifecycle.idle()
-        if self.lifecycle.recycler is not None:
-            self.lifecycle.ended()  # past its memory limit: recycle
+        self.lifecycle.ended()  # past its memory limit: recycle
 
     def park(self, hosted: Hosted) -> None:
         """``hosted`` awaits a nested call: it stops counting against backpressure."""

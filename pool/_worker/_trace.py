@@ -10,7 +10,6 @@ nested call passes on the context its caller arrived with.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from .._call import Task
@@ -32,8 +31,6 @@ _OUTCOMES: dict[int, str] = {
 
 def start(task: Task) -> tuple[Any, Token[Context]] | None:
     """Open and make current ``task``'s worker-side span (call on the routine's own asyncio task); None: no tracing."""
-    if "opentelemetry.trace" not in sys.modules:
-        return None  # (what `active_tracer` would say, without a call: this runs for every call a worker runs)
     tracer = active_tracer()
     if tracer is None:
         return None

@@ -274,11 +274,14 @@ class TestRetryingBound:
         a call that ended leaves its bound (nothing of it is kept, nothing cancels the task later)."""
         monkeypatch.setattr(_retry, "LAST_TRY_S", 0.1)
 
+        entered = asyncio.Event()
+
         async def hang():
+            entered.set()
             await asyncio.Event().wait()
 
         task = asyncio.ensure_future(_retry.retrying("testing", 0.1, hang))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(entered.wait(), 5)  # the call runs, under its bound
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
