@@ -134,8 +134,11 @@ class Attendant:
             if final is None:  # back in the store (a retry, due later) or someone else's now
                 held.backlog = True
                 self._next_due.forget()
-            if job.queue or job.workflow:
-                self._wake()  # a shared limit slot is free now: lease what it lets through (from the store too)
+            if final is None or job.queue or job.workflow:
+                # The lease loop reads the next due time again (a retry's, often in milliseconds) instead of
+                # sleeping on to its tick, a third of the lease away; a shared limit slot is free now: lease
+                # what it lets through (from the store too).
+                self._wake()
 
     async def _no_worker(self, attempt: Attempt, epoch: int) -> None:
         """No worker took ``attempt`` (placed in capacity ``epoch``): wait here for capacity, or give it back."""

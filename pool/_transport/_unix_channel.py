@@ -96,9 +96,15 @@ class UnixChannel:
     async def run(self, session: Session, describe: Callable[[BaseException], BaseException]) -> None:
         """Open a Dispatch stream and run ``session`` on it until it ends.
 
-        The side connection is opened beside it and not waited for: each is a
-        handshake, and the stream's first calls need not wait for the second
-        (a large value sent before it is up goes in band, as without one).
+        The side connection is opened beside it (each is a handshake: the two
+        take as long as the longer one), and the session starts once both are
+        known, so the calls queued meanwhile carry their large values out of
+        band. It once started without waiting: a large value sent on the
+        stream's first turns went in band, and while the loop pickled and
+        wrote it the side connection's opening could time out, leaving every
+        later large value on the stream in band too (a 1 GiB echo took 20-29 s
+        instead of 2). A side connection that does not open within its bound
+        leaves the stream in band, as for a worker that takes none.
         """
         opening_side = asyncio.ensure_future(self._open_side())  # ended and awaited below on every path
 
@@ -117,6 +123,7 @@ class UnixChannel:
                 return
             raise
         try:
+            await asyncio.wait([opening_side])  # bounded by its own timeout; raises nothing (see `side`)
             await session.run(
                 stream.read_frames,
                 stream.write_frames,

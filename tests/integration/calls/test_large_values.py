@@ -91,6 +91,25 @@ async def test_arrays_should_cross_with_value_semantics_and_come_back_writable(t
         assert await large_routines.arrived_mapped(array)  # the argument too
 
 
+@pytest.mark.parametrize("ready", [False, True], ids=["sent-while-starting", "sent-once-ready"])
+async def test_a_new_pools_first_large_argument_should_cross_out_of_band_and_so_should_the_next(ready):
+    """Test that a large value sent on a stream's first turn does not go in band, nor leave its stream in band.
+
+    The side connection used to open beside the Dispatch stream without the
+    session waiting for it: a call queued while the worker started, or sent
+    just after it was ready, found it not yet up and went in band; worse,
+    while the loop pickled and wrote that value the side connection's own
+    opening timed out, and every later large value on the stream went in
+    band too (a 1 GiB echo took 20-29 s instead of 2).
+    """
+    array = np.arange(4 << 20, dtype=np.float64)  # 32 MiB
+    async with pool.WorkerPool(spawn=1) as p:
+        if ready:
+            await p.wait_for_workers(1, timeout=30)
+        assert await large_routines.arrived_mapped(array)
+        assert await large_routines.arrived_mapped(array)
+
+
 async def test_echo_of_1_gib_should_come_back_equal_over_grpc():
     async with worker("--host", "127.0.0.1", "--port", "0") as w:
         discovery = pool.StaticDiscovery([f"127.0.0.1:{w.port}"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import signal
 import subprocess
@@ -21,10 +22,14 @@ pytestmark = pytest.mark.integration
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "jobs_api.py"
 
+SETTINGS = {"LEAKYPOOL_LEASE_TTL": "3", "LEAKYPOOL_SHUTDOWN_GRACE": "1"}
+"""The servers' job lease (the crashed server's jobs are revived this long after the SIGKILL) and the grace the
+30 s job still running at the last SIGINT gets (10 s each by default: time the test only waited)."""
+
 
 async def serve(store: pathlib.Path, port: int, *extra: str) -> Child:
     args = [sys.executable, str(EXAMPLE), "--store", str(store), "--workers", "1", "--port", str(port), *extra]
-    server = Child(args, stderr=subprocess.PIPE)
+    server = Child(args, stderr=subprocess.PIPE, env={**os.environ, **SETTINGS})
     await server.__aenter__()
     async with asyncio.timeout(60):
         while b"Uvicorn running on" not in await server.stderr.readline():

@@ -16,7 +16,7 @@ import pytest
 import pool
 from tests.integration.routines import common as routines
 from tests.integration.support.child import Child
-from tests.integration.support.helpers import eventually
+from tests.integration.support.helpers import HANG_S, eventually
 from tests.integration.support.signals import Signals
 
 pytestmark = pytest.mark.integration
@@ -134,6 +134,20 @@ async def test_retries_should_rerun_a_job_on_a_listed_exception_and_after_a_lost
         survivor = await routines.die_once.options(retries=1, retry_backoff=0.01).submit(str(tmp_path), "die")
         assert await survivor.result(timeout=60) == "survived"  # the worker died: at least once, run again
         assert (await survivor.refresh()).attempts == 2
+
+
+async def test_a_retry_should_run_when_its_back_off_ends_not_at_the_lease_loops_tick(tmp_path, store_url):
+    """Test that a job back in the store for a retry is leased when it comes due, not a third of a lease later.
+
+    The lease loop slept on to its tick (lease_ttl / 3) after an attempt went
+    back in the store: each retry of a 10 ms back-off waited ~3 s (20 s
+    here), and this job, retried twice, would not finish within `HANG_S`.
+    """
+    async with pool.WorkerPool(spawn=1, store=store_url, lease_ttl=60):
+        flaky = await routines.flaky.options(retries=2, retry_backoff=0.01, retry_on=KeyError).submit(
+            str(tmp_path), "flaky", 2
+        )
+        assert await flaky.result(timeout=HANG_S) == 3
 
 
 async def test_bad_input_should_fail_where_it_was_made(tmp_path, one_slot_store_pool):
