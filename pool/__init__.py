@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # loaded on first use: see _LAZY
     from ._jobs import JobStore as JobStore
     from ._jobs import PostgresStore as PostgresStore
     from ._jobs import SQLiteStore as SQLiteStore
-    from ._observe import GateStats, PoolStats, Progress
+    from ._observe import GateStats, PoolDebug, PoolStats, Progress
     from ._pool import Executor, WorkerPool
     from ._routine import CallOptions as CallOptions
     from ._routine import Routine as Routine
@@ -74,6 +74,7 @@ __all__ = [
     "NoWorkersAvailable",
     "PicklingError",
     "PoolClosed",
+    "PoolDebug",
     "PoolError",
     "PoolStats",
     "PoolWarning",
@@ -117,6 +118,7 @@ _LAZY: dict[str, str] = {
     "JobStore": "._jobs",
     "LanDiscovery": "._discovery",
     "LocalDiscovery": "._discovery",
+    "PoolDebug": "._observe",
     "PoolStats": "._observe",
     "PostgresStore": "._jobs",
     "Progress": "._observe",

@@ -125,6 +125,7 @@ class LocalFleet:
         self.recycled: dict[str, int] = {}  # workers that exited on purpose, by reason (tasks, memory, timeout)
         self.crashes: int = 0  # workers that died unasked (replaced after the crash back-off)
         self.init_error: WorkerInitError | None = None  # the last start failed in its initializer
+        self.template_exit_status: int | None = None  # once stopped: 0 if the template left when told, -9 if killed
         self.changed: Callable[[], None] = lambda: None  # set by the pool: what it waits for may have changed
         self._arriving = 0  # replacements of workers that exited on purpose, starting now
 
@@ -140,6 +141,21 @@ class LocalFleet:
     def owed(self) -> int:
         """Replacements of dead workers not started yet (waiting out a back-off)."""
         return self._owed
+
+    @property
+    def crash_streak(self) -> int:
+        """Deaths in a row the crash back-off counts now (0 once a replacement lived `CRASH_WINDOW_S`)."""
+        return self._crashes
+
+    @property
+    def growing(self) -> bool:
+        """A worker is being started under load now."""
+        return self._growing
+
+    @property
+    def template(self) -> WorkerTemplate | None:
+        """The template spawned workers are forked from, if one was started."""
+        return self._template
 
     @property
     def arriving(self) -> int:
@@ -283,6 +299,7 @@ class LocalFleet:
             template, self._template = self._template, None
             if template is not None:
                 await template.aclose()
+                self.template_exit_status = template.exit_status
             if self._socket_dir is not None:
                 shutil.rmtree(self._socket_dir, ignore_errors=True)
                 self._socket_dir = None

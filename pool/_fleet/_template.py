@@ -56,14 +56,14 @@ class WorkerTemplate:
         self._env = dict(env)
         self._preload = tuple(preload)
         self._fork = fork
-        self.forked = False  # whether it is a fork of this process (else a fresh interpreter)
+        self.forked: bool = False  # whether it is a fork of this process (else a fresh interpreter)
         self._process: subprocess.Popen[bytes] | ForkedChild | None = None
         self._channel: socket.socket | None = None
         self._tasks = TaskOwner("worker template", _log)
         self._replies: collections.deque[asyncio.Future[int]] = collections.deque()
         self._statuses: dict[int, asyncio.Future[int]] = {}
         self._lock = asyncio.Lock()
-        self.alive = False
+        self.alive: bool = False
         self._closing = False
         self.exit_status: int | None = None  # once closed: 0 if it exited when told, -9 if it had to be killed
 

@@ -53,6 +53,7 @@ class Attendant:
         may_start: Whether the owner lease lets an attempt start now (`_lease`), asked again just
             before it is offered: the loop's turn may have come late.
         start_by: The latest time an attempt placed now may start (Unix seconds), which its worker checks.
+        due_by: Told the deadline of an attempt put back to wait for a worker (the loop wakes by then).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class Attendant:
         wake: Callable[[], None],
         may_start: Callable[[Attempt], bool] = lambda attempt: True,
         start_by: Callable[[], float] = lambda: 0.0,
+        due_by: Callable[[float], None] = lambda deadline: None,
     ) -> None:
         self._held = held
         self._store = store
@@ -83,6 +85,7 @@ class Attendant:
         self._wake = wake
         self._may_start = may_start
         self._start_by = start_by
+        self._due_by = due_by
 
     async def attend(self, attempt: Attempt) -> None:
         """Place the job, mark it running (the worker accepted it), wait for its outcome, record it."""
@@ -146,12 +149,15 @@ class Attendant:
         if job.queue or job.workflow or not self._has_workers():
             # Do not sit on a shared limit slot, nor on any job while this process has no worker:
             # give back, so a process with room takes it (the deadline is checked at each lease).
-            given = [job.id] if self._has_workers() else [job.id, *(a.job.id for a in held.waiting)]
-            if len(given) > 1:
+            given, deadline = [job.id], job.deadline
+            if not self._has_workers():
+                given.extend(a.job.id for a in held.waiting)
+                deadline = min([deadline, *(a.job.deadline for a in held.waiting)])
                 held.waiting.clear()
             await persist("giving jobs back", lambda: self._store.unlease(self._recorder.owner, given))
             for job_id in given:
                 held.drop(job_id)
+            self._due_by(deadline)  # the lease that fails it past its deadline comes then, not at the tick
             held.gave_back = True
             held.backlog = True  # they are in the store again
             self._window.shrink()
@@ -161,6 +167,7 @@ class Attendant:
             self._room.set()  # capacity freed while this placement was refused: try again now
         self._starved()
         held.put_back(attempt)
+        self._due_by(job.deadline)
 
     async def _late(self, attempt: Attempt, exc: StartByPassed) -> None:
         """``attempt`` reached its worker after its start-by time and did not start: its job goes back to the store

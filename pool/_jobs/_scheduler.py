@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,7 @@ class Scheduler:
         self._ttl = lease_ttl
         self._tasks = TaskOwner("job scheduler", _log)
         self._wake = asyncio.Event()
+        self._sleep: asyncio.Timeout | None = None  # while the loop sleeps: its timeout (`due_by` brings it earlier)
         self._window = PlacementWindow()  # how many placements at once; whether to wait for capacity
         self._lease = OwnLease(lease_ttl)  # when a held job may start; kept submissions on their way in
         self._reconcile_wanted = False  # a lease tick passed: check the store holds nothing else for this owner
@@ -136,6 +138,7 @@ class Scheduler:
             room=self._wake,
             wake=self.wake,
             may_start=lambda attempt: self._lease.may_start(attempt.lease_epoch, time.time()),
+            due_by=self.due_by,
             start_by=self._lease.start_by,
         )
 
@@ -297,8 +300,9 @@ class Scheduler:
                 self.wake()  # rescan before sleeping: a notice may have been lost while the store was away
             if self._closing or not timeout:
                 continue
+            self._sleep = sleep = asyncio.timeout(timeout)
             try:
-                async with asyncio.timeout(timeout):
+                async with sleep:
                     await self._wake.wait()
             except TimeoutError:
                 # The backstop: a worker's verdict may change with no event we
@@ -308,6 +312,23 @@ class Scheduler:
                 self._window.probe()
                 self._held.backlog = True
                 self._next_due.forget()
+            finally:
+                self._sleep = None
+
+    def due_by(self, deadline: float) -> None:
+        """A held job waits for a worker until ``deadline`` (Unix seconds): the loop, if asleep, wakes by then.
+
+        An attempt no worker took goes back among the waiting while the loop
+        sleeps; without this it slept on to its tick (a third of the lease) and
+        the job failed seconds past its deadline.
+        """
+        sleep = self._sleep
+        if sleep is None:
+            return  # the loop runs: it reads the waiting jobs' deadlines before it sleeps (`_next_wait`)
+        when = asyncio.get_running_loop().time() + max(0.0, deadline - time.time())
+        current = sleep.when()
+        if current is None or when < current:
+            sleep.reschedule(when)
 
     async def _next_wait(self) -> float:
         """Seconds until something is due without any event: a deadline, a retry, the tick (0: lease now).
@@ -315,15 +336,19 @@ class Scheduler:
         A full batch waits for room (its event leases) rather than for a due time."""
         now = time.time()
         wait = self._ttl / 3
-        if self._held.waiting:
-            wait = min(wait, min(a.job.deadline for a in self._held.waiting) - now)
+        deadline = self._first_deadline()
         if len(self._held.waiting) < LEASE_BATCH:
             due_in = await self._next_due.seconds(self.store, now, self._leased_at)
             if due_in <= 0:
                 self._held.backlog = True  # due since the last lease looked (its timer fired a little early)
                 return 0.0
             wait = min(wait, due_in)
-        return max(0.0, wait)
+            deadline = min(deadline, self._first_deadline())  # an attempt may have come back while the store answered
+        return max(0.0, min(wait, deadline - now))
+
+    def _first_deadline(self) -> float:
+        """The earliest dispatch deadline of the jobs waiting here (Unix seconds; inf: none waits)."""
+        return min((a.job.deadline for a in self._held.waiting), default=math.inf)
 
     async def _fill(self) -> bool:
         """Lease due jobs into the batch and dispatch what fits; True to lease again at once (more may be due)."""

@@ -5,7 +5,7 @@ _metrics      the dispatching side's Prometheus metrics (the metrics extra)
 _http         the small GET-only HTTP server both processes serve /, /metrics and /status on
 _page         the page GET / serves (page.html: one self-contained file)
 _trace        OpenTelemetry spans for calls and job attempts (the otel extra; only with a provider)
-_stats        PoolStats and GateStats: snapshots of a pool's load
+_stats        PoolStats and GateStats: snapshots of a pool's load; PoolDebug: of its insides
 _progress     pool.map's progress reports and its rich bar
 """
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._progress import known_length as known_length
     from ._progress import reporter as reporter
     from ._stats import GateStats as GateStats
+    from ._stats import PoolDebug as PoolDebug
     from ._stats import PoolStats as PoolStats
     from ._stats import WorkerSignals as WorkerSignals
 
@@ -38,6 +39,7 @@ LAZY = {
     "known_length": "._progress",
     "reporter": "._progress",
     "GateStats": "._stats",
+    "PoolDebug": "._stats",
     "PoolStats": "._stats",
     "WorkerSignals": "._stats",
 }

@@ -1,4 +1,4 @@
-"""`PoolStats` and `GateStats`: snapshots of a pool's load, for `WorkerPool.stats`."""
+"""`PoolStats` and `GateStats`: snapshots of a pool's load, for `WorkerPool.stats`; `PoolDebug`: of its insides."""
 
 from __future__ import annotations
 
@@ -82,4 +82,44 @@ class GateStats:
     waiting: int
 
 
-public(GateStats, PoolStats)
+@dataclasses.dataclass(frozen=True)
+class PoolDebug:
+    """A snapshot of what a pool holds inside, from `WorkerPool.debug`: for diagnosis and tests, not for load.
+
+    Each field names the state its owner keeps (docs/architecture.md says
+    which object owns what); reading it here takes nothing from that owner
+    and changes nothing. Fields may be added; none is removed without a
+    note in the changelog.
+
+    Attributes:
+        known_full: Workers the balancers' context marks full now (they turned a call away and have not
+            reported room since).
+        crashes: Spawned workers that died unasked since the pool opened (each replaced after a back-off).
+        crash_streak: Of those, the deaths in a row the back-off counts now (0 once a replacement lived
+            long enough).
+        replacements_owed: Replacements of dead workers not started yet (waiting out the back-off).
+        growing: A worker is being started under load now.
+        init_error: Why the last spawned worker's initializer failed, if it did (None once one starts).
+        template_pid: The pid of the template spawned workers are forked from (None: no template).
+        template_alive: The template still runs (a lost one is not replaced: workers start fresh).
+        template_forked: The template is a fork of this process (else a fresh interpreter).
+        template_exit_status: Once the pool closed: 0 if its template left when told, -9 if it had to be killed.
+        paused_queues: The job queues paused, as this process last read them from its store.
+        paused_queues_stale: The store's pauses may have changed since (read again before the next lease).
+    """
+
+    known_full: frozenset[uuid.UUID]
+    crashes: int
+    crash_streak: int
+    replacements_owed: int
+    growing: bool
+    init_error: BaseException | None
+    template_pid: int | None
+    template_alive: bool
+    template_forked: bool
+    template_exit_status: int | None
+    paused_queues: frozenset[str]
+    paused_queues_stale: bool
+
+
+public(GateStats, PoolDebug, PoolStats)

@@ -1,4 +1,4 @@
-"""What `WorkerPool` says about itself: ``stats()``, ``workers``, ``pids``, ``worker_states()``, ``in_flight()``.
+"""What `WorkerPool` says about itself: ``stats()``, ``debug()``, ``workers``, ``pids``, ``worker_states()``, ``in_flight()``.
 
 An object the pool owns (as it owns `_jobs.PoolJobs` and `_executors.PoolExecutors`), so the pool's own
 module keeps to its public methods and its lifecycle.
@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._observe import PoolStats, WorkerSignals
+from .._observe import PoolDebug, PoolStats, WorkerSignals
 from .._transport import WorkerMetadata
 from .._transport import leakypool_pb2 as pb
 
@@ -50,6 +50,26 @@ class PoolViews:
                 for c in layers.roster.connections()
                 if (r := c.last_room) is not None
             },
+        )
+
+    def debug(self) -> PoolDebug:
+        """What the pool holds inside now: marks, crash counts, the template, the paused queues."""
+        layers = self._layers
+        fleet, scheduler = layers.fleet, layers.scheduler
+        template = fleet.template
+        return PoolDebug(
+            known_full=frozenset(layers.roster.known_full),
+            crashes=fleet.crashes,
+            crash_streak=fleet.crash_streak,
+            replacements_owed=fleet.owed,
+            growing=fleet.growing,
+            init_error=fleet.init_error,
+            template_pid=None if template is None else template.pid,
+            template_alive=template is not None and template.alive,
+            template_forked=template is not None and template.forked,
+            template_exit_status=fleet.template_exit_status,
+            paused_queues=frozenset() if scheduler is None else scheduler.paused.names,
+            paused_queues_stale=scheduler is not None and scheduler.paused.stale,
         )
 
     @property

@@ -25,7 +25,7 @@ from .._discovery import DiscoveryLike
 from .._errors import PoolClosed
 from .._executor import Feed, PoolExecutor
 from .._fleet import Provisioner
-from .._observe import PoolStats
+from .._observe import PoolDebug, PoolStats
 from .._routine import CallOptions, Routine
 from .._transport import OutgoingCall, TlsCredentials, WorkerMetadata
 from .._transport import leakypool_pb2 as pb
@@ -377,6 +377,10 @@ class WorkerPool:
     def stats(self) -> PoolStats:
         """Load now: calls running and waiting, overall and per queue, key and workflow."""
         return self._views.stats()
+
+    def debug(self) -> PoolDebug:
+        """What the pool holds inside now, for diagnosis and tests: marks, crash counts, its template, paused queues."""
+        return self._views.debug()
 
     @property
     def workers(self) -> Mapping[uuid.UUID, WorkerMetadata]:

@@ -27,6 +27,7 @@ from ._pieces import Assembler, pieces
 from ._proto import leakypool_pb2 as pb
 from ._rpc import CHANNEL_OPTIONS, SERVICE
 from ._session import Session
+from ._side import expect
 from ._stream_seal import StreamSeal
 from ._tls import TlsCredentials
 from ._trust import Trust
@@ -48,6 +49,7 @@ class GrpcChannel:
     def __init__(
         self, address: str, trust: Trust, uid: uuid.UUID | None = None, credentials: TlsCredentials | None = None
     ) -> None:
+        expect()  # large values to this worker go out of band (in chunks on its stream: `Session.carry`)
         self._address = address
         self._trust = trust
         self.uid = uid

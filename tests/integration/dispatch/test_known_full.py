@@ -68,7 +68,7 @@ async def test_calls_behind_fifteen_full_workers_should_not_knock_on_each(reject
         assert set(pids) == {last}  # the one worker with room ran them all
         assert during <= 15, during
         # Once the long calls ended, the first workers are offered again: the leaky bucket's order holds.
-        await eventually(lambda: not p._layers.roster.known_full, timeout=30)
+        await eventually(lambda: not p.debug().known_full, timeout=30)
         assert await routines.pid() == p.workers[order[0]].pid
 
 
@@ -97,7 +97,7 @@ async def test_a_worker_refusing_for_another_reason_should_be_passed_over_then_o
         pids = [await routines.pid() for _ in range(50)]
         assert set(pids) == {second}
         assert rejects[0] - before == 50  # offered each time (its refusal was not about its count)
-        assert not p._layers.roster.known_full
+        assert not p.debug().known_full
         flag.unlink()
 
         async def back_on_the_first() -> bool:
@@ -111,5 +111,5 @@ async def test_a_hook_that_refuses_one_routine_should_not_hide_the_worker_from_o
     async with pool.WorkerPool(spawn=1, backpressure=hooks.RejectNamed("add")) as p:
         with pytest.raises(pool.NoWorkersAvailable):
             await routines.add(1, 2)
-        assert not p._layers.roster.known_full
+        assert not p.debug().known_full
         assert await routines.echo("accepted") == "accepted"

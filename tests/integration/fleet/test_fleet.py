@@ -30,13 +30,13 @@ async def test_replacement_that_dies_before_ready_should_be_retried_until_the_po
         (pid,) = p.pids
         os.kill(pid, signal.SIGKILL)
         await until_members(p, lambda p: not p.workers, timeout=30)
-        await eventually(lambda: p._layers.fleet._crashes >= 3, timeout=30)  # several replacements died young
-        assert p._layers.fleet.owed == 1 and not p.workers
+        await eventually(lambda: p.debug().crash_streak >= 3, timeout=30)  # several replacements died young
+        assert p.debug().replacements_owed == 1 and not p.workers
         p._layers.fleet._env = good_env  # the cause is gone: the next attempt must succeed
         await until_members(p, lambda p: len(p.workers) == 1, timeout=30)
         assert uid not in p.workers
         assert await routines.add(1, 2) == 3
-        assert p._layers.fleet.owed == 0
+        assert p.debug().replacements_owed == 0
 
 
 async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being_replaced(monkeypatch, one_slot_pool):
@@ -47,7 +47,7 @@ async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being
         ready = p._layers.fleet._on_ready
 
         def record(metadata: pool.WorkerMetadata) -> None:
-            sizes.append(len(p._layers.fleet))
+            sizes.append(p.stats().local_workers)
             ready(metadata)
 
         p._layers.fleet._on_ready = record
@@ -55,6 +55,6 @@ async def test_pool_should_never_exceed_max_workers_while_a_dead_worker_is_being
         os.kill(pid, signal.SIGKILL)  # died young: its replacement waits out a back-off
         await until_members(p, lambda p: not p.workers, timeout=30)
         assert await asyncio.wait_for(routines.add(1, 2), 30) == 3  # queued meanwhile: starved the pool
-        await eventually(lambda: p._layers.fleet.owed == 0 and not p._layers.fleet._growing, timeout=30)
+        await eventually(lambda: p.debug().replacements_owed == 0 and not p.debug().growing, timeout=30)
         assert sizes and max(sizes) <= 1, sizes
         assert len(p.pids) == 1

@@ -98,7 +98,7 @@ async def test_workers_should_exit_when_the_pool_process_is_killed(tmp_path):
 
             async def main():
                 async with pool.WorkerPool(spawn=2) as p:
-                    print(" ".join(map(str, [*p.pids, p._layers.fleet._template.pid])), flush=True)
+                    print(" ".join(map(str, [*p.pids, p.debug().template_pid])), flush=True)
                     await asyncio.sleep(3600)
 
             asyncio.run(main())

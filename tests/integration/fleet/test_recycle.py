@@ -78,7 +78,7 @@ class TestInitializer:
         ) as p:
             switch.write_text("fail")
             await r.worker_pid()  # its only call: the worker recycles, its replacement's initializer raises
-            await eventually(lambda: p._layers.fleet.init_error is not None)
+            await eventually(lambda: p.debug().init_error is not None)
             with pytest.raises(pool.WorkerInitError) as caught:
                 await r.worker_pid()
             assert type(caught.value.__cause__) is r.ModelMissing
@@ -97,7 +97,7 @@ class TestRecycling:
             counts = {pid: pids.count(pid) for pid in set(pids)}
             assert max(counts.values()) <= 3  # the limit is drawn in [3, 3.3]: 3
             assert p.stats().recycled["tasks"] >= 8
-            assert p._layers.fleet.crashes == 0 and p._layers.fleet._crashes == 0  # no crash back-off was armed
+            assert (p.debug().crashes, p.debug().crash_streak) == (0, 0)  # no crash back-off was armed
 
     async def test_cpython_115634_case_should_finish_every_call(self):
         """Test 1 < max_tasks < calls / workers (ProcessPoolExecutor hangs there): 20 concurrent calls all succeed."""
@@ -106,7 +106,7 @@ class TestRecycling:
                 pids = await asyncio.gather(*(r.worker_pid() for _ in range(20)))
             assert len(pids) == 20
             assert len(set(pids)) >= 10  # 2 calls a worker
-            assert p._layers.fleet.crashes == 0
+            assert p.debug().crashes == 0
 
     async def test_memory_limit_should_recycle_a_worker_that_grew(self):
         """Test that a worker keeping 64 MiB past a 32 MiB limit is replaced, and calls go on succeeding."""
@@ -118,7 +118,7 @@ class TestRecycling:
             after = [await r.worker_pid() for _ in range(3)]
             assert small not in after
             assert p.stats().recycled == {"memory": 1}
-            assert p._layers.fleet.crashes == 0
+            assert p.debug().crashes == 0
 
     async def test_retired_worker_should_be_replaced_without_backoff(self):
         """Test that `LocalFleet.retire` (a hard timeout's kill) replaces the worker as a recycle, not a crash."""
@@ -130,7 +130,7 @@ class TestRecycling:
                 pid = await r.worker_pid()  # waits for the replacement instead of failing on an empty pool
             assert [pid] != old
             assert p.stats().recycled == {"timeout": 1}
-            assert p._layers.fleet.crashes == 0 and p._layers.fleet._crashes == 0
+            assert (p.debug().crashes, p.debug().crash_streak) == (0, 0)
 
     async def test_worker_retiring_itself_should_be_replaced_without_backoff(self):
         """Test that `retire_now` (a worker ending itself at a hard timeout) counts as a recycle, not a crash."""
@@ -142,4 +142,4 @@ class TestRecycling:
                 pid = await r.worker_pid()
             assert pid != old
             await eventually(lambda: p.stats().recycled == {"timeout": 1})
-            assert p._layers.fleet.crashes == 0 and p._layers.fleet._crashes == 0
+            assert (p.debug().crashes, p.debug().crash_streak) == (0, 0)

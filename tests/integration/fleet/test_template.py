@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_with_the_pool():
     async with pool.WorkerPool(spawn=3) as p:
-        template = p._layers.fleet._template.pid
+        template = p.debug().template_pid
         assert {parent_of(pid) for pid in p.pids} == {template} and parent_of(template) == os.getpid()
         assert sorted({await routines.pid() for _ in range(30)}) <= sorted(p.pids)
         assert await routines.add(2, 2) == 4
@@ -31,7 +31,7 @@ async def test_spawned_workers_should_be_forked_from_one_template_and_reaped_wit
 
 async def test_without_the_template_each_worker_should_be_our_own_child():
     async with pool.WorkerPool(spawn=2, worker_template=False) as p:
-        assert p._layers.fleet._template is None
+        assert p.debug().template_pid is None
         assert {parent_of(pid) for pid in p.pids} == {os.getpid()}
         assert await routines.add(1, 2) == 3
 
@@ -39,15 +39,15 @@ async def test_without_the_template_each_worker_should_be_our_own_child():
 async def test_a_killed_worker_should_be_replaced_and_a_lost_template_should_not_stop_the_pool():
     async with pool.WorkerPool(spawn=1) as p:
         (first,) = p.pids
-        template = p._layers.fleet._template
+        template = p.debug().template_pid
         os.kill(first, signal.SIGKILL)  # the template reaps it and reports -9: replaced from the template
         await until_members(
             p, lambda p: len(p.pids) == 1 and [m.pid for m in p.workers.values()] == p.pids and first not in p.pids
         )
         (second,) = p.pids
-        assert parent_of(second) == template.pid
-        os.kill(template.pid, signal.SIGKILL)  # the template is gone: its worker goes on (its lifeline is ours)
-        await eventually(lambda: not template.alive, timeout=30)
+        assert parent_of(second) == template
+        os.kill(template, signal.SIGKILL)  # the template is gone: its worker goes on (its lifeline is ours)
+        await eventually(lambda: not p.debug().template_alive, timeout=30)
         assert await routines.add(1, 1) == 2
         os.kill(second, signal.SIGKILL)  # replaced from a fresh interpreter now
         await until_members(
@@ -93,7 +93,7 @@ async def test_a_process_with_another_thread_should_get_a_fresh_interpreter_temp
     thread.start()
     try:
         async with pool.WorkerPool(spawn=1) as p:
-            assert native_threads() > 1 and not p._layers.fleet._template.forked
+            assert native_threads() > 1 and not p.debug().template_forked
             assert await routines.add(1, 2) == 3
     finally:
         stop.set()
@@ -102,8 +102,8 @@ async def test_a_process_with_another_thread_should_get_a_fresh_interpreter_temp
 
 async def test_template_fork_false_should_start_a_fresh_interpreter_template():
     async with pool.WorkerPool(spawn=1, template_fork=False) as p:
-        assert not p._layers.fleet._template.forked
-        assert {parent_of(pid) for pid in p.pids} == {p._layers.fleet._template.pid}
+        assert not p.debug().template_forked
+        assert {parent_of(pid) for pid in p.pids} == {p.debug().template_pid}
         assert await routines.add(1, 2) == 3
 
 
@@ -111,5 +111,5 @@ async def test_many_workers_started_at_once_should_all_come_from_the_template(mo
     """Requests queue faster than the template forks: a full socket buffer means wait, not "template gone"."""
     monkeypatch.setenv("BALLAST", "x" * 60_000)  # every request carries the environment: 8 of them fill the buffer
     async with pool.WorkerPool(spawn=8) as p:
-        assert p._layers.fleet._template.alive
-        assert {parent_of(pid) for pid in p.pids} == {p._layers.fleet._template.pid}
+        assert p.debug().template_alive
+        assert {parent_of(pid) for pid in p.pids} == {p.debug().template_pid}

@@ -14,6 +14,7 @@ import threading
 import pytest
 
 import pool
+from backpressure import TaskCountBackpressure
 from tests.integration.routines import common as routines
 from tests.integration.support.child import Child
 from tests.integration.support.helpers import HANG_S, eventually
@@ -148,6 +149,31 @@ async def test_a_retry_should_run_when_its_back_off_ends_not_at_the_lease_loops_
             str(tmp_path), "flaky", 2
         )
         assert await flaky.result(timeout=HANG_S) == 3
+
+
+async def test_a_job_no_busy_worker_takes_should_fail_at_its_deadline_not_at_the_lease_loops_tick(tmp_path, store_url):
+    """Test that a job put back to wait for room fails at its dispatch deadline while the lease loop sleeps.
+
+    The worker is full (one slot, held), so the job's placement is turned
+    away and it waits among the held jobs. The loop, asleep since before it
+    came back, slept on to its tick (lease_ttl / 3: 20 s here) before it
+    failed the job.
+    """
+    release = tmp_path / "release"
+    async with (
+        Signals() as signals,
+        pool.WorkerPool(spawn=1, backpressure=TaskCountBackpressure(1), store=store_url, lease_ttl=60),
+    ):
+        blocker = asyncio.ensure_future(routines.hold_until(str(release), signals.address, "blocker"))
+        try:
+            await signals.wait("start blocker")
+            hasty = await routines.mark.options(dispatch_deadline=0.5).submit(str(tmp_path), "hasty")
+            with pytest.raises(pool.CapacityTimeout, match=r"mark\(\) found no worker within 0.5s"):
+                await hasty.result(timeout=10)
+        finally:
+            release.touch()
+            await blocker
+        assert routines.executions(str(tmp_path), "hasty") == (0, 0)  # it never ran
 
 
 async def test_bad_input_should_fail_where_it_was_made(tmp_path, one_slot_store_pool):

@@ -132,11 +132,11 @@ async def test_a_queue_paused_from_another_process_should_start_nothing_until_re
     async with pool.WorkerPool(spawn=1, store=shared_store, lease_ttl=1.5) as p:
         status, out, _ = await _cli(shared_store, "pause", "mail")
         assert status == 0 and "paused queue 'mail'" in out
-        await eventually(lambda: "mail" in p._layers.scheduler.paused.names, timeout=30)  # heard of it (notice or tick)
+        await eventually(lambda: "mail" in p.debug().paused_queues, timeout=30)  # heard of it (notice or tick)
         assert await p.jobs.paused() == ["mail"]
         held = [await routines.echo.options(queue=mail).submit(i) for i in range(5)]  # still accepted
         assert await (await routines.echo.options(queue=other).submit("x")).result(timeout=30) == "x"  # untouched
-        await eventually(lambda: p._layers.scheduler.paused.stale is False, timeout=30)
+        await eventually(lambda: p.debug().paused_queues_stale is False, timeout=30)
         assert {(await job.refresh()).state for job in held} == {"pending"}  # nothing of it started
         status, out, _ = await _cli(shared_store, "resume", "mail")
         assert status == 0

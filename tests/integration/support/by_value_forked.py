@@ -20,7 +20,7 @@ async def main(directory: str) -> dict[str, object]:
 
     module = by_value.load(Path(directory))  # before the pool: the template forks with it loaded
     async with pool.WorkerPool(spawn=1) as p:
-        seen = {"forked": p._layers.fleet._template.forked}
+        seen = {"forked": p.debug().template_forked}
         seen.update(await by_value.check(module))
     return seen
 

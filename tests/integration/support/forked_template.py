@@ -34,25 +34,26 @@ async def main(logfile: str) -> dict[str, object]:
     await first.__aenter__()
     closed = False
     try:
-        template = first._layers.fleet._template
-        seen["forked"] = template.forked
-        seen["template_parent_is_us"] = parent_of(template.pid) == os.getpid()
-        seen["workers_parent_is_template"] = {parent_of(pid) for pid in first.pids} == {template.pid}
+        template = first.debug()
+        seen["forked"] = template.template_forked
+        seen["template_parent_is_us"] = parent_of(template.template_pid) == os.getpid()
+        seen["workers_parent_is_template"] = {parent_of(pid) for pid in first.pids} == {template.template_pid}
         seen["add"] = await routines.add(2, 3)
         seen["program"] = (await routines.run_program("echo", "hi")).decode()
         await routines.log_warning("from the worker")
         seen["worker_holds_our_port"] = port in await routines.listening_tcp_ports()
         seen["deprecated"] = await routines.deprecated()
         async with pool.WorkerPool(spawn=1) as second:  # its template inherits the first pool's descriptors
-            seen["second_forked"] = second._layers.fleet._template.forked
+            seen["second_forked"] = second.debug().template_forked
             seen["second_add"] = await routines.add(1, 1)
             await first.__aexit__(None, None, None)
             closed = True
-            seen["first_template_exit"] = template.exit_status  # 0: it left when told, not killed after a wait
+            # 0: it left when told, not killed after a wait
+            seen["first_template_exit"] = first.debug().template_exit_status
             seen["second_add_after"] = await routines.add(2, 2)
         _template.FORK_MAX_RSS_BYTES = 0  # a process too large to fork: a fresh interpreter instead
         async with pool.WorkerPool(spawn=1) as third:
-            seen["large_forked"] = third._layers.fleet._template.forked
+            seen["large_forked"] = third.debug().template_forked
             seen["large_add"] = await routines.add(3, 3)
     finally:
         if not closed:

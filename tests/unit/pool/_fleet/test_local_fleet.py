@@ -78,6 +78,7 @@ class FleetTemplate(ScriptTemplate):
     def __init__(self, *scripts: str) -> None:
         super().__init__(scripts[0])
         self.scripts = list(scripts)
+        self.exit_status: int | None = None  # as a real template's: set once it closed
 
     async def fork(self, env: Mapping[str, str], fds: tuple[int, int]) -> int:
         self.script = PRELUDE + (self.scripts.pop(0) if len(self.scripts) > 1 else self.scripts[0])
@@ -86,6 +87,7 @@ class FleetTemplate(ScriptTemplate):
     async def aclose(self) -> None:
         """What the fleet calls on stop: every child is gone by then; reap any left."""
         self.reap()
+        self.exit_status = 0
 
 
 class Events:
