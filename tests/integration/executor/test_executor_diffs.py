@@ -214,6 +214,7 @@ def test_shutdown_cancel_futures_and_cancel_should_take_back_every_call_no_worke
         assert not busy.cancel()
         assert waiting[0].cancel() and waiting[0].cancelled()  # handed to the pool (its worker's line): still PENDING
         ex.shutdown(wait=False, cancel_futures=True)
+        assert cancels_confirmed(ex)
         calls.mark(gate)
         assert busy.result(timeout=60) is True
     assert all(f.cancelled() for f in waiting)
@@ -230,6 +231,7 @@ def test_closing_a_map_iterator_should_cancel_the_calls_not_begun(tmp_path):
         assert calls.wait_for_file(gate + ".began")  # the one worker is held: nothing else can begin
         with pytest.raises(TimeoutError):
             next(results)  # (its finally cancels the rest)
+        assert cancels_confirmed(ex)
         calls.mark(gate)
     assert not list(tmp_path.glob("ran-*"))
 
@@ -239,6 +241,25 @@ def _gate_or_mark(path: str, gate: str) -> object:
         calls.mark(gate + ".began")
         return calls.wait_for_file(gate)
     return calls.mark(path)
+
+
+def cancels_confirmed(ex: pool.Executor, timeout: float = 60.0) -> bool:
+    """Wait until the one call that began is all ``ex``'s pool has in flight: the worker confirmed every cancel.
+
+    A cancel crosses to the worker, which drops the call from its line and
+    says so; one still on the wire when the held call ends comes too late
+    (the call runs and its result is dropped: pool/_executor/_feed.py). So a
+    test releases its gate only after this. (Read through the executor's
+    private runtime: `pool.Executor` shows no pool of its own.)
+    """
+    import time
+
+    end = time.monotonic() + timeout
+    while ex._runtime._pool.in_flight() > 1:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def calls_began(future: cf.Future, timeout: float = 60.0) -> bool:
