@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from .._base import RANDOM
 from .._call import Task, outcome_result
@@ -157,22 +157,29 @@ class Outage:
         return True
 
 
-async def persist(what: str, write: Callable[[], Awaitable[T]]) -> T:
-    """Run a store write until it succeeds: an outcome is never dropped for a store outage.
+async def persist(
+    what: str, write: Callable[..., Awaitable[T]], *args: Any, failed: StoreError | None = None, **kwargs: Any
+) -> T:
+    """Run a store write, ``write(*args, **kwargs)``, until it succeeds: an outcome is never dropped for a store outage.
 
     While the store is away the owner lease is not renewed either; if the
     outage outlasts it, another process revives the job and this write
-    then finds the job no longer ours (and says so).
+    then finds the job no longer ours (and says so). The arguments are
+    passed on, not closed over (see `_stores._retry.retrying`). ``failed``:
+    the first try, made by the caller, failed with it (a write every job
+    makes is tried once inline, without this coroutine).
     """
-    try:
-        return await write()  # (no outage object unless the store is away: every job's outcome passes here)
-    except StoreError as exc:
-        outage = Outage(what)
-        outage.failed(exc)
+    if failed is None:
+        try:
+            return await write(*args, **kwargs)  # (no outage object unless the store is away)
+        except StoreError as exc:
+            failed = exc
+    outage = Outage(what)
+    outage.failed(failed)
     while True:
         await asyncio.sleep(outage.delay())
         try:
-            result = await write()
+            result = await write(*args, **kwargs)
         except StoreError as exc:
             outage.failed(exc)
             continue

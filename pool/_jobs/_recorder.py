@@ -132,10 +132,22 @@ class Recorder:
         data = None if outcome is None else seal_outcome(job.id, outcome.SerializeToString(), self.seal)
         now = time.time()
         started = None if marked else attempt.started  # not marked running: this write does it too
-        finished = await persist(
-            f"recording job {job.id}",
-            lambda: self.store.finish(job.id, self.owner, state, now, outcome=data, error=error, started=started),
-        )
+        write = self.store.finish
+        try:  # once inline: every job's outcome passes here (`persist` only if the store is away)
+            finished = await write(job.id, self.owner, state, now, outcome=data, error=error, started=started)
+        except StoreError as exc:
+            finished = await persist(
+                f"recording job {job.id}",
+                write,
+                job.id,
+                self.owner,
+                state,
+                now,
+                failed=exc,
+                outcome=data,
+                error=error,
+                started=started,
+            )
         if not finished:
             _log.warning("job %s: its outcome (%s) was not recorded: the job is no longer ours", job.id, state)
             return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 import time
 import weakref
@@ -48,6 +49,8 @@ LAST_TRY_S: Final[float] = 1.0
 
 
 T = TypeVar("T")
+
+_NO_KWARGS: Final[dict[str, Any]] = {}  # a call without keyword arguments (read, never written)
 _Strays = tuple[list[str], list[str]]  # (pending ids given back, running ids made pending again)
 
 
@@ -77,7 +80,9 @@ async def retrying(
     call: Callable[[], Awaitable[T]],
     store: str = "the store",
     *,
-    again: Callable[[], Awaitable[T]] | None = None,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    again: Callable[..., Awaitable[T]] | None = None,
     recovered: Callable[[], None] = lambda: None,
     log_each: bool = False,
 ) -> T:
@@ -89,15 +94,19 @@ async def retrying(
     may still commit: the caller cannot tell, as with any lost answer.
 
     The first try runs inline (no frame, no closure of the retry loop on
-    the path every store call takes: the jobs path makes two per job).
+    the path every store call takes: the jobs path makes two per job), and
+    takes its arguments as ``args`` and ``kwargs`` rather than in a closure:
+    a job's calls wait in a batch by the hundred, and each closure kept its
+    captured variables as cells the garbage collector walks meanwhile.
 
     Args:
         what: What the call does, for log lines ("opening the store").
         budget_s: ``store_retry``.
-        call: The call.
+        call: The call (with ``args`` and ``kwargs``).
         store: The store's name, for the "no answer" error.
+        args, kwargs: What ``call`` (and ``again``) is called with.
         again: The call for the tries after the first (a write that looks
-            first whether the lost try committed); default ``call``.
+            first whether the lost try committed), with the same arguments; default ``call``.
         recovered: Called when a try after a lost connection succeeds.
         log_each: Log every back-off (a process starting while the store is
             down says why it waits), not only the first.
@@ -105,18 +114,20 @@ async def retrying(
     Raises:
         StoreError: not a lost connection, or still lost (or silent) at the end of the budget.
     """
+    if kwargs is None:
+        kwargs = _NO_KWARGS
     if budget_s <= 0:
-        return await call()
+        return await call(*args, **kwargs)
     errors: list[StoreError] = []
     bound = _bounds().enter(budget_s + LAST_TRY_S)
     try:
         try:
-            return await call()
+            return await call(*args, **kwargs)
         except StoreError as exc:
             if not lost_connection(exc):
                 raise
             errors.append(exc)
-        result = await _tries(what, budget_s, again or call, errors, log_each)
+        result = await _tries(what, budget_s, functools.partial(again or call, *args, **kwargs), errors, log_each)
         recovered()
         return result
     except asyncio.CancelledError:
@@ -276,11 +287,18 @@ class RetryingStore:
         return repr(self.inner)
 
     def _retry(
-        self, what: str, call: Callable[[], Awaitable[T]], again: Callable[[], Awaitable[T]] | None = None
+        self,
+        what: str,
+        call: Callable[..., Awaitable[T]],
+        again: Callable[..., Awaitable[T]] | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> Coroutine[Any, Any, T]:
-        """``call`` under `retrying` (``again`` for the tries after the first); ``recovered`` when it answers after
-        a lost connection."""
-        return retrying(what, self.budget_s, call, self._name, again=again, recovered=self._recovered)
+        """``call(*args, **kwargs)`` under `retrying` (``again`` for the tries after the first); ``recovered`` when
+        it answers after a lost connection."""
+        return retrying(
+            what, self.budget_s, call, self._name, args=args, kwargs=kwargs, again=again, recovered=self._recovered
+        )
 
     async def open(self) -> None:
         """Open the store, waiting (a log line per back-off) up to ``store_retry`` for a server out of reach.
@@ -296,23 +314,29 @@ class RetryingStore:
         """
         await retrying("opening the store", self.budget_s, self.inner.open, self._name, log_each=True)
 
-    async def submit(self, job: NewJob, max_active: int | None = None, owner: str = "") -> tuple[JobRecord, bool]:
-        async def again() -> tuple[JobRecord, bool]:
-            record = await self.inner.get(job.id)  # the last try may have committed before its answer was lost
-            if record is not None and _same_submission(record, job):
-                return record, True
-            return await self.inner.submit(job, max_active, owner)
+    # The three writes every job makes pass their arguments on rather than close over them (see `retrying`).
 
-        return await self._retry(f"submitting job {job.id}", lambda: self.inner.submit(job, max_active, owner), again)
+    def submit(
+        self, job: NewJob, max_active: int | None = None, owner: str = ""
+    ) -> Coroutine[Any, Any, tuple[JobRecord, bool]]:
+        return self._retry(f"submitting job {job.id}", self.inner.submit, self._submit_again, job, max_active, owner)
+
+    async def _submit_again(self, job: NewJob, max_active: int | None, owner: str) -> tuple[JobRecord, bool]:
+        record = await self.inner.get(job.id)  # the last try may have committed before its answer was lost
+        if record is not None and _same_submission(record, job):
+            return record, True
+        return await self.inner.submit(job, max_active, owner)
 
     def mark_running(self, job_id: str, owner: str, now: float) -> Awaitable[bool]:
-        async def again() -> bool:
-            record = await self.inner.get(job_id)
-            if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
-                return True
-            return await self.inner.mark_running(job_id, owner, now)
+        return self._retry(
+            f"marking job {job_id} running", self.inner.mark_running, self._mark_running_again, job_id, owner, now
+        )
 
-        return self._retry(f"marking job {job_id} running", lambda: self.inner.mark_running(job_id, owner, now), again)
+    async def _mark_running_again(self, job_id: str, owner: str, now: float) -> bool:
+        record = await self.inner.get(job_id)
+        if record is not None and (record.state, record.owner, record.started_at) == ("running", owner, now):
+            return True
+        return await self.inner.mark_running(job_id, owner, now)
 
     def finish(
         self,
@@ -325,17 +349,34 @@ class RetryingStore:
         error: str = "",
         started: float | None = None,
     ) -> Awaitable[bool]:
-        async def again() -> bool:
-            record = await self.inner.get(job_id)
-            if record is not None and record.state == state and record.finished_at == now and record.owner == "":
-                return True
-            return await self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
-
         return self._retry(
             f"recording job {job_id}",
-            lambda: self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started),
-            again,
+            self.inner.finish,
+            self._finish_again,
+            job_id,
+            owner,
+            state,
+            now,
+            outcome=outcome,
+            error=error,
+            started=started,
         )
+
+    async def _finish_again(
+        self,
+        job_id: str,
+        owner: str,
+        state: str,
+        now: float,
+        *,
+        outcome: bytes | None,
+        error: str,
+        started: float | None,
+    ) -> bool:
+        record = await self.inner.get(job_id)
+        if record is not None and record.state == state and record.finished_at == now and record.owner == "":
+            return True
+        return await self.inner.finish(job_id, owner, state, now, outcome=outcome, error=error, started=started)
 
     async def get(self, job_id: str) -> JobRecord | None:
         return await self._retry("looking a job up", lambda: self.inner.get(job_id))
