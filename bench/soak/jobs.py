@@ -145,15 +145,16 @@ async def soak(
                 if restarts:
                     pause = min(pause, max(0.0, restarts[0] - elapsed))  # a restart comes on time
                 await asyncio.sleep(min(pause, max(0.1, duration - elapsed)))
-                if time.monotonic() - t0 >= duration:
+                now = time.monotonic() - t0  # one reading for every branch below (two could straddle a restart time)
+                if now >= duration:
                     break
-                if restarts and time.monotonic() - t0 >= restarts[0] and pair is not None:
+                if restarts and now >= restarts[0] and pair is not None:
                     restarts.pop(0)
                     failovers.append(await asyncio.to_thread(pair.failover))
                     events.append((failovers[-1]["killed"], failovers[-1]["rebuilt"]))
                     chaos["failovers"] += 1
                     continue
-                if restarts and time.monotonic() - t0 >= restarts[0]:
+                if restarts and now >= restarts[0] and server is not None:
                     restarts.pop(0)
                     mode = ("fast", "immediate")[chaos["postgres_restarts"] % 2]
                     down = time.time()
