@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ._base import public
-from ._call import Task, current_dispatcher
+from ._call import CallRecord, current_dispatcher
 from ._dispatch import Queue
 from ._errors import ConfigError
 from ._transport import wire
@@ -165,7 +165,7 @@ class Routine(Generic[P, R]):
         self._base = base if base is not None else self
         self._code: tuple[bytes, bytes] | None = None
         self._interpreter = ""  # the interpreter of its blob when it is code by value (`code`), else ""
-        self._fields: dict[str, Any] | None = None  # a Task's fields but its arguments (see `task`)
+        self._fields: dict[str, Any] | None = None  # a CallRecord's fields but its arguments (see `task`)
         self._job_only = job_only(options)  # checked once here, not per call
 
     @property
@@ -231,8 +231,8 @@ class Routine(Generic[P, R]):
         job: Job = await submit(self.task(args, kwargs), self._call_options)  # `pool._pool._jobs.PoolJobs.submit`
         return job
 
-    def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Task:
-        """The `Task` for one call (pickles the arguments; raises if they cannot be)."""
+    def task(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallRecord:
+        """The `CallRecord` for one call (pickles the arguments; raises if they cannot be)."""
         fields = self._fields
         if fields is None:  # every field but the arguments, by name, computed once
             digest, blob = self._base.code()
@@ -257,7 +257,7 @@ class Routine(Generic[P, R]):
                 fields["rate"] = (queue.rate.n, float(queue.rate.per)) if queue.rate else None
         packed = wire.pack_args(self.__qualname__, args, kwargs)
         interpreter = self._base._interpreter or (wire.interpreter_of(packed) if packed else "")
-        return Task(args=packed, interpreter=interpreter, **fields)
+        return CallRecord(args=packed, interpreter=interpreter, **fields)
 
     def code(self) -> tuple[bytes, bytes]:
         """``(digest, blob)``: this routine pickled for the wire, computed once (and whether it is code by value)."""

@@ -1,6 +1,6 @@
 """What a call is, on either side of the stream: the task that travels, where it goes, how it ends.
 
-    _task        Task: one routine call as it travels, and as balancers and backpressure hooks see it
+    _task        Task: a call as balancers and backpressure hooks see it; CallRecord: the call itself as it travels
     _dispatcher  the Dispatcher protocol, and the one current in this context (a pool, or a worker's upstream)
     _calls       the caller's side of a call: open it on a stream, read its replies, decode its outcome
     _connection  the dispatching side's connection to one worker: its channel, its stream, opening calls on it
@@ -29,6 +29,7 @@ from ._dispatcher import current_dispatcher as current_dispatcher
 from ._dispatcher import opened as opened
 from ._dispatcher import reset_dispatcher as reset_dispatcher
 from ._dispatcher import set_dispatcher as set_dispatcher
+from ._task import CallRecord as CallRecord
 from ._task import Task as Task
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "CANCEL_CONFIRM_S",
     "PLAIN_ABORT_S",
+    "CallRecord",
     "Dispatches",
     "RemoteGenerator",
     "StartByPassed",

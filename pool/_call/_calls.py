@@ -1,11 +1,11 @@
 """The caller's side of a routine call, whoever dispatches it.
 
-A call is described by a `Task`. A `Dispatcher` turns a task into an
+A call is described by a `CallRecord`. A `Dispatcher` turns a task into an
 accepted `OutgoingCall` on some stream: the `WorkerPool` (through its
 admission, limits and balancer) or, inside a worker, the stream back to
 the dispatcher (nested dispatch). This module then runs the call to its end:
 
-    Routine(...)  ->  Task  ->  dispatcher.dispatch(task)  ->  OutgoingCall
+    Routine(...)  ->  CallRecord  ->  dispatcher.dispatch(task)  ->  OutgoingCall
                                                             -> call_routine: one outcome
                                                             -> RemoteGenerator: a stream
 
@@ -32,10 +32,10 @@ from .._errors import SerializationError, WorkerBroken, WorkerRejected
 from .._transport import LATE_MESSAGE, TRANSIENT_CODES, HandedBack, OutgoingCall, Session, buffers, status_name, wire
 from .._transport import leakypool_pb2 as pb
 from ._dispatcher import Dispatches
-from ._task import Task
+from ._task import CallRecord
 
 
-def start_call(session: Session, task: Task) -> OutgoingCall:
+def start_call(session: Session, task: CallRecord) -> OutgoingCall:
     """Open a call for ``task`` on ``session`` now, without waiting for the callee's answer (`judge_first` reads it).
 
     A call that is not plain is watched (`AnswerWatch`): a callee that says
@@ -58,7 +58,7 @@ def start_call(session: Session, task: Task) -> OutgoingCall:
     return call
 
 
-async def open_call(session: Session, task: Task) -> OutgoingCall:
+async def open_call(session: Session, task: CallRecord) -> OutgoingCall:
     """Open a call for ``task`` on ``session`` and wait for the callee's verdict (`start_call`, then `judge_first`).
 
     Raises:
@@ -184,7 +184,7 @@ class AnswerWatch:
 
 
 class StartByPassed(Exception):
-    """A job's call reached its worker after its start-by time (`Task.start_by`), and was declined unstarted.
+    """A job's call reached its worker after its start-by time (`CallRecord.start_by`), and was declined unstarted.
 
     Not a refusal to rotate past: the owner lease it was placed under may
     have lapsed, so no worker may start it now; its job goes back to the store.
@@ -219,7 +219,7 @@ PLAIN_ABORT_S: Final[float] = 0.25
 a function holding the GIL in C code keeps its worker from confirming anything, and its caller must not wait."""
 
 
-async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
+async def call_routine(dispatcher: Dispatches, task: CallRecord) -> Any:
     """Run a coroutine routine's task through ``dispatcher`` and return its result.
 
     The task's timeout bounds the whole call, waiting included; on expiry
@@ -232,7 +232,7 @@ async def call_routine(dispatcher: Dispatches, task: Task) -> Any:
     return value
 
 
-async def call_outcome(dispatcher: Dispatches, task: Task) -> tuple[bool, Any]:
+async def call_outcome(dispatcher: Dispatches, task: CallRecord) -> tuple[bool, Any]:
     """`call_routine` with the routine's outcome as data: ``(True, value)`` or ``(False, the exception it raised)``.
 
     Whatever the routine raised (`SystemExit`, `CancelledError` ...) is data
@@ -321,7 +321,7 @@ class RemoteGenerator:
     Each step waits at most the task's timeout.
     """
 
-    def __init__(self, dispatcher: Dispatches, task: Task) -> None:
+    def __init__(self, dispatcher: Dispatches, task: CallRecord) -> None:
         self._dispatcher = dispatcher
         self._task = task
         self._call: OutgoingCall | None = None

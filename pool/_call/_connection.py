@@ -26,7 +26,7 @@ from .._errors import WorkerBroken
 from .._transport import CallHost, OutgoingCall, Session, TlsCredentials, Trust, UnixChannel, WorkerMetadata
 from .._transport import leakypool_pb2 as pb
 from ._calls import start_call
-from ._task import Task
+from ._task import CallRecord
 
 if TYPE_CHECKING:
     from .._transport import GrpcChannel
@@ -92,7 +92,7 @@ class WorkerConnection:
         """Whether its last stream failed (the worker may be unreachable)."""
         return self._session is not None and self._session.failure is not None
 
-    def open(self, task: Task) -> OutgoingCall:
+    def open(self, task: CallRecord) -> OutgoingCall:
         """Send ``task`` to the worker now; its first answer (`judge_first`) says whether the worker took it.
 
         Raises:

@@ -15,13 +15,13 @@ from typing import Any, Protocol
 
 from .._errors import PoolClosed
 from .._transport import OutgoingCall
-from ._task import Task
+from ._task import CallRecord
 
 
 class Dispatches(Protocol):
     """What a call or a generator needs of its dispatcher: `Dispatcher.dispatch` alone."""
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """See `Dispatcher.dispatch`."""
         ...
 
@@ -33,7 +33,7 @@ class Dispatcher(Dispatches, Protocol):
     in `dispatch`, which also serves calls relayed on behalf of workers.
     """
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Get ``task`` accepted by a callee; ``parent`` is the call whose routine made it, if any.
 
         Raises:
@@ -41,11 +41,11 @@ class Dispatcher(Dispatches, Protocol):
         """
         ...
 
-    def call(self, task: Task) -> Coroutine[Any, Any, Any]:
+    def call(self, task: CallRecord) -> Coroutine[Any, Any, Any]:
         """Run a coroutine routine's task; the coroutine returns its result."""
         ...
 
-    def generator(self, task: Task) -> AsyncIterator[Any]:
+    def generator(self, task: CallRecord) -> AsyncIterator[Any]:
         """Run an async-generator routine's task; iterate for its values."""
         ...
 

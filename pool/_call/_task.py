@@ -1,11 +1,18 @@
-"""`Task`: one routine call as it travels, and as balancers and backpressure hooks see it."""
+"""`Task`: what balancers and backpressure hooks see of a call; `CallRecord`: the call itself as it travels.
+
+The pool hands hooks and balancers its own record of the call (no copy per
+call, on the path every call takes), typed as the public `Task`: the
+attributes a hook may read. The rest of the record (the routine's code,
+the pickled arguments, deadlines, tracing, callbacks) is the pool's own and
+changes between versions.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from .._base import public
 from .._transport import Session
@@ -15,15 +22,77 @@ MIN_REMAINING_S: Final[float] = 0.001
 """The least time left a call is sent with (its deadline may pass while the Call frame is written)."""
 
 
-@dataclasses.dataclass(slots=True, eq=False)
-class Task:
-    """One routine call on its way to a worker.
+@runtime_checkable
+class Task(Protocol):
+    """One routine call as a balancer (``delegate(task, ...)``) or a backpressure hook (``ctx.task``) sees it.
 
-    Balancers (``delegate(task, ...)``) and backpressure hooks
-    (``ctx.task``) receive this. The public attributes are ``name``,
-    ``generator``, ``timeout`` and the limits (``queue`` name,
-    ``concurrency``, ``total``, ``key``, ``workflow``, ``halt_on_error``);
-    the rest is the wire form of the routine and its arguments.
+    Read-only. On a worker the hook sees it before the call is accepted, so
+    nothing here needs the arguments decoded.
+    """
+
+    @property
+    def name(self) -> str:
+        """The routine's qualified name (``module.function``)."""
+        ...
+
+    @property
+    def generator(self) -> bool:
+        """An async-generator routine (its values stream back)."""
+        ...
+
+    @property
+    def plain(self) -> bool:
+        """A plain ``def`` function (one at a time per worker, on a thread of its own)."""
+        ...
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the call may run (None: no limit)."""
+        ...
+
+    @property
+    def queue(self) -> str:
+        """The named queue whose limits it takes ("": none)."""
+        ...
+
+    @property
+    def concurrency(self) -> int:
+        """Calls of its key that may run at once (0: no limit)."""
+        ...
+
+    @property
+    def total(self) -> int:
+        """Calls of its queue that may run at once (0: no limit)."""
+        ...
+
+    @property
+    def key(self) -> str:
+        """The key its queue's ``concurrency`` counts by ("": none)."""
+        ...
+
+    @property
+    def workflow(self) -> str:
+        """The workflow it belongs to ("": none)."""
+        ...
+
+    @property
+    def halt_on_error(self) -> bool:
+        """A failure of this call halts its workflow."""
+        ...
+
+    @property
+    def priority(self) -> int:
+        """Its place in the pool's line (higher first)."""
+        ...
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class CallRecord:
+    """One routine call on its way to a worker: the `Task` hooks see, and its wire form.
+
+    The routine's code (``digest``, ``blob``) and pickled arguments
+    (``args``) cross to the worker; the rest is how the pool places and
+    bounds it. Hooks and balancers receive this object typed as `Task`.
     """
 
     name: str
@@ -92,7 +161,7 @@ class Task:
             limits.concurrency, limits.total, limits.halt_on_error = self.concurrency, self.total, self.halt_on_error
 
     @classmethod
-    def from_message(cls, call: pb.Call, blob: bytes) -> Task:
+    def from_message(cls, call: pb.Call, blob: bytes) -> CallRecord:
         """The task a received Call message describes (``blob``: the routine, resolved)."""
         routine = call.routine
         task = cls(routine.name, routine.generator, routine.digest, blob, call.args, call.timeout or None)

@@ -1,6 +1,6 @@
 """The call path of one pool: one owner for every decision a call meets on its way to a worker.
 
-    routine call ──> Task ──> CallPath.call (a coroutine routine's whole call) / CallPath.dispatch (an accepted call)
+    routine call ──> CallRecord ──> CallPath.call (a coroutine routine's whole call) / CallPath.dispatch (an accepted call)
        admit      ceiling: admitted (running + waiting) < max_pending? ─── no ──> AdmissionRejected, at once
        limits     workflow, queue key, queue total (FIFO; Deadlock; `_limits`)
        place      the balancer's order (`order`, or its `delegate` driven here), the known full skipped:
@@ -49,7 +49,15 @@ from typing import TYPE_CHECKING, Any, Final
 from balancer import LoadBalancerLike
 
 from .._base import DRAINING_MESSAGE
-from .._call import CANCEL_CONFIRM_S, PLAIN_ABORT_S, Task, WorkerConnection, call_failure, judge_first, outcome_result
+from .._call import (
+    CANCEL_CONFIRM_S,
+    PLAIN_ABORT_S,
+    CallRecord,
+    WorkerConnection,
+    call_failure,
+    judge_first,
+    outcome_result,
+)
 from .._errors import (
     AdmissionRejected,
     CapacityTimeout,
@@ -95,7 +103,7 @@ Offer = tuple[uuid.UUID, WorkerConnection, int, OutgoingCall]
 """A call just sent to a worker: (its uid, its connection, the room epoch at the offer, the call)."""
 
 
-def _runs(worker: WorkerMetadata, task: Task) -> bool:
+def _runs(worker: WorkerMetadata, task: CallRecord) -> bool:
     """Whether ``worker`` may run ``task`` (issue 54): it runs the task's build, if the task names one, and the
     Python that made the task's code by value, if it carries any (a record silent on its Python may: it says so)."""
     if task.build and worker.build != task.build:
@@ -234,7 +242,7 @@ class CallPath:
 
     # -- a call --------------------------------------------------------------------------------
 
-    def call(self, task: Task, *, as_data: bool = False) -> Coroutine[Any, Any, Any]:
+    def call(self, task: CallRecord, *, as_data: bool = False) -> Coroutine[Any, Any, Any]:
         """Run a coroutine routine's ``task`` to its end (await it): its value, or the exception it raised.
 
         The task's timeout bounds the whole call, waiting included; on expiry
@@ -255,13 +263,13 @@ class CallPath:
             return self._call(task, as_data)  # (no timer, and no frame for one)
         return self._bounded(task, as_data)
 
-    async def _bounded(self, task: Task, as_data: bool) -> Any:
+    async def _bounded(self, task: CallRecord, as_data: bool) -> Any:
         assert task.timeout is not None  # noqa: S101 - `call` sends only such a task here
         task.deadline = time.monotonic() + task.timeout  # sent as the time left: a worker enforces a plain call's
         async with asyncio.timeout(task.timeout):
             return await self._call(task, as_data)
 
-    async def _call(self, task: Task, as_data: bool) -> Any:
+    async def _call(self, task: CallRecord, as_data: bool) -> Any:
         """`call`'s one coroutine. The common case (an open pool, a balancer with an order, no limit, no tracer,
         nobody waiting ahead) places inline, without `dispatch`: one frame per call from here to the worker."""
         call: OutgoingCall | None = None
@@ -332,7 +340,7 @@ class CallPath:
                 raise outcome[1]
             return outcome[1]
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it; the call ends the ticket.
 
         Raises:
@@ -373,16 +381,16 @@ class CallPath:
         call.on_finish(self._dispatched_ended)
         return call
 
-    def _deadline(self, task: Task) -> float:
+    def _deadline(self, task: CallRecord) -> float:
         """When (loop time) ``task`` must have been accepted by: its dispatch deadline from now."""
         return asyncio.get_running_loop().time() + (task.dispatch_deadline or self._default_deadline)
 
-    def _count_refusal(self, exc: BaseException, task: Task) -> None:
+    def _count_refusal(self, exc: BaseException, task: CallRecord) -> None:
         """Count a call the line refused (a full queue) in the metrics (the ceiling counts its own in `admit`)."""
         if isinstance(exc, AdmissionRejected) and self.metrics is not None:
             self.metrics.rejected(task.name)
 
-    def _timed_out(self, task: Task) -> CapacityTimeout:
+    def _timed_out(self, task: CallRecord) -> CapacityTimeout:
         self.capacity_timeouts += 1
         if self.metrics is not None:
             self.metrics.timed_out(task.name)
@@ -392,7 +400,7 @@ class CallPath:
             f"starting: {self.waiting} calls queued for {len(self.roster)} workers"
         )
 
-    def admit(self, task: Task, parent: Ticket | None) -> Ticket:
+    def admit(self, task: CallRecord, parent: Ticket | None) -> Ticket:
         """Count a new call in, or refuse it at once if the ceiling is reached.
 
         Raises:
@@ -435,7 +443,7 @@ class CallPath:
 
     # -- a job's attempt -------------------------------------------------------------------------
 
-    async def place_job(self, task: Task) -> OutgoingCall | None:
+    async def place_job(self, task: CallRecord) -> OutgoingCall | None:
         """One dispatch attempt for a job: its limits if free (else None), then the balancer, once.
 
         Raises:
@@ -475,7 +483,7 @@ class CallPath:
 
     # -- placement: one pass over the workers ------------------------------------------------------
 
-    async def _place(self, task: Task) -> OutgoingCall:
+    async def _place(self, task: CallRecord) -> OutgoingCall:
         """Get ``task`` accepted by one worker, trying them in the balancer's order (every pass, for a plain call).
 
         Raises:
@@ -497,7 +505,7 @@ class CallPath:
                     return call
         raise self._none_took(task)
 
-    def _passes(self, task: Task) -> Iterator[Any]:
+    def _passes(self, task: CallRecord) -> Iterator[Any]:
         """The views of the roster a task's balancer gets, in turn: the roster; for a plain call, the idle workers,
         then the places in line (`PlainSlots`)."""
         if not task.plain:
@@ -508,7 +516,7 @@ class CallPath:
                 continue  # every worker runs one of ours: the idle pass could offer no one (no balancer call)
             yield self.plain.view(room)
 
-    def _offers(self, task: Task, context: Any) -> Iterator[Offer]:
+    def _offers(self, task: CallRecord, context: Any) -> Iterator[Offer]:
         """Send ``task`` to each candidate of the balancer's order in turn, as the caller asks for the next."""
         assert self._order is not None  # noqa: S101 - an invariant: only a balancer with an order comes here
         workers = self._workers
@@ -519,7 +527,7 @@ class CallPath:
             if entry is not None and (not (task.build or task.interpreter) or _runs(entry[0], task)):
                 yield self._send(uid, entry[1], task)
 
-    def _send(self, uid: uuid.UUID, connection: WorkerConnection, task: Task) -> Offer:
+    def _send(self, uid: uuid.UUID, connection: WorkerConnection, task: CallRecord) -> Offer:
         """Send ``task`` to worker ``uid`` now (its first answer says whether it took it)."""
         epochs = self.room.epochs
         epoch = epochs.get(uid, 0) if epochs else 0  # (`RoomBook.offer`, without a call while no room was announced)
@@ -529,7 +537,7 @@ class CallPath:
             call.on_finish(functools.partial(self._plain_ended, uid, task))
         return uid, connection, epoch, call
 
-    def _judged(self, offer: Offer, item: Any, task: Task) -> OutgoingCall | None:
+    def _judged(self, offer: Offer, item: Any, task: CallRecord) -> OutgoingCall | None:
         """The call of ``offer`` if its first answer, ``item``, says the worker took it; None if it turned it away."""
         uid, connection, epoch, call = offer
         if type(item) is not pb.Frame or item.WhichOneof("body") != "accept":  # (an Accept is the common answer)
@@ -547,7 +555,7 @@ class CallPath:
             self.queued(uid)
         return call
 
-    async def _delegate(self, task: Task, context: Any) -> OutgoingCall | None:
+    async def _delegate(self, task: CallRecord, context: Any) -> OutgoingCall | None:
         """One pass of a balancer without an `order`, driving its ``delegate`` (wool's protocol): the call a worker
         took, or None."""
         delegation = self.balancer.delegate(task, context=context)
@@ -574,7 +582,7 @@ class CallPath:
         finally:
             await delegation.aclose()
 
-    def _none_took(self, task: Task) -> NoWorkersAvailable:
+    def _none_took(self, task: CallRecord) -> NoWorkersAvailable:
         last, self._last = self._last, None
         mismatch = self._mismatch(task, last)
         if mismatch is not None:
@@ -591,7 +599,7 @@ class CallPath:
         error.__cause__ = last
         return error
 
-    def _mismatch(self, task: Task, last: BaseException | None) -> VersionMismatch | None:
+    def _mismatch(self, task: CallRecord, last: BaseException | None) -> VersionMismatch | None:
         """`VersionMismatch` if no member may run ``task`` (`_runs`: its build, its code's Python), else None.
 
         A member whose record does not name its interpreter (an older
@@ -693,7 +701,7 @@ class CallPath:
                 raise DeadlinePassed from None
             raise
 
-    async def _answer(self, offer: Offer, task: Task) -> OutgoingCall | None:
+    async def _answer(self, offer: Offer, task: CallRecord) -> OutgoingCall | None:
         """The first answer to the call of ``offer``, judged (`_judged`); a caller that gives up meanwhile cancels it."""
         try:
             item = await offer[3].next_item()
@@ -702,7 +710,7 @@ class CallPath:
             raise
         return self._judged(offer, item, task)
 
-    async def _send_plain(self, task: Task) -> OutgoingCall | None:
+    async def _send_plain(self, task: CallRecord) -> OutgoingCall | None:
         """A plain call sent to the first worker with a place for it (`_passes`), and its answer: the call, if the
         worker took it; None if no worker had a place, or the one sent to turned it away."""
         for context in self._passes(task):
@@ -901,7 +909,7 @@ class CallPath:
 
     # -- plain calls in workers' lines ---------------------------------------------------------------
 
-    def _plain_ended(self, uid: uuid.UUID, task: Task, call: OutgoingCall) -> None:
+    def _plain_ended(self, uid: uuid.UUID, task: CallRecord, call: OutgoingCall) -> None:
         """A plain call left worker ``uid``; one its caller gave up at its deadline may leave the worker stuck.
 
         The worker enforces the deadline itself (it answers `TimeoutError` and

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 
 from .._base import TaskOwner
-from .._call import Dispatches, Task
+from .._call import CallRecord, Dispatches
 from .._transport import FAILED_PRECONDITION, FINAL_OUTCOMES, HandedBack, OutgoingCall, Session, buffers, wire
 from .._transport import leakypool_pb2 as pb
 
@@ -28,7 +28,7 @@ _log = logging.getLogger("leakypool.pool")
 class _Relay:
     __slots__ = ("id", "parent", "runner", "session", "steps", "task")
 
-    def __init__(self, session: Session, call_id: int, task: Task, parent: OutgoingCall | None) -> None:
+    def __init__(self, session: Session, call_id: int, task: CallRecord, parent: OutgoingCall | None) -> None:
         self.session = session
         self.id = call_id
         self.task = task
@@ -71,7 +71,7 @@ class NestedHost:
             session.reject(frame.id, FAILED_PRECONDITION, "unknown routine digest")
             return
         caller = session.outgoing(frame.call.parent)  # the call whose routine made this one
-        task = Task.from_message(frame.call, blob)
+        task = CallRecord.from_message(frame.call, blob)
         with contextlib.suppress(LookupError):  # its buffers never came: sending it raises, the call's RAISE
             task.args = buffers.adopt(task.args)  # large buffers: ours now, lent as often as the call is offered
         relay = _Relay(session, frame.id, task, caller)

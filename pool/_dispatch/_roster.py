@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
-from .._call import Task, WorkerConnection
+from .._call import CallRecord, WorkerConnection
 from .._transport import QUEUED, OutgoingCall, WorkerMetadata
 from ._room import RoomBook
 
@@ -109,7 +109,7 @@ class PlainSlots:
         self._holders = 0  # bumped when a worker starts or stops holding calls of ours (a key of `calls` comes or goes)
         self._none_idle: tuple[tuple[uuid.UUID, ...], int, bool] | None = None  # (members, _holders, answer)
 
-    def rooms(self, task: Task) -> tuple[int, ...]:
+    def rooms(self, task: CallRecord) -> tuple[int, ...]:
         """The passes for ``task``: places per worker it may take (1: idle workers only)."""
         depth = self.depth if task.prefetch is None else min(self.depth, task.prefetch)
         return (1, 1 + depth) if depth else (1,)

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import cloudpickle
 
-from .._call import Task
+from .._call import CallRecord
 from .._routine import BoundRoutine, Routine, routine
 from .._transport import wire
 from ._map import Chunk
@@ -60,7 +60,7 @@ class Shipped:
 _MAIN: Final[bytes] = b"__main__"
 
 
-def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> Task:
+def task_for(runner: Routine[..., Any], args: tuple[Any, ...]) -> CallRecord:
     """``runner``'s task for ``args`` (a `Shipped` first): by plain pickle when that is what cloudpickle would send.
 
     The routine's own packing sends anything whose pickle mentions

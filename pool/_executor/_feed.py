@@ -14,7 +14,7 @@ Each submitted callable runs through one routine (`_apply`, see `_calls`):
 The window (`IN_FLIGHT_PER_WORKER` per worker) keeps the pool's own queue short: a long line waits here,
 as work items, not as asyncio tasks in the pool. A future stays PENDING (``cancel()`` works) while its call
 waits here, in the pool's line or in a worker's, and turns RUNNING when its worker says it began
-(`Task.started`). Cancelling it before that takes the call back: its runner is cancelled, which cancels
+(`CallRecord.started`). Cancelling it before that takes the call back: its runner is cancelled, which cancels
 the call wherever it waits (a worker drops one from its line unstarted). A cancel that crosses the
 worker's word on the wire comes too late: the call runs, and its result is dropped.
 """
@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any, Final
 
-from .._call import Task
+from .._call import CallRecord
 from .._config import PLAIN_PREFETCH
 from .._errors import NoWorkersAvailable, PoolClosed, SerializationError, WorkerBroken
 from .._routine import Routine
@@ -55,7 +55,7 @@ class _Work:
 
     __slots__ = ("future", "runner", "started", "task", "withdrawn")
 
-    def __init__(self, future: cf.Future[Any], task: Task) -> None:
+    def __init__(self, future: cf.Future[Any], task: CallRecord) -> None:
         self.future = future
         self.task = task
         self.runner: asyncio.Task[Any] | None = None  # the runner awaiting its call, while it does
@@ -69,7 +69,7 @@ class _Work:
         return self.started
 
     def began(self) -> None:
-        """Its worker said it began (`Task.started`, on the loop). Cancelled first, it runs all the same (a
+        """Its worker said it began (`CallRecord.started`, on the loop). Cancelled first, it runs all the same (a
         withdrawal is on its way: its result is dropped)."""
         self.begin()
 
@@ -98,7 +98,7 @@ class Feed:
         self._waking = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
-        self._call: Callable[[Task], Coroutine[Any, Any, tuple[bool, Any]]] | None = None
+        self._call: Callable[[CallRecord], Coroutine[Any, Any, tuple[bool, Any]]] | None = None
         self._spawn: Callable[..., Any] = lambda coro, name: None
         self._is_open: Callable[[], bool] = lambda: True
         self._workers: Callable[[], int] = lambda: 1
@@ -111,7 +111,7 @@ class Feed:
 
     def attach(
         self,
-        call: Callable[[Task], Coroutine[Any, Any, tuple[bool, Any]]],
+        call: Callable[[CallRecord], Coroutine[Any, Any, tuple[bool, Any]]],
         spawn: Callable[..., Any],
         *,
         is_open: Callable[[], bool],
@@ -137,7 +137,7 @@ class Feed:
 
     # -- any thread ------------------------------------------------------------------------------
 
-    def put(self, future: cf.Future[Any], task: Task) -> None:
+    def put(self, future: cf.Future[Any], task: CallRecord) -> None:
         """Queue ``task`` for ``future`` (never blocks).
 
         Raises:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from .._base import RANDOM
-from .._call import Task, outcome_result
+from .._call import CallRecord, outcome_result
 from .._errors import CapacityTimeout, SerializationError, StoreError, VersionMismatch, WorkerBroken
 from .._transport import leakypool_pb2 as pb
 from .._transport import wire
@@ -56,7 +56,7 @@ class Attempt:
         "task",
     )
 
-    def __init__(self, job: JobRecord, task: Task, policy: RetryPolicy) -> None:
+    def __init__(self, job: JobRecord, task: CallRecord, policy: RetryPolicy) -> None:
         self.job = job
         self.task = task
         self.policy = policy

@@ -28,7 +28,7 @@ from ._store import JobRecord
 _log = logging.getLogger("leakypool.jobs")
 
 if TYPE_CHECKING:
-    from .._call import Task
+    from .._call import CallRecord
     from .._transport import OutgoingCall
     from ._due import NextDue
     from ._placements import PlacementWindow
@@ -64,7 +64,7 @@ class Attendant:
         window: PlacementWindow,
         next_due: NextDue,
         *,
-        place: Callable[[Task], Awaitable[OutgoingCall | None]],
+        place: Callable[[CallRecord], Awaitable[OutgoingCall | None]],
         starved: Callable[[], None],
         has_workers: Callable[[], bool],
         room: asyncio.Event,

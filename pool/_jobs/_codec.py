@@ -1,6 +1,6 @@
 """A job's payload: the call it stands for, as the store keeps it (opaque to the store).
 
-The payload carries what a `Task` carries (the routine's wire form, the
+The payload carries what a `CallRecord` carries (the routine's wire form, the
 pickled arguments, the limits) plus the job's retry policy. It is written
 once at submission and read by whichever dispatching process runs the job,
 so its format is versioned. It is code (a pickle, and a routine a worker
@@ -16,7 +16,7 @@ import dataclasses
 import pickle
 from typing import Any, Final
 
-from .._call import Task
+from .._call import CallRecord
 from .._errors import SerializationError
 from .._transport import Seal, is_sealed, wire
 
@@ -32,7 +32,7 @@ class RetryPolicy:
     retry_on: tuple[type[BaseException], ...] = ()
 
 
-def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal, build: str = "") -> bytes:
+def encode(task: CallRecord, policy: RetryPolicy, job_id: str, seal: Seal, build: str = "") -> bytes:
     """The payload of job ``job_id``, which runs ``task``, sealed for that job; ``build``: the build it is pinned
     to ("": none, it runs the build of the process that dispatches it).
 
@@ -42,7 +42,7 @@ def encode(task: Task, policy: RetryPolicy, job_id: str, seal: Seal, build: str 
     return seal_fields(payload_fields(task, policy, build), job_id, seal)
 
 
-def payload_fields(task: Task, policy: RetryPolicy, build: str = "") -> dict[str, Any]:
+def payload_fields(task: CallRecord, policy: RetryPolicy, build: str = "") -> dict[str, Any]:
     """What a payload holds for ``task`` (see `encode`), before it is pickled and sealed.
 
     Raises:
@@ -79,7 +79,7 @@ def seal_fields(fields: dict[str, Any], job_id: str, seal: Seal) -> bytes:
     )
 
 
-def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
+def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[CallRecord, RetryPolicy]:
     """Inverse of `encode`: nothing is unpickled unless the payload's seal checks for ``job_id``.
 
     Raises:
@@ -92,10 +92,10 @@ def decode(job_id: str, payload: bytes, seal: Seal) -> tuple[Task, RetryPolicy]:
     return task_of(fields), RetryPolicy(fields["retry_backoff"], retry_on)
 
 
-def task_of(fields: dict[str, Any]) -> Task:
+def task_of(fields: dict[str, Any]) -> CallRecord:
     """The task a payload's ``fields`` run: what `decode` returns, and what the submitting process holds of a job it
     keeps (without reading its own payload back)."""
-    return Task(
+    return CallRecord(
         name=fields["name"],
         generator=False,
         digest=fields["digest"],

@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Final, Protocol
 
 from .._base import public
-from .._call import Task, outcome_result
+from .._call import CallRecord, outcome_result
 from .._errors import ConfigError
 from .._transport import Seal
 from .._transport import leakypool_pb2 as pb
@@ -202,7 +202,7 @@ class JobHolder(Protocol):
         """This process's owner id if it can take one more job it submits into its batch now, else ""."""
         ...
 
-    def adopt(self, job: JobRecord | None, run: tuple[Task, RetryPolicy] | None = None) -> None:
+    def adopt(self, job: JobRecord | None, run: tuple[CallRecord, RetryPolicy] | None = None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not); ``run``: what its
         payload holds (the submitter made it: no need to read it back)."""
         ...
@@ -273,7 +273,7 @@ class Jobs:
         if waiter is not None and not waiter.done():
             waiter.set_result(record)
 
-    async def submit(self, task: Task, options: JobOptions) -> Job:
+    async def submit(self, task: CallRecord, options: JobOptions) -> Job:
         """Commit a job for ``task``; returns the active job with the same id instead, if any."""
         now = time.time()
         new, run = self._row(task, options, now)
@@ -295,14 +295,14 @@ class Jobs:
         return Job(self, record)
 
     def new_job(
-        self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
+        self, task: CallRecord, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
     ) -> NewJob:
         """The row `submit` writes for ``task`` (``job_id`` and ``due`` override the options': a periodic slot's)."""
         return self._row(task, options, now, job_id=job_id, due=due)[0]
 
     def _row(
-        self, task: Task, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
-    ) -> tuple[NewJob, tuple[Task, RetryPolicy]]:
+        self, task: CallRecord, options: JobOptions, now: float, *, job_id: str = "", due: float | None = None
+    ) -> tuple[NewJob, tuple[CallRecord, RetryPolicy]]:
         """`new_job`, and what its payload holds, as the process that runs it reads it back (`decode`)."""
         if due is None:
             due = options.run_at.timestamp() if options.run_at is not None else now + options.delay

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._call import Task
+from .._call import CallRecord
 from .._errors import ConfigError, StoreError
 from .._transport import wire
 from ._attempt import Outage
@@ -110,7 +110,7 @@ class Slots:
         return n
 
 
-def schedule_name(task: Task, cron: str, tz: str) -> str:
+def schedule_name(task: CallRecord, cron: str, tz: str) -> str:
     """``cron:ROUTINE:DIGEST``: the same routine, expression, zone and arguments give the same name everywhere."""
     digest = hashlib.sha256(b"\0".join([cron.encode(), tz.encode(), task.digest, wire.inline(task.args)])).hexdigest()[
         :12
@@ -130,7 +130,7 @@ class Periodic:
     """
 
     def __init__(
-        self, jobs: Jobs, task: Task, options: JobOptions, slots: Slots, tz: str, wake: Callable[[], None]
+        self, jobs: Jobs, task: CallRecord, options: JobOptions, slots: Slots, tz: str, wake: Callable[[], None]
     ) -> None:
         if not isinstance(jobs.store, MaintainedStore):
             raise ConfigError(f"schedule: the store {jobs.store!r} cannot record schedules")
@@ -218,7 +218,7 @@ class Schedules:
         self._tasks = TaskOwner("job schedules", _log)
         self.names: list[str] = []
 
-    def add(self, task: Task, options: JobOptions, cron: str, tz: str) -> str:
+    def add(self, task: CallRecord, options: JobOptions, cron: str, tz: str) -> str:
         """Start submitting ``task`` at each slot of ``cron``; the schedule's name.
 
         Raises:

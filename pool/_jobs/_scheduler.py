@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from .._base import TaskOwner
-from .._call import Task
+from .._call import CallRecord
 from .._errors import SerializationError, StoreError
 from .._transport import OutgoingCall, Seal
 from ._attempt import Attempt as _Attempt
@@ -82,7 +82,7 @@ class Scheduler:
     def __init__(
         self,
         store: JobStore,
-        place: Callable[[Task], Awaitable[OutgoingCall | None]],
+        place: Callable[[CallRecord], Awaitable[OutgoingCall | None]],
         starved: Callable[[], None],
         has_workers: Callable[[], bool] = lambda: True,
         *,
@@ -231,7 +231,7 @@ class Scheduler:
             return self.owner
         return ""
 
-    def adopt(self, job: JobRecord | None, run: tuple[Task, RetryPolicy] | None = None) -> None:
+    def adopt(self, job: JobRecord | None, run: tuple[CallRecord, RetryPolicy] | None = None) -> None:
         """A job this process just submitted, inserted already leased by it (None: it was not; `JobHolder`)."""
         epoch = self._lease.arrived()
         if job is not None:
@@ -414,7 +414,7 @@ class Scheduler:
         for job_id in ids:
             self._held.drop(job_id)
 
-    def _adopt(self, job: JobRecord, epoch: int, run: tuple[Task, RetryPolicy] | None = None) -> None:
+    def _adopt(self, job: JobRecord, epoch: int, run: tuple[CallRecord, RetryPolicy] | None = None) -> None:
         if job.id in self._held.ids:
             return  # given back by another while its lease lapsed, leased here again: the attempt held stays one
         if run is not None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._version import __version__
 
 if TYPE_CHECKING:
-    from .._call import Task
+    from .._call import CallRecord
     from .._transport import OutgoingCall
 
 TRACER_NAME: Final[str] = "leakypool"
@@ -67,11 +67,11 @@ def remote_context(header: str) -> Any:
 
 
 class Attempt:
-    """The dispatching-side span of one call or job attempt; `Task.fill` asks it for the context to send."""
+    """The dispatching-side span of one call or job attempt; `CallRecord.fill` asks it for the context to send."""
 
     __slots__ = ("_kind", "_parent", "_start_ns", "_task", "_tracer", "span")
 
-    def __init__(self, tracer: Any, kind: str, task: Task) -> None:
+    def __init__(self, tracer: Any, kind: str, task: CallRecord) -> None:
         from opentelemetry import context
 
         self._tracer = tracer
@@ -145,7 +145,7 @@ class Attempt:
 
 
 async def traced(
-    tracer: Any, kind: str, dispatch: Callable[[], Awaitable[OutgoingCall | None]], task: Task
+    tracer: Any, kind: str, dispatch: Callable[[], Awaitable[OutgoingCall | None]], task: CallRecord
 ) -> OutgoingCall | None:
     """Run ``dispatch()`` (the call path, again) with ``task`` traced as one ``kind`` ("call", "job")."""
     attempt = Attempt(tracer, kind, task)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .._call import Task
+from .._call import CallRecord
 from .._errors import ConfigError, PoolClosed
 from .._routine import CallOptions, Routine
 
@@ -43,7 +43,7 @@ class PoolJobs:
             )
         return self._layers.scheduler.jobs
 
-    def submit(self, task: Task, options: CallOptions) -> Coroutine[Any, Any, Job]:
+    def submit(self, task: CallRecord, options: CallOptions) -> Coroutine[Any, Any, Job]:
         """Commit a job for ``task`` (see `pool.Routine.submit`): await it (the book's own coroutine: one frame less
         on each job's way).
 

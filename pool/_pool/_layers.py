@@ -21,7 +21,7 @@ from backpressure import BackpressureLike
 from balancer import LoadBalancerLike, RoundRobinLoadBalancer
 
 from .._base import TaskOwner
-from .._call import Task, WorkerConnection
+from .._call import CallRecord, WorkerConnection
 from .._config import PoolConfig, default_secret_file
 from .._dispatch import CallPath, Membership, NestedHost
 from .._fleet import Provisioner, pool_capacity
@@ -140,7 +140,7 @@ class Layers:
             stack.push_async_callback(self.growth.aclose)
             await self.fleet.stop()  # workers drain: running jobs record their outcomes meanwhile
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """A workers' nested call, through the same path as the pool's own (`NestedHost`)."""
         return await self.path.dispatch(task, parent)
 

@@ -19,7 +19,7 @@ from backpressure import BackpressureLike
 from balancer import LoadBalancerLike
 
 from .._base import public
-from .._call import RemoteGenerator, Task, closed, opened, reset_dispatcher, set_dispatcher
+from .._call import CallRecord, RemoteGenerator, closed, opened, reset_dispatcher, set_dispatcher
 from .._config import POOL_SETTINGS, PoolConfig
 from .._discovery import DiscoveryLike
 from .._errors import PoolClosed
@@ -287,15 +287,15 @@ class WorkerPool:
 
     # -- dispatch ----------------------------------------------------------------
 
-    def call(self, task: Task) -> Any:
+    def call(self, task: CallRecord) -> Any:
         """Run a coroutine routine's task; see `pool.routine`."""
         return self._layers.path.call(task)
 
-    def generator(self, task: Task) -> RemoteGenerator:
+    def generator(self, task: CallRecord) -> RemoteGenerator:
         """Run an async-generator routine's task; see `pool.routine`."""
         return RemoteGenerator(self._layers.path, task)
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Admit ``task``, take its limit slots, and get a worker to accept it.
 
         Args:
@@ -330,7 +330,7 @@ class WorkerPool:
         """
         return self._jobs.jobs
 
-    def submit(self, task: Task, options: CallOptions) -> Coroutine[Any, Any, Job]:
+    def submit(self, task: CallRecord, options: CallOptions) -> Coroutine[Any, Any, Job]:
         """Commit a job for ``task`` (see `pool.Routine.submit`): await it.
 
         Raises:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._call import Task
+from .._call import CallRecord
 from .._transport import Session, wire
 from .._transport import leakypool_pb2 as pb
 
@@ -40,7 +40,7 @@ class Hosted:
         "timer",
     )
 
-    def __init__(self, session: Session, call_id: int, task: Task, code: Code) -> None:
+    def __init__(self, session: Session, call_id: int, task: CallRecord, code: Code) -> None:
         self.session = session
         self.id = call_id
         self.task = task

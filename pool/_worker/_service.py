@@ -33,7 +33,7 @@ from typing import Any, Final
 from backpressure import BackpressureLike
 
 from .._base import TaskOwner
-from .._call import Task
+from .._call import CallRecord
 from .._transport import (
     FAILED_PRECONDITION,
     INTERPRETER,
@@ -263,7 +263,7 @@ class WorkerService:
             if mismatch:  # not "full" and not queued: the pool offers it to a worker of its version, or names both
                 session.reject(frame.id, UNAVAILABLE, f"{MISMATCH_MESSAGE}: {mismatch}")
                 return
-        hosted = Hosted(session, frame.id, Task.from_message(call, code.blob), code)
+        hosted = Hosted(session, frame.id, CallRecord.from_message(call, code.blob), code)
         verdict = self.admission.decide(hosted.task)
         if isinstance(verdict, Verdict):
             self._answer(peer, hosted, verdict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._call import Task
+from .._call import CallRecord
 from .._observe import active_tracer, remote_context, traceparent
 from .._transport import leakypool_pb2 as pb
 
@@ -29,7 +29,7 @@ _OUTCOMES: dict[int, str] = {
 }
 
 
-def start(task: Task) -> tuple[Any, Token[Context]] | None:
+def start(task: CallRecord) -> tuple[Any, Token[Context]] | None:
     """Open and make current ``task``'s worker-side span (call on the routine's own asyncio task); None: no tracing."""
     tracer = active_tracer()
     if tracer is None:

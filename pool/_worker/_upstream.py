@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .._call import RemoteGenerator, Task, call_routine, open_call
+from .._call import CallRecord, RemoteGenerator, call_routine, open_call
 from .._transport import OutgoingCall
 from ._hosted import Host, Hosted
 from ._trace import outgoing
@@ -39,12 +39,12 @@ class Upstream:
         self._session = hosted.session
         self._parent = hosted.id
 
-    def call(self, task: Task) -> Any:
+    def call(self, task: CallRecord) -> Any:
         task.parent = self._parent
         task.traceparent = outgoing(self._hosted.task.traceparent)
         return self._carry(self._parked(call_routine(self, task)))
 
-    def generator(self, task: Task) -> BridgedGenerator:
+    def generator(self, task: CallRecord) -> BridgedGenerator:
         task.parent = self._parent
         task.traceparent = outgoing(self._hosted.task.traceparent)
         return BridgedGenerator(self._carry, RemoteGenerator(self, task), around=self._parked)
@@ -57,7 +57,7 @@ class Upstream:
         finally:
             self._host.unpark(self._hosted)
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """Open the call on the stream back to the dispatcher (where the stream lives)."""
         return await open_call(self._session, task)
 

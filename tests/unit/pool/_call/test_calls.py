@@ -16,7 +16,7 @@ import pytest
 
 import pool
 from pool._call._calls import call_outcome, open_call
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _wire
 from pool._transport._outgoing import HandedBack
 from pool._transport._proto import leakypool_pb2 as pb
@@ -60,8 +60,8 @@ class Stream:
         await asyncio.wait_for(asyncio.shield(self._task), 5)
 
 
-def task(name: str = "f") -> Task:
-    return Task(name, False, b"digest", b"blob", b"")
+def task(name: str = "f") -> CallRecord:
+    return CallRecord(name, False, b"digest", b"blob", b"")
 
 
 async def test_a_call_that_left_should_be_lost_after_accepting_when_the_worker_dies_before_answering():
@@ -150,7 +150,7 @@ class _Dispatcher:
         self.arrivals: list[int | None] = []
         self._first = True
 
-    async def dispatch(self, task: Task) -> _Placed:
+    async def dispatch(self, task: CallRecord) -> _Placed:
         self.arrivals.append(task.arrival)
         task.arrival = 42 if task.arrival is None else task.arrival  # (as Admission.admit numbers it)
         if self._first:

@@ -21,7 +21,7 @@ import pytest
 import pool
 from pool._call._calls import judge_first
 from pool._call._connection import WorkerConnection, open_channel
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _side
 from pool._transport._grpc_channel import GrpcChannel
 from pool._transport._proto import leakypool_pb2 as pb
@@ -63,8 +63,8 @@ class Rooms:
         return self.told[-1]
 
 
-def task(name: str = "routine") -> Task:
-    return Task(name, False, b"digest", b"blob", b"")
+def task(name: str = "routine") -> CallRecord:
+    return CallRecord(name, False, b"digest", b"blob", b"")
 
 
 class Dispatching:

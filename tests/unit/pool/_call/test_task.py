@@ -1,14 +1,16 @@
-"""Tests for pool._call._task: a Task's time left, and its Call message both ways (fill, from_message)."""
+"""Tests for pool._call._task: the public Task a hook sees; a CallRecord's time left, and its Call message both ways."""
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pool._call._task import MIN_REMAINING_S, Task
+import pool
+from pool._call._task import MIN_REMAINING_S, CallRecord, Task
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
 
@@ -17,9 +19,9 @@ def session() -> Session:
     return Session(odd=True, host=None, label="worker w")
 
 
-def task(**kwargs) -> Task:
+def task(**kwargs) -> CallRecord:
     fields = {"name": "app.f", "generator": False, "digest": b"d" * 16, "blob": b"routine", "args": b"\x80args"}
-    return Task(**(fields | kwargs))
+    return CallRecord(**(fields | kwargs))
 
 
 class Span:
@@ -124,7 +126,7 @@ class TestFromMessage:
         sent = task(**fields)
         call = pb.Call()
         sent.fill(call, session())
-        got = Task.from_message(call, sent.blob)
+        got = CallRecord.from_message(call, sent.blob)
         assert call.parent == sent.parent
         assert (got.name, got.generator, got.digest, got.blob, got.args) == (
             sent.name,
@@ -144,4 +146,26 @@ class TestFromMessage:
 
     def test_from_message_should_read_a_zero_timeout_as_none(self):
         """Test that 0 on the wire is "no limit"."""
-        assert Task.from_message(pb.Call(), b"").timeout is None
+        assert CallRecord.from_message(pb.Call(), b"").timeout is None
+
+
+PUBLIC = {"name", "generator", "plain", "timeout", "queue", "concurrency", "total", "key", "workflow", "halt_on_error"}
+
+
+class TestPublicTask:
+    def test_pool_task_should_be_the_protocol_hooks_see_and_name_only_what_needs_no_decoding(self):
+        members = {name for name, value in inspect.getmembers(Task) if isinstance(value, property)}
+        assert pool.Task is Task and Task.__module__ == "pool"
+        assert members == PUBLIC | {"priority"}  # none of the wire form: digest, blob, args, trace...
+        assert not members & {"digest", "blob", "args", "trace", "started", "deadline"}
+
+    def test_the_record_a_hook_receives_should_be_a_task_with_the_values_it_was_made_with(self):
+        record = task(timeout=2.5, queue="q", concurrency=2, total=3, key="k", workflow="w", halt_on_error=True)
+        assert isinstance(record, pool.Task)
+        seen: Task = record  # (what the type checker accepts: a record is a Task)
+        assert (seen.name, seen.queue, seen.key, seen.timeout, seen.total) == ("app.f", "q", "k", 2.5, 3)
+
+    def test_a_worker_side_record_made_from_the_message_should_be_a_task_too(self):
+        call = pb.Call()
+        task(queue="q").fill(call, session())
+        assert isinstance(CallRecord.from_message(call, b"routine"), pool.Task)

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._dispatch._limits import Gate, Limits, Ticket
 
 
-def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> Task:
-    return Task(
+def task(name="f", *, queue=None, key="", workflow="", halt_on_error=False) -> CallRecord:
+    return CallRecord(
         name=name,
         generator=False,
         digest=b"",

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import pool
 from balancer import PriorityLoadBalancer, RoundRobinLoadBalancer
 from pool._base._exit import DRAINING_MESSAGE
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._dispatch._membership import Membership
 from pool._dispatch._path import OVERDUE_GRACE_S, CallPath
 from pool._transport._outgoing import QUEUED, SENT, OutgoingCall
@@ -69,7 +69,7 @@ class Worker:
         self.broken = False
         self.closed = False
 
-    def open(self, task: Task) -> OutgoingCall:
+    def open(self, task: CallRecord) -> OutgoingCall:
         self.world.offers.append(self.metadata.uid)
         call = OutgoingCall(self.stream, 2 * len(self.calls) + 1, task.name, plain=task.plain)
         self.calls.append(call)
@@ -206,8 +206,8 @@ def task(
     queue: pool.Queue | None = None,
     interpreter: str = "",
     build: str = "",
-) -> Task:
-    return Task(
+) -> CallRecord:
+    return CallRecord(
         name,
         False,
         b"digest",

@@ -16,7 +16,7 @@ import pytest
 import pool
 from pool._base._tasks import TaskOwner
 from pool._call._calls import call_routine, open_call
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._dispatch._relay import NestedHost
 from pool._transport import _wire
 from pool._transport._outgoing import HandedBack, OutgoingCall
@@ -55,10 +55,10 @@ class Dispatcher:
 
     def __init__(self, *downstreams: Downstream | BaseException) -> None:
         self.downstreams = list(downstreams)
-        self.dispatched: list[tuple[Task, OutgoingCall | None]] = []
+        self.dispatched: list[tuple[CallRecord, OutgoingCall | None]] = []
         self.started = asyncio.Event()
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> Any:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> Any:
         self.dispatched.append((task, parent))
         self.started.set()
         downstream = self.downstreams.pop(0)
@@ -85,16 +85,16 @@ class Link(SessionPair):
         await super().__aexit__(*exc)
         await self.tasks.aclose()
 
-    async def dispatch(self, task: Task, parent: OutgoingCall | None = None) -> OutgoingCall:
+    async def dispatch(self, task: CallRecord, parent: OutgoingCall | None = None) -> OutgoingCall:
         """The worker's side (as `_upstream.Upstream` does): open the call on the stream to the pool."""
         return await open_call(self.worker, task)
 
-    async def call(self, task: Task) -> Any:
+    async def call(self, task: CallRecord) -> Any:
         return await asyncio.wait_for(call_routine(self, task), WAIT_S)
 
 
-def task(name: str = "child", *, digest: bytes = b"digest") -> Task:
-    return Task(name, False, digest, b"blob", _wire.pack_args(name, (1,), {}))
+def task(name: str = "child", *, digest: bytes = b"digest") -> CallRecord:
+    return CallRecord(name, False, digest, b"blob", _wire.pack_args(name, (1,), {}))
 
 
 class TestNestedHost:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs._attempt import MAX_BACKOFF_S, RESULT_LIMIT_BYTES, Attempt, decide, expired, raised
 from pool._jobs._codec import RetryPolicy
 from pool._jobs._store import JobRecord
@@ -59,7 +59,7 @@ def test_expired_should_split_off_the_jobs_past_their_dispatch_deadline_in_order
         record = JobRecord(
             job_id, "f", "pending", 0, 1, 0.0, None, None, deadline, 0.0, "me", "", b"", None, False, "", "", ""
         )
-        return Attempt(record, Task("app.f", False, b"d", b"", b""), RetryPolicy())
+        return Attempt(record, CallRecord("app.f", False, b"d", b"", b""), RetryPolicy())
 
     keep, gone = expired([waiting("a", 5.0), waiting("b", 2.0), waiting("c", 9.0), waiting("d", 3.0)], 3.0)
     assert [a.job.id for a in keep] == ["a", "c"] and [a.job.id for a, _ in gone] == ["b", "d"]

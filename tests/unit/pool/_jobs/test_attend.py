@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from pool._call._calls import StartByPassed
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._errors import NoWorkersAvailable, PoolClosed
 from pool._jobs._attempt import Attempt
 from pool._jobs._attend import Attendant
@@ -99,7 +99,7 @@ class Scene:
             start_by=lambda: START_BY,
         )
 
-    async def _place(self, task: Task) -> object:
+    async def _place(self, task: CallRecord) -> object:
         self.placed.append((task.name, task.start_by))
         self.placing.set()
         answer = self.answer() if callable(self.answer) else self.answer
@@ -117,7 +117,7 @@ class Scene:
 
     def leased(self, job: JobRecord) -> Attempt:
         """Hold ``job`` as the scheduler does, and take it out to place it."""
-        attempt = Attempt(job, Task(job.routine, False, b"", b"", b""), RetryPolicy())
+        attempt = Attempt(job, CallRecord(job.routine, False, b"", b"", b""), RetryPolicy())
         self.held.adopt(attempt)
         self.held.waiting.remove(attempt)
         self.held.placing.add(attempt)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs import _codec
 from pool._jobs._codec import PAYLOAD_VERSION, RetryPolicy
 from pool._transport import _side, _wire
@@ -19,11 +19,11 @@ from pool._transport._seal import Seal
 SEAL = Seal(lambda: ("a test secret",), "a test secret")
 
 
-def encode(sent: Task, policy: RetryPolicy, job_id: str = "j1") -> bytes:
+def encode(sent: CallRecord, policy: RetryPolicy, job_id: str = "j1") -> bytes:
     return _codec.encode(sent, policy, job_id, SEAL)
 
 
-def decode(payload: bytes, job_id: str = "j1") -> tuple[Task, RetryPolicy]:
+def decode(payload: bytes, job_id: str = "j1") -> tuple[CallRecord, RetryPolicy]:
     return _codec.decode(job_id, payload, SEAL)
 
 
@@ -37,12 +37,12 @@ def opened(payload: bytes, job_id: str = "j1") -> bytes:
 
 
 KEPT = ("name", "digest", "blob", "args", "timeout", "queue", "concurrency", "total", "key", "workflow")
-"""The fields of a Task a payload keeps (with halt_on_error and plain)."""
+"""The fields of a CallRecord a payload keeps (with halt_on_error and plain)."""
 
 
-def task(**kwargs) -> Task:
+def task(**kwargs) -> CallRecord:
     fields = {"name": "app.f", "generator": False, "digest": b"d" * 16, "blob": b"routine", "args": b""}
-    return Task(**(fields | kwargs))
+    return CallRecord(**(fields | kwargs))
 
 
 class Unpicklable(Exception):
@@ -77,7 +77,7 @@ class TestEncode:
         assert dataclasses.asdict(kept) == dataclasses.asdict(got) | {"build": "v7"}
 
     def test_decode_should_give_a_task_that_is_not_a_generator_and_carries_no_dispatch_state(self):
-        """Test that what a payload does not keep comes back as a fresh Task's defaults (a job is a coroutine call)."""
+        """Test that what a payload does not keep comes back as a fresh CallRecord's defaults (a job is a coroutine call)."""
         sent = task(generator=True, parent=7, priority=3, traceparent="tp", prefetch=0, deadline=1.0)
         got, _ = decode(encode(sent, RetryPolicy()))
         assert (got.generator, got.parent, got.priority, got.traceparent, got.prefetch, got.deadline) == (

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs._attempt import raised
 from pool._jobs._codec import RetryPolicy, decode, seal_outcome
 from pool._jobs._job import Job, Jobs, queue_name
@@ -78,9 +78,9 @@ async def book(tmp_path, holder: Holder | None = None, **kwargs) -> AsyncIterato
         await store.close()
 
 
-def task(name: str = "app.add", **kwargs) -> Task:
+def task(name: str = "app.add", **kwargs) -> CallRecord:
     fields = {"generator": False, "digest": b"d" * 16, "blob": b"routine", "args": _wire.pack_args(name, (1, 2), {})}
-    return Task(name, **(fields | kwargs))
+    return CallRecord(name, **(fields | kwargs))
 
 
 def returned(value: object) -> bytes:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs._attempt import Attempt
 from pool._jobs._codec import RetryPolicy
 from pool._jobs._pause import PausedQueues
@@ -31,7 +31,7 @@ def waiting(job_id: str, queue: str) -> Attempt:
     record = JobRecord(
         job_id, "f", "pending", 0, 1, 0.0, None, None, 9.0, 0.0, "me", "", b"", None, False, queue, "", ""
     )
-    return Attempt(record, Task("f", False, b"", b"", b"", queue=queue), RetryPolicy())
+    return Attempt(record, CallRecord("f", False, b"", b"", b"", queue=queue), RetryPolicy())
 
 
 class Wakes:

@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs._periodic import LATE_SLOT_MAX_S, Periodic, Slots, schedule_name
 
 T0 = datetime.datetime(2027, 3, 1, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
@@ -54,8 +54,8 @@ def test_a_bad_expression_or_zone_should_fail_in_one_line(cron, tz, message):
 
 
 def test_the_name_should_depend_on_routine_expression_zone_and_arguments_only():
-    task = Task("app.digest", False, b"d", b"blob", b"args")
-    same = Task("app.digest", False, b"d", b"other blob", b"args", timeout=3.0)
+    task = CallRecord("app.digest", False, b"d", b"blob", b"args")
+    same = CallRecord("app.digest", False, b"d", b"other blob", b"args", timeout=3.0)
     assert schedule_name(task, "0 7 * * *", "UTC") == schedule_name(same, "0 7 * * *", "UTC")
     assert (
         len(
@@ -63,7 +63,7 @@ def test_the_name_should_depend_on_routine_expression_zone_and_arguments_only():
                 schedule_name(task, "0 7 * * *", "UTC"),
                 schedule_name(task, "0 8 * * *", "UTC"),
                 schedule_name(task, "0 7 * * *", "Europe/Paris"),
-                schedule_name(Task("app.digest", False, b"d", b"", b"x"), "0 7 * * *", "UTC"),
+                schedule_name(CallRecord("app.digest", False, b"d", b"", b"x"), "0 7 * * *", "UTC"),
             }
         )
         == 4
@@ -80,7 +80,7 @@ def test_the_next_slot_should_follow_on_time_and_skipped_slots_should_be_counted
 
 def test_a_skipped_slot_should_be_logged(caplog):
     """Test that a process that stalled says which slots it left, instead of skipping them silently."""
-    task = Task("app.tick", False, b"d", b"blob", b"args")
+    task = CallRecord("app.tick", False, b"d", b"blob", b"args")
     periodic = Periodic.__new__(Periodic)
     periodic.name, periodic.slots = schedule_name(task, "* * * * * */1", "UTC"), Slots("* * * * * */1")
     caplog.set_level("WARNING", logger="leakypool.jobs")

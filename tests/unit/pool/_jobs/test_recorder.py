@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._jobs._attempt import Attempt, raised
 from pool._jobs._codec import RetryPolicy, open_outcome
 from pool._jobs._recorder import Recorder
@@ -88,7 +88,7 @@ async def leased(
         await store.heartbeat("me", now, 600)
         await store.submit(NewJob("j1", "app.f", b"p", now, now + 60, max_attempts), owner="me")
         record = await store.get("j1")
-        task = Task("app.f", False, b"d", b"", b"")
+        task = CallRecord("app.f", False, b"d", b"", b"")
         yield Recorder(store, "me", SEAL), Attempt(record, task, RetryPolicy(retry_backoff=30.0))
     finally:
         await store.close()

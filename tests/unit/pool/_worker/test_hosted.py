@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._errors import SerializationError
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
@@ -42,8 +42,8 @@ def routine_wrapper(*args, **kwargs):  # what a routine decorator leaves: the fu
     raise AssertionError("the worker must call the function itself, not the dispatching wrapper")
 
 
-def task(*, generator: bool = False) -> Task:
-    return Task(name="f", generator=generator, digest=b"d", blob=b"", args=b"")
+def task(*, generator: bool = False) -> CallRecord:
+    return CallRecord(name="f", generator=generator, digest=b"d", blob=b"", args=b"")
 
 
 class TestCode:

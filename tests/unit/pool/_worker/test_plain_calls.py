@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pool._base._tasks import TaskOwner
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import UNAVAILABLE
@@ -158,7 +158,7 @@ def blocker() -> Iterator[Blocker]:
 def hosted(
     session: Session, call_id: int, fn: Callable[[], Any] = lambda: 1, *, timeout: float | None = None
 ) -> Hosted:
-    task = Task("fn", False, b"digest", b"", _wire.pack_args("fn", (), {}), timeout=timeout, plain=True)
+    task = CallRecord("fn", False, b"digest", b"", _wire.pack_args("fn", (), {}), timeout=timeout, plain=True)
     code = Code(b"", "fn")
     code.fn = fn
     return Hosted(session, call_id, task, code)  # type: ignore[arg-type]

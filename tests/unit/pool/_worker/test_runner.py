@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pool._call._dispatcher import _dispatcher
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._worker._hosted import CANCELLED, STOP, Code, Hosted, Outcome
@@ -139,7 +139,7 @@ class Host:
 def hosted(fn: Callable[..., Any], *args: Any, call_id: int = 2, generator: bool = False) -> Hosted:
     blob = _wire.dumps(fn, what="routine")
     name = fn.__name__
-    task = Task(name, generator, _wire.digest(blob), blob, _wire.pack_args(name, args, {}))
+    task = CallRecord(name, generator, _wire.digest(blob), blob, _wire.pack_args(name, args, {}))
     return Hosted(object(), call_id, task, Code(blob, name))  # type: ignore[arg-type]  # the session is never used here
 
 

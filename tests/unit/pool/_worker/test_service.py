@@ -17,7 +17,7 @@ import pytest
 
 import pool
 from backpressure import BackpressureContext
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._rpc import (
@@ -73,10 +73,10 @@ def gate(name: str) -> asyncio.Event:
     return event
 
 
-def task(fn: Callable[..., Any], *args: Any, generator: bool = False) -> Task:
+def task(fn: Callable[..., Any], *args: Any, generator: bool = False) -> CallRecord:
     blob = _wire.dumps(fn, what="routine")
     name = fn.__name__
-    return Task(name, generator, _wire.digest(blob), blob, _wire.pack_args(name, args, {}))
+    return CallRecord(name, generator, _wire.digest(blob), blob, _wire.pack_args(name, args, {}))
 
 
 class Link:
@@ -115,7 +115,7 @@ class Link:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def open(self, t: Task):
+    def open(self, t: CallRecord):
         call, message = self.caller.open(t.name)
         t.fill(message, self.caller)
         return call
@@ -123,7 +123,7 @@ class Link:
     async def answer(self, call) -> pb.Frame:
         return await asyncio.wait_for(call.receive(), WAIT_S)
 
-    async def run(self, t: Task) -> pb.Frame:
+    async def run(self, t: CallRecord) -> pb.Frame:
         """The call's final frame (its Reject, or its Outcome after its Accept)."""
         call = self.open(t)
         frame = await self.answer(call)

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._worker import _trace
 
@@ -38,8 +38,10 @@ def sdk(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
         provider.shutdown()
 
 
-def task(traceparent: str = "", queue: str = "") -> Task:
-    return Task(name="work", generator=False, digest=b"d", blob=b"", args=b"", traceparent=traceparent, queue=queue)
+def task(traceparent: str = "", queue: str = "") -> CallRecord:
+    return CallRecord(
+        name="work", generator=False, digest=b"d", blob=b"", args=b"", traceparent=traceparent, queue=queue
+    )
 
 
 class TestStart:

@@ -23,7 +23,7 @@ import pytest
 
 import pool
 from pool._call._calls import call_routine, open_call
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _side, _wire
 from pool._transport._framing import framed, hello
 from pool._transport._handshake import Dialler, Keyring, Refused
@@ -241,12 +241,12 @@ class TestUnixServer:
             running = asyncio.ensure_future(channel.run(caller, lambda exc: pool.WorkerBroken(str(exc))))
 
             class Dispatcher:
-                async def dispatch(self, task: Task, parent: Any = None) -> Any:
+                async def dispatch(self, task: CallRecord, parent: Any = None) -> Any:
                     return await open_call(caller, task)
 
             try:
                 blob = _wire.dumps(double, what="routine")
-                task = Task("double", False, _wire.digest(blob), blob, _wire.pack_args("double", (21,), {}))
+                task = CallRecord("double", False, _wire.digest(blob), blob, _wire.pack_args("double", (21,), {}))
                 assert await asyncio.wait_for(call_routine(Dispatcher(), task), WAIT_S) == 42
                 async with asyncio.timeout(WAIT_S):
                     while _side.channel(os.getpid()) is None:  # the worker's end of the side connection

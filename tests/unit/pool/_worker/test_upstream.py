@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import pool
-from pool._call._task import Task
+from pool._call._task import CallRecord
 from pool._transport import _wire
 from pool._transport._proto import leakypool_pb2 as pb
 from pool._transport._session import Session
@@ -75,8 +75,8 @@ class Host:
     def send(self, hosted, outcome) -> None: ...
 
 
-def task(name: str = "child", *, traceparent: str = "") -> Task:
-    return Task(name, False, b"digest", b"blob", _wire.pack_args(name, (), {}), traceparent=traceparent)
+def task(name: str = "child", *, traceparent: str = "") -> CallRecord:
+    return CallRecord(name, False, b"digest", b"blob", _wire.pack_args(name, (), {}), traceparent=traceparent)
 
 
 class TestUpstream:
